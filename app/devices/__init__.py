@@ -1,0 +1,1 @@
+"""Device vendors: one module each, all behind the protocol in ``base``."""

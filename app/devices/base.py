@@ -1,0 +1,175 @@
+"""What a device vendor is: the small protocol every vendor module implements.
+
+A vendor looks at one container at a time (init containers first, then app
+containers), may edit it or the Pod, says whether the container uses its device,
+and says how much of its quota resources the container asks for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Protocol
+
+from app.edit import ContainerEdit, PodEdit
+
+
+class DeviceRequestError(Exception):
+    """A container asks for a device in a way that cannot work: the user's error (denied, 400)."""
+
+
+class ConfigError(ValueError):
+    """The device configuration is invalid; the message names the key."""
+
+
+@dataclass(frozen=True)
+class QuotaRequest:
+    """A container's per-device demand: ``nums`` devices, each with ``memory`` and ``cores``."""
+
+    nums: int
+    memory: int = 0
+    cores: int = 0
+
+
+@dataclass(frozen=True)
+class QuotaNames:
+    """The resource names a vendor's quota is kept under, and its memory unit factor."""
+
+    memory: str = ""
+    cores: str = ""
+    count: str = ""
+    memory_factor: int = 1
+
+
+class Device(Protocol):
+    """One device backend (HAMi's ``Devices`` interface, admission half).
+
+    Before any vendor runs, the review has checked every container: no resource
+    a vendor owns is negative, and every ``quota_names.count`` resource is a whole
+    number. Vendors rely on that and check only their own rules.
+    """
+
+    @property
+    def key(self) -> str:
+        """HAMi's backend key (``NVIDIA``, ``MLU``...), also the word in ``hami.io/gpu-type``."""
+        ...
+
+    @property
+    def resource_names(self) -> frozenset[str]:
+        """Every extended resource this vendor owns (non-empty names only)."""
+        ...
+
+    @property
+    def quota_names(self) -> QuotaNames:
+        """Where this vendor's quota lives; empty names mean no quota."""
+        ...
+
+    def mutate(self, ctr: ContainerEdit, pod: PodEdit) -> bool:
+        """Edit the container or Pod in place; True when the container uses this device.
+
+        Raises DeviceRequestError when the request is invalid.
+        """
+        ...
+
+    def quota_request(self, ctr: ContainerEdit) -> QuotaRequest | None:
+        """The container's demand on this vendor's quota, or None when it asks for nothing countable."""
+        ...
+
+
+class ConfigSection:
+    """A typed, path-aware reader over one mapping of HAMi's device-config YAML."""
+
+    def __init__(self, data: Mapping[str, Any] | None, path: str) -> None:
+        if data is not None and not isinstance(data, Mapping):
+            raise ConfigError(f"{path}: expected a mapping, got {type(data).__name__}")
+        self._data: Mapping[str, Any] = data or {}
+        self.path = path
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._data
+
+    def _where(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def str(self, key: str) -> str:
+        """A string; a missing or null key reads as empty."""
+        raw = self._data.get(key)
+        if raw is None:
+            return ""
+        if not isinstance(raw, (str, int, float)) or isinstance(raw, bool):
+            raise ConfigError(f"{self._where(key)}: expected a string, got {raw!r}")
+        return str(raw)
+
+    def int(self, key: str) -> int:
+        """An integer; a missing key reads as 0."""
+        raw = self._data.get(key, 0)
+        if isinstance(raw, bool) or not isinstance(raw, int):
+            if isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
+                return int(raw)
+            raise ConfigError(f"{self._where(key)}: expected an integer, got {raw!r}")
+        return raw
+
+    def bool(self, key: str) -> bool:
+        """A boolean; YAML's true/false or the strings "true"/"false" (the chart quotes some)."""
+        raw = self._data.get(key, False)
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.lower() in ("true", "false"):
+            return raw.lower() == "true"
+        raise ConfigError(f"{self._where(key)}: expected true or false, got {raw!r}")
+
+    def section(self, key: str) -> ConfigSection:
+        """A nested mapping (empty when missing)."""
+        return ConfigSection(self._data.get(key), self._where(key))
+
+    def sections(self, key: str) -> list[ConfigSection]:
+        """A list of mappings (empty when missing)."""
+        raw = self._data.get(key) or []
+        if not isinstance(raw, list):
+            raise ConfigError(f"{self._where(key)}: expected a list, got {type(raw).__name__}")
+        return [ConfigSection(item, f"{self._where(key)}[{i}]") for i, item in enumerate(raw)]
+
+
+def names(*candidates: str) -> frozenset[str]:
+    """The non-empty resource names of a vendor."""
+    return frozenset(n for n in candidates if n)
+
+
+def whole_in_range(amount: Decimal | None, low: int, high: int) -> int | None:
+    """An exact integer within [low, high], else None (HAMi's "no request")."""
+    if amount is None or amount != amount.to_integral_value():
+        return None
+    whole = int(amount)
+    return whole if low <= whole <= high else None
+
+
+@dataclass(frozen=True)
+class CountDevice:
+    """A vendor that only recognises a device count in limits and never mutates.
+
+    Metax GPU, Enflame GCU, Kunlun XPU, Vastai and Biren are exactly this.
+    """
+
+    key: str
+    count_name: str
+
+    @property
+    def resource_names(self) -> frozenset[str]:
+        return names(self.count_name)
+
+    @property
+    def quota_names(self) -> QuotaNames:
+        return QuotaNames(count=self.count_name)
+
+    def mutate(self, ctr: ContainerEdit, pod: PodEdit) -> bool:
+        return bool(self.count_name) and self.count_name in ctr.limits
+
+    def quota_request(self, ctr: ContainerEdit) -> QuotaRequest | None:
+        count = ctr.limit(self.count_name) if self.count_name else None
+        return None if count is None else QuotaRequest(nums=int(count))
+
+
+def all_resource_names(devices: Iterable[Device]) -> frozenset[str]:
+    """Every resource name owned by any of the devices."""
+    return frozenset().union(*(d.resource_names for d in devices))

@@ -1,0 +1,157 @@
+"""NVIDIA GPUs shared by HAMi-core (backend ``NVIDIA``, device-config section ``nvidia``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from app.devices.base import (
+    ConfigError,
+    ConfigSection,
+    DeviceRequestError,
+    QuotaNames,
+    QuotaRequest,
+    names,
+    whole_in_range,
+)
+from app.edit import ContainerEdit, PodEdit
+from app.quantity import INT32_MAX
+
+CORE_POLICY_ANNOTATION = "hami.io/core-policy"
+CORE_POLICIES = ("default", "force", "disable")
+
+
+@dataclass(frozen=True)
+class Nvidia:
+    """HAMi's NVIDIA admission rules, with decisions M3 (per-Pod core policy) and M6."""
+
+    count_name: str
+    memory_name: str
+    percentage_name: str
+    core_name: str
+    priority_name: str
+    overwrite_env: bool
+    default_memory: int
+    default_cores: int
+    default_gpu_num: int
+    memory_factor: int
+    core_policy: str
+    runtime_class_name: str
+    key: str = "NVIDIA"
+
+    @classmethod
+    def from_config(cls, section: ConfigSection) -> Nvidia:
+        policy = section.str("gpuCorePolicy") or "default"
+        if policy not in CORE_POLICIES:
+            raise ConfigError(
+                f"{section.path}.gpuCorePolicy: expected one of {', '.join(CORE_POLICIES)}, got {policy!r}"
+            )
+        return cls(
+            count_name=section.str("resourceCountName"),
+            memory_name=section.str("resourceMemoryName"),
+            percentage_name=section.str("resourceMemoryPercentageName"),
+            core_name=section.str("resourceCoreName"),
+            priority_name=section.str("resourcePriorityName"),
+            overwrite_env=section.bool("overwriteEnv"),
+            default_memory=section.int("defaultMemory"),
+            default_cores=section.int("defaultCores"),
+            default_gpu_num=section.int("defaultGPUNum"),
+            memory_factor=section.int("memoryFactor"),
+            core_policy=policy,
+            runtime_class_name=section.str("runtimeClassName"),
+        )
+
+    @property
+    def resource_names(self) -> frozenset[str]:
+        return names(self.count_name, self.memory_name, self.percentage_name, self.core_name, self.priority_name)
+
+    @property
+    def quota_names(self) -> QuotaNames:
+        return QuotaNames(self.memory_name, self.core_name, self.count_name, max(self.memory_factor, 1))
+
+    def mutate(self, ctr: ContainerEdit, pod: PodEdit) -> bool:
+        self._check_percentage(ctr)
+        if self.priority_name and self.priority_name in ctr.limits:
+            ctr.set_env("CUDA_TASK_PRIORITY", str(math.ceil(ctr.limit(self.priority_name) or 0)))
+        found = self._count_or_default(ctr)
+        found = self._default_exclusive_cores(ctr) or found
+        if found:
+            policy = self._pod_core_policy(pod)
+            if policy != "default":
+                ctr.set_env("GPU_CORE_UTILIZATION_POLICY", policy)
+            if self.runtime_class_name and not pod.spec("runtimeClassName"):
+                pod.set_spec("runtimeClassName", self.runtime_class_name)
+        elif self.overwrite_env:
+            ctr.set_env("NVIDIA_VISIBLE_DEVICES", "none")
+        return found
+
+    def _check_percentage(self, ctr: ContainerEdit) -> None:
+        if not self.percentage_name:
+            return
+        percentage = ctr.limit_or_request(self.percentage_name)
+        if percentage is not None and whole_in_range(percentage, 0, 100) is None:
+            raise DeviceRequestError(
+                f"invalid {self.percentage_name} value {percentage} in container {ctr.name}: "
+                "must be an integer between 0 and 100"
+            )
+
+    def _count_or_default(self, ctr: ContainerEdit) -> bool:
+        if self.count_name in ctr.limits:
+            return True
+        asked = [n for n in (self.core_name, self.memory_name, self.percentage_name) if n and n in ctr.limits]
+        if not asked:
+            return False
+        if self.default_gpu_num <= 0:
+            raise DeviceRequestError(
+                f"container {ctr.name}: {asked[0]} requested without {self.count_name} "
+                "and no default GPU count is configured (nvidia.defaultGPUNum is 0)"
+            )
+        ctr.set_limit(self.count_name, self.default_gpu_num)
+        return True
+
+    def _default_exclusive_cores(self, ctr: ContainerEdit) -> bool:
+        """A whole-card request gets all of the card's cores, as HAMi's defaultExclusiveCoreIfNeeded."""
+        if not self.core_name or not ctr.has(self.count_name) or ctr.has(self.core_name):
+            return False
+        percentage = ctr.limit_or_request(self.percentage_name) if self.percentage_name else None
+        if percentage is not None:
+            exclusive = percentage == 100
+        else:
+            exclusive = not self.memory_name or not ctr.has(self.memory_name)
+        if exclusive:
+            ctr.set_limit(self.core_name, 100)
+        return exclusive
+
+    def _pod_core_policy(self, pod: PodEdit) -> str:
+        policy = pod.annotations.get(CORE_POLICY_ANNOTATION, self.core_policy)
+        if policy not in CORE_POLICIES:
+            raise DeviceRequestError(
+                f"annotation {CORE_POLICY_ANNOTATION} must be one of {', '.join(CORE_POLICIES)}, got {policy!r}"
+            )
+        return policy
+
+    def quota_request(self, ctr: ContainerEdit) -> QuotaRequest | None:
+        count = ctr.limit_or_request(self.count_name) if self.count_name else None
+        nums = whole_in_range(count, 0, INT32_MAX)
+        if nums is None:
+            return None
+        factor = max(self.memory_factor, 1)
+        memory_raw = ctr.limit_or_request(self.memory_name) if self.memory_name else None
+        memory = 0
+        if memory_raw is not None:
+            whole = whole_in_range(memory_raw, 0, INT32_MAX // factor)
+            if whole is None:
+                return None
+            memory = whole * factor
+        else:
+            percentage = ctr.limit_or_request(self.percentage_name) if self.percentage_name else None
+            if (percentage is None or percentage <= 0) and self.default_memory:
+                memory = self.default_memory
+        cores_raw = ctr.limit_or_request(self.core_name) if self.core_name else None
+        cores = self.default_cores if cores_raw is None else math.ceil(cores_raw)
+        return QuotaRequest(nums=nums, memory=memory, cores=cores)
+
+
+def build(root: ConfigSection) -> tuple[Nvidia, ...]:
+    """The NVIDIA backend from the ``nvidia`` section."""
+    return (Nvidia.from_config(root.section("nvidia")),)

@@ -1,0 +1,50 @@
+"""The vendors, in the one fixed order every container is shown to them (decision C3)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from app.devices import (
+    amd,
+    ascend,
+    awsneuron,
+    biren,
+    cambricon,
+    enflame,
+    hygon,
+    iluvatar,
+    kunlun,
+    metax,
+    mthreads,
+    nvidia,
+    vastai,
+)
+from app.devices.base import ConfigError, ConfigSection, Device
+
+Builder = Callable[[ConfigSection], tuple[Device, ...]]
+
+# (vendor builder, the flag that must be on for it to be registered, or None)
+VENDORS: tuple[tuple[Builder, str | None], ...] = (
+    (nvidia.build, None),
+    (cambricon.build, None),
+    (hygon.build, None),
+    (iluvatar.build, "enable_iluvatar"),
+    (ascend.build, "enable_ascend"),
+    (metax.build, None),
+    (enflame.build, None),
+    (mthreads.build, None),
+    (kunlun.build, None),
+    (awsneuron.build, None),
+    (amd.build, None),
+    (vastai.build, None),
+    (biren.build, None),
+)
+
+
+def build_devices(root: ConfigSection, *, enable_ascend: bool, enable_iluvatar: bool) -> tuple[Device, ...]:
+    """Every registered backend, in registry order; fails like HAMi when nothing is configured."""
+    flags = {"enable_ascend": enable_ascend, "enable_iluvatar": enable_iluvatar}
+    devices = tuple(device for builder, flag in VENDORS if flag is None or flags[flag] for device in builder(root))
+    if not any(device.resource_names for device in devices):
+        raise ConfigError("all configurations are empty: no device vendor has a resource name")
+    return devices

@@ -1,0 +1,209 @@
+"""Mutable views of a Pod that remember what the policy changed.
+
+The policy edits copies of only the fields it may touch (container resources and
+env, a few spec fields, annotations); the JSON Patch is then built from those
+edits alone. Diffing the whole Pod with ``jsonpatch.make_patch`` would cost
+milliseconds per review; this costs microseconds and can only ever emit
+operations for what the policy really changed (decision M7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from jsonpointer import escape
+
+from app import quantity
+
+Op = dict[str, Any]
+
+
+def pointer(*parts: str | int) -> str:
+    """JSON Pointer from unescaped parts: the one place escaping happens."""
+    return "".join("/" + escape(str(part)) for part in parts)
+
+
+def _dict_ops(path: tuple[str | int, ...], original: Any, current: dict[str, Any]) -> list[Op]:
+    """Ops turning ``original`` (a dict, or absent/null) into ``current``; keys are only added or changed."""
+    if not isinstance(original, Mapping):
+        return [{"op": "add", "path": pointer(*path), "value": dict(current)}] if current else []
+    ops: list[Op] = []
+    for key, val in current.items():
+        if key not in original:
+            ops.append({"op": "add", "path": pointer(*path, key), "value": val})
+        elif original[key] is not val and original[key] != val:
+            ops.append({"op": "replace", "path": pointer(*path, key), "value": val})
+    return ops
+
+
+class ContainerEdit:
+    """One container (init or app) as the vendors see it: resources and env are copies."""
+
+    __slots__ = ("_env", "_env_changed", "_original", "limits", "name", "path", "privileged", "requests")
+
+    def __init__(self, path: tuple[str | int, ...], container: Mapping[str, Any]) -> None:
+        self.path = path
+        self._original = container
+        self.name: str = container.get("name") or ""
+        security = container.get("securityContext") or {}
+        self.privileged: bool = security.get("privileged") is True
+        resources = container.get("resources") or {}
+        self.limits: dict[str, Any] = dict(resources.get("limits") or {})
+        self.requests: dict[str, Any] = dict(resources.get("requests") or {})
+        self._env: list[Any] | None = None
+        self._env_changed = False
+
+    # -- resources -------------------------------------------------------
+    def limit(self, name: str) -> Decimal | None:
+        """The parsed limit, or None when absent."""
+        raw = self.limits.get(name)
+        return None if raw is None else quantity.parse(raw)
+
+    def request(self, name: str) -> Decimal | None:
+        """The parsed request, or None when absent."""
+        raw = self.requests.get(name)
+        return None if raw is None else quantity.parse(raw)
+
+    def limit_or_request(self, name: str) -> Decimal | None:
+        """HAMi's frequent "limits, else requests" lookup."""
+        found = self.limit(name)
+        return self.request(name) if found is None else found
+
+    def has(self, name: str) -> bool:
+        """The resource is named in limits or requests."""
+        return name in self.limits or name in self.requests
+
+    def set_limit(self, name: str, amount: int) -> None:
+        """Set a limit to a whole number; an equal existing value is kept as written."""
+        _set_quantity(self.limits, name, amount)
+
+    def set_request(self, name: str, amount: int) -> None:
+        """Set a request to a whole number; an equal existing value is kept as written."""
+        _set_quantity(self.requests, name, amount)
+
+    # -- env -------------------------------------------------------------
+    @property
+    def env(self) -> list[Any]:
+        """The env list, copied on first use."""
+        if self._env is None:
+            self._env = list(self._original.get("env") or [])
+        return self._env
+
+    def env_value(self, name: str) -> str | None:
+        """The literal value of an env var, or None when absent or not literal."""
+        for entry in self.env:
+            if isinstance(entry, Mapping) and entry.get("name") == name:
+                value = entry.get("value")
+                return value if isinstance(value, str) else None
+        return None
+
+    def has_env(self, name: str) -> bool:
+        """The env var is present, whatever its value."""
+        return any(isinstance(e, Mapping) and e.get("name") == name for e in self.env)
+
+    def set_env(self, name: str, value: str) -> None:
+        """Set an env var: replaced in place when present (decision M2), appended otherwise."""
+        wanted = {"name": name, "value": value}
+        env = self.env
+        present = False
+        for index, entry in enumerate(env):
+            if isinstance(entry, Mapping) and entry.get("name") == name:
+                present = True
+                if dict(entry) != wanted:
+                    env[index] = wanted
+                    self._env_changed = True
+        if not present:
+            env.append(wanted)
+            self._env_changed = True
+
+    # -- patch -----------------------------------------------------------
+    def ops(self) -> list[Op]:
+        """JSON Patch operations for what changed in this container."""
+        ops: list[Op] = []
+        resources = self._original.get("resources")
+        if not isinstance(resources, Mapping):
+            wanted = {k: v for k, v in (("limits", self.limits), ("requests", self.requests)) if v}
+            if wanted:
+                ops.append({"op": "add", "path": pointer(*self.path, "resources"), "value": wanted})
+        else:
+            for field, current in (("limits", self.limits), ("requests", self.requests)):
+                ops += _dict_ops((*self.path, "resources", field), resources.get(field), current)
+        if self._env_changed:
+            ops += self._env_ops()
+        return ops
+
+    def _env_ops(self) -> list[Op]:
+        original = self._original.get("env")
+        env = self.env
+        if not isinstance(original, list) or not original:
+            return [{"op": "add", "path": pointer(*self.path, "env"), "value": env}]
+        ops: list[Op] = [
+            {"op": "replace", "path": pointer(*self.path, "env", index), "value": env[index]}
+            for index, entry in enumerate(original)
+            if env[index] is not entry
+        ]
+        ops += [{"op": "add", "path": pointer(*self.path, "env", "-"), "value": e} for e in env[len(original) :]]
+        return ops
+
+
+def _set_quantity(target: dict[str, Any], name: str, amount: int) -> None:
+    current = target.get(name)
+    if current is not None and quantity.parse(current) == amount:
+        return
+    target[name] = str(amount)
+
+
+class PodEdit:
+    """The Pod-level fields the policy reads and writes, plus its containers in policy order."""
+
+    __slots__ = ("_pod", "_spec", "annotations", "containers", "namespace", "spec_changes")
+
+    def __init__(self, pod: Mapping[str, Any]) -> None:
+        self._pod = pod
+        metadata = pod.get("metadata") or {}
+        self._spec: Mapping[str, Any] = pod.get("spec") or {}
+        self.namespace: str = metadata.get("namespace") or ""
+        self.annotations: dict[str, str] = dict(metadata.get("annotations") or {})
+        self.spec_changes: dict[str, Any] = {}
+        self.containers: list[ContainerEdit] = [
+            ContainerEdit(("spec", field, index), container)
+            for field in ("initContainers", "containers")
+            for index, container in enumerate(self._spec.get(field) or [])
+        ]
+
+    def spec(self, field: str) -> Any:
+        """A spec field as the policy last set it."""
+        return self.spec_changes[field] if field in self.spec_changes else self._spec.get(field)
+
+    def set_spec(self, field: str, value: Any) -> None:
+        """Set a scalar spec field (schedulerName, runtimeClassName)."""
+        if self._spec.get(field) != value:
+            self.spec_changes[field] = value
+        else:
+            self.spec_changes.pop(field, None)
+
+    def app_containers(self) -> list[ContainerEdit]:
+        """The app containers only (quota counts them as a sum)."""
+        return [c for c in self.containers if c.path[1] == "containers"]
+
+    def init_containers(self) -> list[ContainerEdit]:
+        """The init containers only (quota counts them as a peak)."""
+        return [c for c in self.containers if c.path[1] == "initContainers"]
+
+    def ops(self) -> list[Op]:
+        """Every JSON Patch operation of this review: containers, then spec, then annotations."""
+        ops: list[Op] = []
+        for container in self.containers:
+            ops += container.ops()
+        for field, value in self.spec_changes.items():
+            verb = "replace" if field in self._spec else "add"
+            ops.append({"op": verb, "path": pointer("spec", field), "value": value})
+        metadata = self._pod.get("metadata")
+        if not isinstance(metadata, Mapping):
+            if self.annotations:
+                ops.append({"op": "add", "path": "/metadata", "value": {"annotations": self.annotations}})
+        else:
+            ops += _dict_ops(("metadata", "annotations"), metadata.get("annotations"), self.annotations)
+        return ops

@@ -1,0 +1,196 @@
+"""The admission policy: an AdmissionReview in, an AdmissionReview out. Pure.
+
+The decision flow and its precedence are HAMi's (spec §1.2): no containers, the
+scheduler-name gate, vendor errors, privileged, nodeName, quota. Flask, sockets,
+the clock and the Kubernetes API stay outside; quota is reached through a port.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonpatch
+
+from app import schemas
+from app.devices.base import Device, DeviceRequestError
+from app.edit import ContainerEdit, Op, PodEdit
+from app.quota import QuotaPort, demands
+from app.settings import Settings
+
+DEFAULT_SCHEDULER = "default-scheduler"
+GPU_TYPE_ANNOTATION = "hami.io/gpu-type"
+NODE_POLICY_ANNOTATION = "hami.io/node-scheduler-policy"
+GPU_POLICY_ANNOTATION = "hami.io/gpu-scheduler-policy"
+QUOTA_REASON = "GPUQuotaExceeded"
+
+
+class UnreadableReview(ValueError):
+    """The body carries no readable ``request.uid``: it cannot be answered as an AdmissionReview."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the policy decided for one Pod."""
+
+    allowed: bool
+    code: int = 200
+    reason: str = ""
+    message: str = ""
+    patch: list[Op] = field(default_factory=list)
+    devices: tuple[str, ...] = ()
+
+
+def deny(code: int, reason: str, message: str) -> Decision:
+    return Decision(allowed=False, code=code, reason=reason, message=message)
+
+
+def review(document: Any, settings: Settings, quota: QuotaPort) -> dict[str, Any]:
+    """Answer an AdmissionReview (v1 or v1beta1) in the request's own version.
+
+    Raises UnreadableReview when no uid can be read; every other problem is an answer.
+    """
+    uid = read_uid(document)
+    return answer(document, uid, decide_review(document, settings, quota, uid))
+
+
+def answer(document: Any, uid: str, decision: Decision) -> dict[str, Any]:
+    """The AdmissionReview reply, in the request's version (v1 when it named none we know)."""
+    version = document.get("apiVersion") if isinstance(document, Mapping) else None
+    return {
+        "apiVersion": version if version in schemas.API_VERSIONS else schemas.API_VERSIONS[0],
+        "kind": "AdmissionReview",
+        "response": response(uid, decision),
+    }
+
+
+def read_uid(document: Any) -> str:
+    """``request.uid`` when it is a non-empty string."""
+    request = document.get("request") if isinstance(document, Mapping) else None
+    uid = request.get("uid") if isinstance(request, Mapping) else None
+    if not isinstance(uid, str) or not uid:
+        raise UnreadableReview("request.uid: missing; the body is not an AdmissionReview request")
+    return uid
+
+
+def decide_review(document: Mapping[str, Any], settings: Settings, quota: QuotaPort, uid: str) -> Decision:
+    """Validate the envelope, then decide for a Pod CREATE; anything else passes unchanged (decision P4)."""
+    problem = schemas.problems(schemas.REVIEW, document, "")
+    if problem:
+        return deny(400, "BadRequest", f"invalid AdmissionReview: {problem}")
+    request = document["request"]
+    kind = request["kind"]
+    if request["operation"] != "CREATE" or kind.get("kind") != "Pod" or kind.get("group") or request.get("subResource"):
+        return Decision(allowed=True)
+    pod = request.get("object")
+    if not pod:
+        return deny(400, "BadRequest", "there is no content to decode")
+    problem = schemas.problems(schemas.POD, pod, "request.object")
+    if problem:
+        return deny(400, "BadRequest", f"invalid Pod: {problem}")
+    namespace = (pod.get("metadata") or {}).get("namespace") or request.get("namespace") or ""
+    return decide(pod, settings, quota, namespace=namespace, uid=uid, dry_run=request.get("dryRun") is True)
+
+
+def decide(
+    pod: Mapping[str, Any], settings: Settings, quota: QuotaPort, *, namespace: str, uid: str, dry_run: bool
+) -> Decision:
+    """HAMi's Handle on a validated Pod."""
+    spec = pod.get("spec") or {}
+    if not spec.get("containers"):
+        return deny(403, "Forbidden", "pod has no containers")
+    if _other_scheduler(spec.get("schedulerName") or "", settings):
+        return Decision(allowed=True, message="pod already has different scheduler assigned")
+    edit = PodEdit(pod)
+    try:
+        found = _mutate(edit, settings.devices)
+    except DeviceRequestError as exc:
+        return deny(400, "BadRequest", str(exc))
+    if found:
+        privileged = next((c.name for c in edit.containers if c.privileged), None)
+        if privileged is not None:
+            return deny(403, "Forbidden", f"container {privileged} is privileged")
+        if settings.scheduler_name:
+            edit.set_spec("schedulerName", settings.scheduler_name)
+            if spec.get("nodeName"):
+                return deny(403, "Forbidden", "pod has node assigned")
+        _annotate(edit, found, settings)
+    denial = quota.admit(namespace, demands(edit, settings.devices), uid=uid, dry_run=dry_run)
+    if denial:
+        return deny(403, QUOTA_REASON, denial)
+    return Decision(allowed=True, patch=edit.ops(), devices=tuple(found))
+
+
+def _other_scheduler(name: str, settings: Settings) -> bool:
+    """HAMi's gate: a Pod already bound for another scheduler is left alone."""
+    if not name:
+        return False
+    if name == DEFAULT_SCHEDULER and settings.force_overwrite_default_scheduler:
+        return False
+    return not settings.scheduler_name or name != settings.scheduler_name
+
+
+def _mutate(edit: PodEdit, devices: tuple[Device, ...]) -> list[str]:
+    """Show every container to every vendor in order; the keys of the vendors that found something."""
+    found: dict[str, None] = {}
+    for ctr in edit.containers:
+        _check_amounts(ctr, devices)
+        for device in devices:
+            if device.mutate(ctr, edit):
+                found[device.key] = None
+                _mirror_requests(ctr, device)
+    return [d.key for d in devices if d.key in found]
+
+
+def _check_amounts(ctr: ContainerEdit, devices: tuple[Device, ...]) -> None:
+    """Decision M6: no device amount may be negative, and device counts are whole numbers."""
+    for device in devices:
+        count_name = device.quota_names.count
+        for name in device.resource_names:
+            for side in (ctr.limits, ctr.requests):
+                if name not in side:
+                    continue
+                amount = ctr.limit(name) if side is ctr.limits else ctr.request(name)
+                if amount is not None and amount < 0:
+                    raise DeviceRequestError(f"container {ctr.name}: {name} must not be negative, got {side[name]}")
+                if name == count_name and amount is not None and amount != amount.to_integral_value():
+                    raise DeviceRequestError(
+                        f"container {ctr.name}: {name} must be a whole number of devices, got {side[name]}"
+                    )
+
+
+def _mirror_requests(ctr: ContainerEdit, device: Device) -> None:
+    """Decision M4: a device resource in limits is also requested."""
+    for name in device.resource_names:
+        if name in ctr.limits and name not in ctr.requests:
+            ctr.requests[name] = ctr.limits[name]
+
+
+def _annotate(edit: PodEdit, found: list[str], settings: Settings) -> None:
+    """Decision M5: scheduling annotations on device Pods, never overwriting the user's."""
+    wanted = {
+        GPU_TYPE_ANNOTATION: ",".join(found),
+        NODE_POLICY_ANNOTATION: settings.node_scheduler_policy,
+        GPU_POLICY_ANNOTATION: settings.gpu_scheduler_policy,
+    }
+    for key, value in wanted.items():
+        if value and key not in edit.annotations:
+            edit.annotations[key] = value
+
+
+def response(uid: str, decision: Decision) -> dict[str, Any]:
+    """The AdmissionResponse; ``patch``/``patchType`` only when something changed."""
+    status: dict[str, Any] = {"metadata": {}, "code": decision.code}
+    if not decision.allowed:
+        status["status"] = "Failure"
+    if decision.reason:
+        status["reason"] = decision.reason
+    if decision.message:
+        status["message"] = decision.message
+    answer: dict[str, Any] = {"uid": uid, "allowed": decision.allowed, "status": status}
+    if decision.allowed and decision.patch:
+        answer["patchType"] = "JSONPatch"
+        answer["patch"] = base64.b64encode(jsonpatch.JsonPatch(decision.patch).to_string().encode()).decode()
+    return answer

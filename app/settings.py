@@ -1,0 +1,172 @@
+"""One frozen Settings object, read once from the environment; defaults are HAMi's chart.
+
+Every knob is listed in KNOBS (name, default, meaning); the README's settings table
+is checked against it by a test, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from app.devices.base import ConfigError, ConfigSection, Device
+from app.devices.registry import build_devices
+
+
+class SettingsError(ValueError):
+    """A setting is invalid; the message names the environment variable."""
+
+
+@dataclass(frozen=True)
+class Knob:
+    env: str
+    field: str
+    default: str
+    kind: type
+    help: str
+
+
+KNOBS: tuple[Knob, ...] = (
+    Knob(
+        "HAMI_SCHEDULER_NAME",
+        "scheduler_name",
+        "hami-scheduler",
+        str,
+        "schedulerName written into device Pods; empty disables the redirect and the nodeName check",
+    ),
+    Knob(
+        "HAMI_FORCE_OVERWRITE_DEFAULT_SCHEDULER",
+        "force_overwrite_default_scheduler",
+        "true",
+        bool,
+        "also take over Pods whose schedulerName is default-scheduler",
+    ),
+    Knob("HAMI_ENABLE_ASCEND", "enable_ascend", "false", bool, "register one Ascend backend per vnpus.configs[] entry"),
+    Knob(
+        "HAMI_ENABLE_ILUVATAR", "enable_iluvatar", "false", bool, "register one Iluvatar backend per iluvatars[] entry"
+    ),
+    Knob(
+        "HAMI_DEVICE_CONFIG",
+        "device_config",
+        "",
+        str,
+        "HAMi device-config YAML file; missing sections and keys take the chart's defaults",
+    ),
+    Knob(
+        "HAMI_NODE_SCHEDULER_POLICY",
+        "node_scheduler_policy",
+        "",
+        str,
+        "written as annotation hami.io/node-scheduler-policy on device Pods when set",
+    ),
+    Knob(
+        "HAMI_GPU_SCHEDULER_POLICY",
+        "gpu_scheduler_policy",
+        "",
+        str,
+        "written as annotation hami.io/gpu-scheduler-policy on device Pods when set",
+    ),
+    Knob("HAMI_WEBHOOK_BIND", "bind", "0.0.0.0:9443", str, "address gunicorn listens on (HTTPS)"),
+    Knob("HAMI_WEBHOOK_TLS_CERT", "tls_cert", "/tls/tls.crt", str, "serving certificate (PEM, leaf first)"),
+    Knob("HAMI_WEBHOOK_TLS_KEY", "tls_key", "/tls/tls.key", str, "serving private key (PEM)"),
+    Knob("HAMI_WEBHOOK_WORKERS", "workers", "2", int, "gunicorn worker processes"),
+    Knob("HAMI_WEBHOOK_THREADS", "threads", "4", int, "threads per worker (keep-alive connections served at once)"),
+    Knob(
+        "HAMI_WEBHOOK_TIMEOUT",
+        "timeout",
+        "10",
+        int,
+        "seconds a request may take before its worker is restarted (the API server gives up at 10)",
+    ),
+    Knob("HAMI_WEBHOOK_KEEPALIVE", "keepalive", "75", int, "seconds an idle keep-alive connection stays open"),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    scheduler_name: str = "hami-scheduler"
+    force_overwrite_default_scheduler: bool = True
+    enable_ascend: bool = False
+    enable_iluvatar: bool = False
+    device_config: str = ""
+    node_scheduler_policy: str = ""
+    gpu_scheduler_policy: str = ""
+    bind: str = "0.0.0.0:9443"
+    tls_cert: str = "/tls/tls.crt"
+    tls_key: str = "/tls/tls.key"
+    workers: int = 2
+    threads: int = 4
+    timeout: int = 10
+    keepalive: int = 75
+    devices: tuple[Device, ...] = field(default=(), compare=False, repr=False)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read every knob from ``env`` (default: os.environ) and build the device backends."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {k.field: _parse(k, env.get(k.env, k.default)) for k in KNOBS}
+        for name in ("workers", "threads", "timeout", "keepalive"):
+            if values[name] < 1:
+                knob = next(k for k in KNOBS if k.field == name)
+                raise SettingsError(f"{knob.env}: must be at least 1, got {values[name]}")
+        try:
+            root = load_device_config(values["device_config"])
+            devices = build_devices(
+                root, enable_ascend=values["enable_ascend"], enable_iluvatar=values["enable_iluvatar"]
+            )
+        except ConfigError as exc:
+            raise SettingsError(f"HAMI_DEVICE_CONFIG: {exc}") from exc
+        return cls(devices=devices, **values)
+
+
+def _parse(knob: Knob, raw: str) -> Any:
+    raw = raw.strip()
+    if knob.kind is bool:
+        if raw.lower() not in ("true", "false", "1", "0"):
+            raise SettingsError(f"{knob.env}: expected true or false, got {raw!r}")
+        return raw.lower() in ("true", "1")
+    if knob.kind is int:
+        try:
+            return int(raw)
+        except ValueError:
+            raise SettingsError(f"{knob.env}: expected an integer, got {raw!r}") from None
+    return raw
+
+
+def chart_defaults() -> dict[str, Any]:
+    """HAMi chart's device config, shipped with the package."""
+    text = resources.files("app.devices").joinpath("chart-defaults.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def load_device_config(path: str) -> ConfigSection:
+    """The chart's device config with the file at ``path`` merged over it (decision C1)."""
+    merged = chart_defaults()
+    if path:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                user = yaml.safe_load(handle)
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+        if user is not None and not isinstance(user, Mapping):
+            raise ConfigError(f"{path}: expected a mapping of device sections")
+        merged = _merge(merged, user or {})
+    return ConfigSection(merged, "")
+
+
+def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge mappings; lists and scalars in ``override`` replace the default."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), Mapping):
+            out[key] = _merge(base[key], value)
+        else:
+            out[key] = value
+    return out

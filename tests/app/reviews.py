@@ -1,0 +1,137 @@
+"""Builders for Pods as the API server sends them, and a runner that applies the answer.
+
+Pods are built in the defaulted shape a webhook really receives (schedulerName
+``default-scheduler``, requests copied from limits); see the contract's §3.6.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import jsonpatch
+
+from app.quota import QuotaOff, QuotaPort
+from app.review import review
+from app.settings import Settings
+
+
+def container(
+    name: str = "main",
+    limits: dict[str, Any] | None = None,
+    requests: dict[str, Any] | None = None,
+    *,
+    env: list[dict[str, Any]] | None = None,
+    privileged: bool | None = None,
+    defaulted: bool = True,
+) -> dict[str, Any]:
+    """A container; with ``defaulted`` the API server's limits→requests copy is applied."""
+    ctr: dict[str, Any] = {"name": name, "image": "cuda:12"}
+    resources: dict[str, Any] = {}
+    if limits is not None:
+        resources["limits"] = dict(limits)
+    merged = dict(limits or {}) if defaulted else {}
+    merged.update(requests or {})
+    if merged:
+        resources["requests"] = merged
+    if resources:
+        ctr["resources"] = resources
+    if env is not None:
+        ctr["env"] = env
+    if privileged is not None:
+        ctr["securityContext"] = {"privileged": privileged}
+    return ctr
+
+
+def pod(
+    *containers: dict[str, Any],
+    init: list[dict[str, Any]] | None = None,
+    annotations: dict[str, str] | None = None,
+    namespace: str = "default",
+    scheduler: str | None = "default-scheduler",
+    **spec: Any,
+) -> dict[str, Any]:
+    """A Pod in the shape a mutating webhook receives."""
+    metadata: dict[str, Any] = {"generateName": "job-", "namespace": namespace}
+    if annotations is not None:
+        metadata["annotations"] = dict(annotations)
+    body: dict[str, Any] = {"containers": list(containers) or [container()], **spec}
+    if init:
+        body["initContainers"] = init
+    if scheduler is not None:
+        body["schedulerName"] = scheduler
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": body}
+
+
+def admission_review(
+    obj: Any, *, version: str = "v1", uid: str | None = None, operation: str = "CREATE", dry_run: bool = False
+) -> dict[str, Any]:
+    """An AdmissionReview request for a Pod, as kube-apiserver builds it."""
+    namespace = (obj.get("metadata") or {}).get("namespace", "default") if isinstance(obj, dict) else "default"
+    return {
+        "apiVersion": f"admission.k8s.io/{version}",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid or str(uuid.uuid1()),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": namespace,
+            "operation": operation,
+            "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters"]},
+            "object": obj,
+            "oldObject": None,
+            "dryRun": dry_run,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+        },
+    }
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The answer, its decoded patch, and the Pod with the patch applied."""
+
+    response: dict[str, Any]
+    ops: list[dict[str, Any]]
+    patched: dict[str, Any]
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return self.response["status"]
+
+    def denial(self) -> tuple[bool, int, str, str]:
+        """(allowed, code, reason, message): what `kubectl` would show."""
+        return (
+            self.response["allowed"],
+            self.status["code"],
+            self.status.get("reason", ""),
+            self.status.get("message", ""),
+        )
+
+
+def decode_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """The JSON Patch of an AdmissionResponse, checking the patch/patchType pairing."""
+    if "patch" not in response:
+        assert "patchType" not in response
+        return []
+    assert response["patchType"] == "JSONPatch"
+    ops = json.loads(base64.b64decode(response["patch"], validate=True))
+    assert ops, "an empty patch must be omitted"
+    return ops
+
+
+def run(obj: dict[str, Any], settings: Settings, quota: QuotaPort | None = None, **review_args: Any) -> Outcome:
+    """Review ``obj`` (a Pod) and apply the returned patch to it."""
+    request = admission_review(copy.deepcopy(obj), **review_args)
+    answer = review(request, settings, quota or QuotaOff())
+    assert answer["apiVersion"] == request["apiVersion"] and answer["kind"] == "AdmissionReview"
+    response = answer["response"]
+    assert response["uid"] == request["request"]["uid"]
+    ops = decode_patch(response)
+    patched = jsonpatch.apply_patch(obj, ops) if ops else copy.deepcopy(obj)
+    return Outcome(response, ops, patched)
