@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import copy
 import json
 import os
 import sys
@@ -162,19 +163,23 @@ def _review(args: argparse.Namespace) -> int:
 
 def api_server_defaults(pod: dict[str, Any], namespace: str) -> dict[str, Any]:
     """What kube-apiserver fills in before webhooks see a Pod: namespace, schedulerName, requests from limits."""
-    pod = json.loads(json.dumps(pod))
-    metadata = pod.setdefault("metadata", {}) or {}
-    metadata.setdefault("namespace", namespace)
-    spec = pod.setdefault("spec", {}) or {}
+    pod = copy.deepcopy(pod)
+    if not isinstance(pod.get("metadata"), dict):
+        pod["metadata"] = {}
+    pod["metadata"].setdefault("namespace", namespace)
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return pod
     spec.setdefault("schedulerName", "default-scheduler")
     for field in ("initContainers", "containers"):
         for ctr in spec.get(field) or []:
-            resources = ctr.get("resources") or {}
-            limits = resources.get("limits") or {}
-            if limits:
-                requests = resources.setdefault("requests", {}) or {}
+            resources = ctr.get("resources") if isinstance(ctr, dict) else None
+            limits = resources.get("limits") if isinstance(resources, dict) else None
+            if isinstance(limits, dict) and limits:
+                if not isinstance(resources.get("requests"), dict):
+                    resources["requests"] = {}
                 for name, amount in limits.items():
-                    requests.setdefault(name, amount)
+                    resources["requests"].setdefault(name, amount)
     return pod
 
 

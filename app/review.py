@@ -162,9 +162,9 @@ def _check_amounts(ctr: ContainerEdit, devices: tuple[Device, ...]) -> None:
 
 
 def _mirror_requests(ctr: ContainerEdit, device: Device) -> None:
-    """Decision M4: a device resource in limits is also requested."""
+    """Decision M4: a device resource in limits is requested as much (Kubernetes requires equality)."""
     for name in device.resource_names:
-        if name in ctr.limits and name not in ctr.requests:
+        if name in ctr.limits and ctr.request(name) != ctr.limit(name):
             ctr.requests[name] = ctr.limits[name]
 
 

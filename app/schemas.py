@@ -133,22 +133,22 @@ def problems(schema: Schema, data: Any, prefix: str) -> str | None:
     return "; ".join(f"{path}: {message}" for path, message in _flatten(errors, prefix))
 
 
-def _flatten(errors: Any, path: str, keyed: bool = False) -> list[tuple[str, str]]:
-    """(path, message) pairs; ``keyed`` marks a Dict field's entry, whose "value" errors need no extra step."""
-    if isinstance(errors, Mapping):
-        out: list[tuple[str, str]] = []
-        for key, nested in errors.items():
-            if isinstance(key, int):
-                out += _flatten(nested, f"{path}[{key}]")
-            elif key == "_schema" or (keyed and key in ("key", "value")):
-                out += _flatten(nested, path)
-            elif "." in key or "/" in key:
-                out += _flatten(nested, f'{path}["{key}"]', keyed=True)
-            else:
-                out += _flatten(nested, f"{path}.{key}" if path else key, keyed=True)
-        return out
-    messages = errors if isinstance(errors, list) else [errors]
-    return [(path, _readable(message)) for message in messages]
+def _flatten(errors: Any, path: str) -> list[tuple[str, str]]:
+    """(path, message) pairs: ``a.b[0]`` for fields and list items, ``a["key"]`` for mapping entries."""
+    if not isinstance(errors, Mapping):
+        return [(path, _readable(message)) for message in (errors if isinstance(errors, list) else [errors])]
+    out: list[tuple[str, str]] = []
+    for key, nested in errors.items():
+        if isinstance(key, int):
+            out += _flatten(nested, f"{path}[{key}]")
+        elif key == "_schema":
+            out += _flatten(nested, path)
+        elif isinstance(nested, Mapping) and nested and set(nested) <= {"key", "value"}:
+            for part in nested.values():  # a Dict field's entry: marshmallow nests it under "key"/"value"
+                out += _flatten(part, f'{path}["{key}"]')
+        else:
+            out += _flatten(nested, f"{path}.{key}" if path else key)
+    return out
 
 
 def _readable(message: Any) -> str:

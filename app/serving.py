@@ -62,12 +62,12 @@ def tls_problem(cert: str, key: str) -> str | None:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
         context.load_cert_chain(cert, key)
+    except ssl.SSLError as exc:  # an OSError too: catch it first
+        return f"not a usable certificate/key pair: {exc.reason or exc}"
     except FileNotFoundError as exc:
         return f"file not found: {exc.filename}"
     except OSError as exc:
-        return f"cannot read {exc.filename or 'certificate or key'}: {exc.strerror or exc}"
-    except ssl.SSLError as exc:
-        return f"not a usable certificate/key pair: {exc.reason or exc}"
+        return f"cannot read {exc.filename}: {exc.strerror or exc}"
     return None
 
 

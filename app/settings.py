@@ -76,34 +76,36 @@ KNOBS: tuple[Knob, ...] = (
     Knob("HAMI_WEBHOOK_TLS_KEY", "tls_key", "/tls/tls.key", str, "serving private key (PEM)"),
     Knob("HAMI_WEBHOOK_WORKERS", "workers", "2", int, "gunicorn worker processes"),
     Knob("HAMI_WEBHOOK_THREADS", "threads", "4", int, "threads per worker (keep-alive connections served at once)"),
+    Knob("HAMI_WEBHOOK_TIMEOUT", "timeout", "30", int, "seconds a worker may stay silent before gunicorn restarts it"),
     Knob(
-        "HAMI_WEBHOOK_TIMEOUT",
-        "timeout",
-        "10",
+        "HAMI_WEBHOOK_KEEPALIVE",
+        "keepalive",
+        "120",
         int,
-        "seconds a request may take before its worker is restarted (the API server gives up at 10)",
+        "seconds an idle connection stays open; above the API server's 90 s so the client always closes first",
     ),
-    Knob("HAMI_WEBHOOK_KEEPALIVE", "keepalive", "75", int, "seconds an idle keep-alive connection stays open"),
 )
 
 
 @dataclass(frozen=True)
 class Settings:
-    scheduler_name: str = "hami-scheduler"
-    force_overwrite_default_scheduler: bool = True
-    enable_ascend: bool = False
-    enable_iluvatar: bool = False
-    device_config: str = ""
-    node_scheduler_policy: str = ""
-    gpu_scheduler_policy: str = ""
-    bind: str = "0.0.0.0:9443"
-    tls_cert: str = "/tls/tls.crt"
-    tls_key: str = "/tls/tls.key"
-    workers: int = 2
-    threads: int = 4
-    timeout: int = 10
-    keepalive: int = 75
-    devices: tuple[Device, ...] = field(default=(), compare=False, repr=False)
+    """The knobs' values (defaults live in KNOBS) and the device backends built from the device config."""
+
+    scheduler_name: str
+    force_overwrite_default_scheduler: bool
+    enable_ascend: bool
+    enable_iluvatar: bool
+    device_config: str
+    node_scheduler_policy: str
+    gpu_scheduler_policy: str
+    bind: str
+    tls_cert: str
+    tls_key: str
+    workers: int
+    threads: int
+    timeout: int
+    keepalive: int
+    devices: tuple[Device, ...] = field(compare=False, repr=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -7,12 +7,14 @@ and says how much of its quota resources the container asks for.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
 
 from app.edit import ContainerEdit, PodEdit
+from app.quantity import INT32_MAX
 
 
 class DeviceRequestError(Exception):
@@ -170,6 +172,49 @@ class CountDevice:
         return None if count is None else QuotaRequest(nums=int(count))
 
 
-def all_resource_names(devices: Iterable[Device]) -> frozenset[str]:
-    """Every resource name owned by any of the devices."""
-    return frozenset().union(*(d.resource_names for d in devices))
+def sliced_request(ctr: ContainerEdit, quota: QuotaNames, default_cores: int) -> QuotaRequest | None:
+    """HAMi's request: count devices, each with memory (times the unit) and cores, read from limits, else requests.
+
+    The count must be a whole number of at least 1, and the memory a whole number
+    that stays within int32 once scaled; otherwise there is no request at all.
+    """
+    count = ctr.limit_or_request(quota.count) if quota.count else None
+    nums = whole_in_range(count, 1, INT32_MAX)
+    if nums is None:
+        return None
+    memory = 0
+    memory_raw = ctr.limit_or_request(quota.memory) if quota.memory else None
+    if memory_raw is not None:
+        whole = whole_in_range(memory_raw, 0, INT32_MAX // quota.memory_factor)
+        if whole is None:
+            return None
+        memory = whole * quota.memory_factor
+    cores_raw = ctr.limit_or_request(quota.cores) if quota.cores else None
+    cores = default_cores if cores_raw is None else math.ceil(cores_raw)
+    return QuotaRequest(nums=nums, memory=memory, cores=cores)
+
+
+@dataclass(frozen=True)
+class SlicedDevice:
+    """A vendor found by its count in limits, never mutating, with memory and cores quota."""
+
+    key: str
+    count_name: str
+    memory_name: str
+    core_name: str
+    memory_factor: int
+    default_cores: int
+
+    @property
+    def resource_names(self) -> frozenset[str]:
+        return names(self.count_name, self.memory_name, self.core_name)
+
+    @property
+    def quota_names(self) -> QuotaNames:
+        return QuotaNames(self.memory_name, self.core_name, self.count_name, max(self.memory_factor, 1))
+
+    def mutate(self, ctr: ContainerEdit, pod: PodEdit) -> bool:
+        return bool(self.count_name) and self.count_name in ctr.limits
+
+    def quota_request(self, ctr: ContainerEdit) -> QuotaRequest | None:
+        return sliced_request(ctr, self.quota_names, self.default_cores)

@@ -45,6 +45,12 @@ def build_devices(root: ConfigSection, *, enable_ascend: bool, enable_iluvatar: 
     """Every registered backend, in registry order; fails like HAMi when nothing is configured."""
     flags = {"enable_ascend": enable_ascend, "enable_iluvatar": enable_iluvatar}
     devices = tuple(device for builder, flag in VENDORS if flag is None or flags[flag] for device in builder(root))
+    keys = [device.key for device in devices]
+    if "" in keys:
+        raise ConfigError("every iluvatars[] and vnpus.configs[] entry needs a commonWord")
+    if len(set(keys)) != len(keys):
+        duplicate = next(key for key in keys if keys.count(key) > 1)
+        raise ConfigError(f"commonWord {duplicate!r} names two device backends")
     if not any(device.resource_names for device in devices):
         raise ConfigError("all configurations are empty: no device vendor has a resource name")
     return devices

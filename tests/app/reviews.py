@@ -135,3 +135,11 @@ def run(obj: dict[str, Any], settings: Settings, quota: QuotaPort | None = None,
     ops = decode_patch(response)
     patched = jsonpatch.apply_patch(obj, ops) if ops else copy.deepcopy(obj)
     return Outcome(response, ops, patched)
+
+
+def redirected(obj: dict[str, Any], *, devices: str = "NVIDIA") -> dict[str, Any]:
+    """``obj`` as the webhook returns a device Pod it changed nothing else in: HAMi's scheduler, gpu-type annotation."""
+    out = copy.deepcopy(obj)
+    out["spec"]["schedulerName"] = "hami-scheduler"
+    out["metadata"].setdefault("annotations", {})["hami.io/gpu-type"] = devices
+    return out

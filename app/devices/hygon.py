@@ -1,0 +1,20 @@
+"""Hygon DCU (backend ``DCU``, device-config section ``hygon``): shaped like Cambricon MLU."""
+
+from __future__ import annotations
+
+from app.devices.base import ConfigSection, SlicedDevice
+
+
+def build(root: ConfigSection) -> tuple[SlicedDevice, ...]:
+    """The DCU backend from the ``hygon`` section; its memory unit is the configured ``memoryFactor``."""
+    section = root.section("hygon")
+    return (
+        SlicedDevice(
+            key="DCU",
+            count_name=section.str("resourceCountName"),
+            memory_name=section.str("resourceMemoryName"),
+            core_name=section.str("resourceCoreName"),
+            memory_factor=section.int("memoryFactor"),
+            default_cores=100,
+        ),
+    )

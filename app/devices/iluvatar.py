@@ -1,0 +1,47 @@
+"""Iluvatar GPUs (one backend per ``iluvatars[]`` entry, keyed by its ``commonWord``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from app.devices.base import ConfigSection, SlicedDevice
+from app.edit import ContainerEdit, PodEdit
+
+ILUVATAR_MEMORY_UNIT = 256
+"""One ``vMem`` unit is 256 MiB."""
+
+CONTAINER_NAME_ENV = "SOL_CONTINER_NAME"
+"""HAMi's spelling, which Iluvatar's runtime reads: do not correct it."""
+
+
+@dataclass(frozen=True)
+class Iluvatar(SlicedDevice):
+    """HAMi's Iluvatar rules: several cards are whole cards, and the runtime learns the container name."""
+
+    def mutate(self, ctr: ContainerEdit, pod: PodEdit) -> bool:
+        if not super().mutate(ctr, pod):
+            return False
+        count = math.ceil(ctr.limit(self.count_name) or 0)
+        if count > 1 and self.core_name:
+            # HAMi overwrites only the limit; the request follows so the Pod stays valid (requests == limits).
+            ctr.set_limit(self.core_name, count * 100)
+            ctr.set_request(self.core_name, count * 100)
+        if ctr.name and not ctr.has_env(CONTAINER_NAME_ENV):
+            ctr.set_env(CONTAINER_NAME_ENV, ctr.name)
+        return True
+
+
+def build(root: ConfigSection) -> tuple[Iluvatar, ...]:
+    """One backend per ``iluvatars[]`` entry; a core request defaults to none."""
+    return tuple(
+        Iluvatar(
+            key=entry.str("commonWord"),
+            count_name=entry.str("resourceCountName"),
+            memory_name=entry.str("resourceMemoryName"),
+            core_name=entry.str("resourceCoreName"),
+            memory_factor=ILUVATAR_MEMORY_UNIT,
+            default_cores=0,
+        )
+        for entry in root.sections("iluvatars")
+    )

@@ -1,0 +1,97 @@
+"""MetaX GPUs: whole cards (backend ``Metax-GPU``) and sGPU slices (``Metax-SGPU``), section ``metax``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from app.devices.base import (
+    ConfigSection,
+    CountDevice,
+    DeviceRequestError,
+    QuotaNames,
+    QuotaRequest,
+    names,
+    whole_in_range,
+)
+from app.edit import ContainerEdit, PodEdit
+from app.quantity import INT32_MAX
+
+APP_CLASS_ANNOTATION = "metax-tech.com/sgpu-app-class"
+APP_CLASSES = ("online", "offline")
+QOS_ANNOTATION = "metax-tech.com/sgpu-qos-policy"
+QOS_POLICIES = ("best-effort", "fixed-share", "burst-share")
+SGPU_MEMORY_UNIT = 1024
+"""A bare ``vmemory`` number is GiB; HAMi accounts MiB."""
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class MetaxSGPU:
+    """HAMi's sGPU rules: an app class pins one device, and every non-online Pod carries a QoS policy.
+
+    Only limits are read, here and for quota.
+    """
+
+    count_name: str
+    memory_name: str
+    core_name: str
+    key: str = "Metax-SGPU"
+
+    @property
+    def resource_names(self) -> frozenset[str]:
+        return names(self.count_name, self.memory_name, self.core_name)
+
+    @property
+    def quota_names(self) -> QuotaNames:
+        return QuotaNames(self.memory_name, self.core_name, self.count_name, SGPU_MEMORY_UNIT)
+
+    def mutate(self, ctr: ContainerEdit, pod: PodEdit) -> bool:
+        if not self.count_name or self.count_name not in ctr.limits:
+            return False
+        app_class = pod.annotations.get(APP_CLASS_ANNOTATION)
+        if app_class is not None:
+            if app_class not in APP_CLASSES:
+                raise DeviceRequestError(f"{APP_CLASS_ANNOTATION} must be set one of [{', '.join(APP_CLASSES)}]")
+            if math.ceil(ctr.limit(self.count_name) or 0) != 1:
+                raise DeviceRequestError("app-class pod must request single device")
+        if app_class != "online":
+            qos = pod.annotations.get(QOS_ANNOTATION)
+            if qos is None:
+                pod.annotations[QOS_ANNOTATION] = "best-effort"
+            elif qos not in QOS_POLICIES:
+                raise DeviceRequestError(f"{QOS_ANNOTATION} must be set one of [{', '.join(QOS_POLICIES)}]")
+        return True
+
+    def quota_request(self, ctr: ContainerEdit) -> QuotaRequest | None:
+        count = ctr.limit(self.count_name) if self.count_name else None
+        nums = whole_in_range(count, 1, INT32_MAX)
+        if nums is None:
+            return None
+        cores_raw = ctr.limit(self.core_name) if self.core_name else None
+        cores = 100 if cores_raw is None else math.ceil(cores_raw)
+        memory = self._memory_mib(ctr)
+        return None if memory is None else QuotaRequest(nums=nums, memory=memory, cores=cores)
+
+    def _memory_mib(self, ctr: ContainerEdit) -> int | None:
+        """MiB per device: a value written with a unit is bytes, a bare number GiB; None when out of range."""
+        amount = ctr.limit(self.memory_name) if self.memory_name else None
+        if amount is None or amount != amount.to_integral_value():
+            return 0
+        if any(char.isalpha() for char in str(ctr.limits[self.memory_name])):
+            return whole_in_range(amount // MIB, 0, INT32_MAX)
+        whole = whole_in_range(amount, 0, INT32_MAX // SGPU_MEMORY_UNIT)
+        return None if whole is None else whole * SGPU_MEMORY_UNIT
+
+
+def build(root: ConfigSection) -> tuple[CountDevice, MetaxSGPU]:
+    """Both MetaX backends from the ``metax`` section."""
+    section = root.section("metax")
+    return (
+        CountDevice(key="Metax-GPU", count_name=section.str("resourceCountName")),
+        MetaxSGPU(
+            count_name=section.str("resourceVCountName"),
+            memory_name=section.str("resourceVMemoryName"),
+            core_name=section.str("resourceVCoreName"),
+        ),
+    )

@@ -1,0 +1,95 @@
+"""Moore Threads sGPUs (backend ``Mthreads``, device-config section ``mthreads``).
+
+A card has 16 cores and 96 memory units of 512 MiB. Several cards are only handed
+out whole, so the webhook rewrites core and memory to whole cards (spec §2.9).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.devices.base import (
+    ConfigSection,
+    DeviceRequestError,
+    QuotaNames,
+    QuotaRequest,
+    names,
+    whole_in_range,
+)
+from app.edit import ContainerEdit, PodEdit
+from app.quantity import INT32_MAX
+
+REQUEST_GPU_NUM_ANNOTATION = "mthreads.com/request-gpu-num"
+CORES_PER_GPU = 16
+MEMORY_PER_GPU = 96
+MEMORY_UNIT_MIB = 512
+MEMORY_SLICES = (2, 4, 8, 16, 32, 64, 96)
+
+
+@dataclass(frozen=True)
+class Mthreads:
+    """HAMi's Mthreads admission rules; the count is read from limits, else requests."""
+
+    count_name: str
+    memory_name: str
+    core_name: str
+    key: str = "Mthreads"
+
+    @classmethod
+    def from_config(cls, section: ConfigSection) -> Mthreads:
+        return cls(
+            count_name=section.str("resourceCountName"),
+            memory_name=section.str("resourceMemoryName"),
+            core_name=section.str("resourceCoreName"),
+        )
+
+    @property
+    def resource_names(self) -> frozenset[str]:
+        return names(self.count_name, self.memory_name, self.core_name)
+
+    @property
+    def quota_names(self) -> QuotaNames:
+        return QuotaNames(self.memory_name, self.core_name, self.count_name, MEMORY_UNIT_MIB)
+
+    def mutate(self, ctr: ContainerEdit, pod: PodEdit) -> bool:
+        count = ctr.limit_or_request(self.count_name) if self.count_name else None
+        if count is None:
+            return False
+        if count <= 0:
+            raise DeviceRequestError(f"{self.count_name} must be greater than 0")
+        gpus = int(count)
+        if gpus > 1:
+            self._whole_cards(ctr, gpus)
+            pod.annotations[REQUEST_GPU_NUM_ANNOTATION] = str(gpus)
+        elif self.memory_name not in ctr.limits:
+            self._whole_cards(ctr, 1)
+        elif whole_in_range(ctr.limit(self.memory_name), 0, MEMORY_PER_GPU) not in MEMORY_SLICES:
+            valid = ", ".join(map(str, MEMORY_SLICES))
+            raise DeviceRequestError(f"sGPU memory request value is invalid, valid values are [{valid}]")
+        return True
+
+    def _whole_cards(self, ctr: ContainerEdit, gpus: int) -> None:
+        """All cores and memory of ``gpus`` cards, overwriting the user's values.
+
+        Requests are rewritten too (HAMi writes limits only): the API server demands
+        that an extended resource's request equal its limit.
+        """
+        for name, amount in ((self.core_name, gpus * CORES_PER_GPU), (self.memory_name, gpus * MEMORY_PER_GPU)):
+            if name:
+                ctr.set_limit(name, amount)
+                ctr.set_request(name, amount)
+
+    def quota_request(self, ctr: ContainerEdit) -> QuotaRequest | None:
+        """Per card: memory in MiB (units x 512) and cores, each split evenly by integer division."""
+        count = ctr.limit_or_request(self.count_name) if self.count_name else None
+        gpus = whole_in_range(count, 1, INT32_MAX)
+        if gpus is None:
+            return None
+        memory = whole_in_range(ctr.limit_or_request(self.memory_name), 0, INT32_MAX) or 0
+        cores = whole_in_range(ctr.limit_or_request(self.core_name), 0, INT32_MAX) or 0
+        return QuotaRequest(nums=gpus, memory=memory * MEMORY_UNIT_MIB // gpus, cores=cores // gpus)
+
+
+def build(root: ConfigSection) -> tuple[Mthreads, ...]:
+    """The Mthreads backend from the ``mthreads`` section."""
+    return (Mthreads.from_config(root.section("mthreads")),)

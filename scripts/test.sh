@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Install the project with its test extra, lint it, and run the whole test suite. CI runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh test
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,125 @@
+"""AMD (spec §2.12): found by any of count, memory or percentage in limits; the percentage check; quota."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.devices import amd
+from app.devices.amd import AMD
+from app.devices.base import QuotaRequest
+from app.edit import ContainerEdit
+from app.settings import load_device_config
+from tests.app.reviews import container, pod, run
+
+GPU = "amd.com/gpu"
+MEM = "amd.com/gpumem"
+PCT = "amd.com/gpucores"
+GPU_TYPE = "hami.io/gpu-type"
+
+ADMITTED = [
+    pytest.param(
+        pod(container(limits={GPU: "1", PCT: "50"})),
+        pod(container(limits={GPU: "1", PCT: "50"}), annotations={GPU_TYPE: "AMD"}, scheduler="hami-scheduler"),
+        id="count-with-valid-percentage-found",
+    ),
+    pytest.param(
+        pod(container(limits={GPU: "1", PCT: "100"})),
+        pod(container(limits={GPU: "1", PCT: "100"}), annotations={GPU_TYPE: "AMD"}, scheduler="hami-scheduler"),
+        id="count-with-full-percentage-found",
+    ),
+    pytest.param(
+        pod(container(limits={GPU: "2"})),
+        pod(container(limits={GPU: "2"}), annotations={GPU_TYPE: "AMD"}, scheduler="hami-scheduler"),
+        id="count-only-found",
+    ),
+    pytest.param(
+        pod(container(limits={MEM: "4096"})),
+        pod(container(limits={MEM: "4096"}), annotations={GPU_TYPE: "AMD"}, scheduler="hami-scheduler"),
+        id="memory-only-found",
+    ),
+    pytest.param(
+        pod(container(limits={PCT: "150"})),
+        pod(container(limits={PCT: "150"}), annotations={GPU_TYPE: "AMD"}, scheduler="hami-scheduler"),
+        id="percentage-without-count-found-unchecked",
+    ),
+    pytest.param(
+        pod(container(limits={GPU: "1"}, requests={PCT: "300"}, defaulted=False)),
+        pod(
+            container(limits={GPU: "1"}, requests={GPU: "1", PCT: "300"}, defaulted=False),
+            annotations={GPU_TYPE: "AMD"},
+            scheduler="hami-scheduler",
+        ),
+        id="percentage-in-requests-unchecked",
+    ),
+    pytest.param(
+        pod(container(requests={GPU: "1"}, defaulted=False)),
+        pod(container(requests={GPU: "1"}, defaulted=False)),
+        id="count-only-in-requests-not-found",
+    ),
+    pytest.param(pod(container()), pod(container()), id="no-resources-not-found"),
+]
+
+
+@pytest.mark.parametrize(("source", "expected"), ADMITTED)
+def test_admitted(source: dict[str, Any], expected: dict[str, Any], settings) -> None:
+    outcome = run(source, settings)
+    assert outcome.denial() == (True, 200, "", "")
+    assert outcome.patched == expected
+
+
+BAD_PERCENTAGE = f"{PCT} must be an integer percentage between 1 and 100"
+
+
+@pytest.mark.parametrize(
+    "percentage",
+    ["0", "101", "50.5", "500m"],
+    ids=["zero", "over-100", "fraction", "milli"],
+)
+def test_bad_percentage_denied(percentage: str, settings) -> None:
+    outcome = run(pod(container(limits={GPU: "1", MEM: "1024", PCT: percentage})), settings)
+    assert outcome.denial() == (False, 400, "BadRequest", BAD_PERCENTAGE)
+
+
+@pytest.fixture(scope="module")
+def backend() -> AMD:
+    (device,) = amd.build(load_device_config(""))
+    return device
+
+
+QUOTA = [
+    pytest.param(
+        container(limits={GPU: "2", MEM: "4096", PCT: "50"}),
+        QuotaRequest(nums=2, memory=4096, cores=50),
+        id="count-memory-percentage",
+    ),
+    pytest.param(container(limits={GPU: "1"}), QuotaRequest(nums=1, cores=100), id="percentage-defaults-to-100"),
+    pytest.param(
+        container(limits={GPU: "1"}, requests={PCT: "30"}),
+        QuotaRequest(nums=1, cores=30),
+        id="percentage-from-requests",
+    ),
+    pytest.param(container(requests={GPU: "1"}, defaulted=False), None, id="count-only-in-requests"),
+    pytest.param(container(limits={MEM: "4096", PCT: "50"}), None, id="no-count"),
+    pytest.param(container(limits={GPU: "0"}), None, id="zero-count"),
+]
+
+
+@pytest.mark.parametrize(("ctr", "expected"), QUOTA)
+def test_quota_request(ctr: dict[str, Any], expected: QuotaRequest | None, backend: AMD) -> None:
+    assert backend.quota_request(ContainerEdit(("spec", "containers", 0), ctr)) == expected
+
+
+def test_go_test_resource_names(configured) -> None:
+    """HAMi's Go test names the resources amd.com/gpu-mem and amd.com/gpu-core-pct: the YAML keys rename them."""
+    settings = configured(
+        {"amd": {"resourceMemoryName": "amd.com/gpu-mem", "resourceCoreName": "amd.com/gpu-core-pct"}}
+    )
+    outcome = run(pod(container(limits={GPU: "1", "amd.com/gpu-core-pct": "0"})), settings)
+    assert outcome.denial() == (
+        False,
+        400,
+        "BadRequest",
+        "amd.com/gpu-core-pct must be an integer percentage between 1 and 100",
+    )

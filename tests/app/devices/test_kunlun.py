@@ -1,0 +1,136 @@
+"""Kunlunxin (spec §2.10): whole XPUs, vXPU memory rounded to a partition, and their quota requests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.devices import kunlun
+from app.devices.base import CountDevice, QuotaRequest
+from app.devices.kunlun import KunlunVXPU, partition
+from app.edit import ContainerEdit
+from app.settings import load_device_config
+from tests.app.reviews import container, pod, run
+
+XPU = "kunlunxin.com/xpu"
+VXPU = "kunlunxin.com/vxpu"
+VMEM = "kunlunxin.com/vxpu-memory"
+GPU_TYPE = "hami.io/gpu-type"
+
+ADMITTED = [
+    pytest.param(
+        pod(container(limits={XPU: "8"})),
+        pod(container(limits={XPU: "8"}), annotations={GPU_TYPE: "kunlun"}, scheduler="hami-scheduler"),
+        id="xpu-in-limits-found",
+    ),
+    pytest.param(
+        pod(container(requests={XPU: "1"}, defaulted=False)),
+        pod(container(requests={XPU: "1"}, defaulted=False)),
+        id="xpu-only-in-requests-not-found",
+    ),
+    pytest.param(
+        pod(container(limits={VXPU: "1", VMEM: "30000"})),
+        pod(container(limits={VXPU: "1", VMEM: "49152"}), annotations={GPU_TYPE: "XPU"}, scheduler="hami-scheduler"),
+        id="vmemory-rounded-up-in-limits-and-requests",
+    ),
+    pytest.param(
+        pod(container(limits={VXPU: "1", VMEM: "20000"}, defaulted=False)),
+        pod(container(limits={VXPU: "1", VMEM: "24576"}), annotations={GPU_TYPE: "XPU"}, scheduler="hami-scheduler"),
+        id="vmemory-written-to-missing-requests",
+    ),
+    pytest.param(
+        pod(container(limits={VXPU: "1"})),
+        pod(container(limits={VXPU: "1"}), annotations={GPU_TYPE: "XPU"}, scheduler="hami-scheduler"),
+        id="vxpu-without-vmemory-unchanged",
+    ),
+    pytest.param(
+        pod(container(limits={VMEM: "30000"})),
+        pod(container(limits={VMEM: "30000"})),
+        id="vmemory-without-vxpu-not-found",
+    ),
+    pytest.param(
+        pod(container(requests={VXPU: "1", VMEM: "30000"}, defaulted=False)),
+        pod(container(requests={VXPU: "1", VMEM: "30000"}, defaulted=False)),
+        id="vxpu-only-in-requests-not-found",
+    ),
+    pytest.param(
+        pod(container(limits={XPU: "1"}), container("v", limits={VXPU: "1", VMEM: "60000"})),
+        pod(
+            container(limits={XPU: "1"}),
+            container("v", limits={VXPU: "1", VMEM: "98304"}),
+            annotations={GPU_TYPE: "kunlun,XPU"},
+            scheduler="hami-scheduler",
+        ),
+        id="both-backends-in-registry-order",
+    ),
+]
+
+
+@pytest.mark.parametrize(("source", "expected"), ADMITTED)
+def test_admitted(source: dict[str, Any], expected: dict[str, Any], settings) -> None:
+    outcome = run(source, settings)
+    assert outcome.denial() == (True, 200, "", "")
+    assert outcome.patched == expected
+
+
+@pytest.mark.parametrize(
+    ("memory", "expected"),
+    [(1, 24576), (24576, 24576), (24577, 49152), (30000, 49152), (49152, 49152), (49153, 98304), (200000, 98304)],
+    ids=["tiny", "quarter", "just-over-quarter", "go-test-30000", "half", "just-over-half", "over-a-card"],
+)
+def test_partition(memory: int, expected: int) -> None:
+    assert partition(memory) == expected
+
+
+def test_vmemory_written_as_plain_integer(settings) -> None:
+    outcome = run(pod(container(limits={VXPU: "1", VMEM: "30Ki"})), settings)
+    assert outcome.patched["spec"]["containers"][0]["resources"] == {
+        "limits": {VXPU: "1", VMEM: "49152"},
+        "requests": {VXPU: "1", VMEM: "49152"},
+    }
+
+
+@pytest.fixture(scope="module")
+def backends() -> tuple[CountDevice, KunlunVXPU]:
+    xpu, vxpu = kunlun.build(load_device_config(""))
+    assert isinstance(xpu, CountDevice) and isinstance(vxpu, KunlunVXPU)
+    return xpu, vxpu
+
+
+QUOTA = [
+    pytest.param(container(limits={VXPU: "2", VMEM: "30000"}), QuotaRequest(nums=2, memory=49152), id="rounded-memory"),
+    pytest.param(container(limits={VXPU: "1"}), QuotaRequest(nums=1, memory=98304), id="no-vmemory-whole-card"),
+    pytest.param(
+        container(limits={VXPU: "1", VMEM: "1.5"}),
+        QuotaRequest(nums=1, memory=98304),
+        id="fractional-vmemory-whole-card",
+    ),
+    pytest.param(
+        container(requests={VXPU: "1", VMEM: "24576"}, defaulted=False),
+        QuotaRequest(nums=1, memory=24576),
+        id="requests-when-no-limits",
+    ),
+    pytest.param(container(limits={VMEM: "24576"}), None, id="no-vcount"),
+]
+
+
+@pytest.mark.parametrize(("ctr", "expected"), QUOTA)
+def test_vxpu_quota_request(ctr: dict[str, Any], expected: QuotaRequest | None, backends) -> None:
+    assert backends[1].quota_request(ContainerEdit(("spec", "containers", 0), ctr)) == expected
+
+
+def test_vxpu_quota_names(backends) -> None:
+    names = backends[1].quota_names
+    assert (names.memory, names.cores, names.count, names.memory_factor) == (VMEM, "", VXPU, 1)
+
+
+@pytest.mark.parametrize(
+    ("ctr", "expected"),
+    [
+        pytest.param(container(limits={XPU: "4"}), QuotaRequest(nums=4), id="xpu-count"),
+        pytest.param(container(limits={VXPU: "1"}), None, id="vxpu-is-not-xpu"),
+    ],
+)
+def test_xpu_quota_request(ctr: dict[str, Any], expected: QuotaRequest | None, backends) -> None:
+    assert backends[0].quota_request(ContainerEdit(("spec", "containers", 0), ctr)) == expected

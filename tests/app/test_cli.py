@@ -1,0 +1,121 @@
+"""``hami-webhook review`` (offline preview) and ``hami-webhook local`` (the README's run command)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from app.cli import main
+from tests.app.test_serving import free_port, stop
+
+GPU_POD = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: train
+spec:
+  containers:
+  - name: cuda
+    image: cuda:12
+    resources:
+      limits:
+        nvidia.com/gpu: 1
+        nvidia.com/gpumem: 4000
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "pod.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_preview_prints_patched_pod(tmp_path: Path, capsys) -> None:
+    assert main(["review", str(write(tmp_path, GPU_POD))]) == 0
+    out, err = capsys.readouterr()
+    assert err == "default/train: allowed, 2 patch operation(s)\n"
+    patched = yaml.safe_load(out)
+    assert patched["spec"]["schedulerName"] == "hami-scheduler"
+    assert patched["metadata"]["annotations"] == {"hami.io/gpu-type": "NVIDIA"}
+    assert patched["spec"]["containers"][0]["resources"]["requests"] == {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000}
+
+
+def test_preview_patch_only(tmp_path: Path, capsys) -> None:
+    assert main(["review", "--patch", str(write(tmp_path, GPU_POD))]) == 0
+    ops = json.loads(capsys.readouterr().out)
+    assert {"op": "replace", "path": "/spec/schedulerName", "value": "hami-scheduler"} in ops
+
+
+def test_preview_with_device_config(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "device-config.yaml"
+    config.write_text("nvidia:\n  gpuCorePolicy: force\n")
+    assert main(["review", "--config", str(config), "--patch", str(write(tmp_path, GPU_POD))]) == 0
+    ops = json.loads(capsys.readouterr().out)
+    assert {
+        "op": "add",
+        "path": "/spec/containers/0/env",
+        "value": [{"name": "GPU_CORE_UTILIZATION_POLICY", "value": "force"}],
+    } in ops
+
+
+def test_preview_denied_exits_1(tmp_path: Path, capsys) -> None:
+    denied = GPU_POD.replace("spec:\n", "spec:\n  nodeName: node-1\n")
+    assert main(["review", str(write(tmp_path, denied))]) == 1
+    assert capsys.readouterr().err == "default/train: denied (403 Forbidden): pod has node assigned\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param("kind: ConfigMap\n", "holds no Pod", id="no-pod"),
+        pytest.param("a: [", "cannot read", id="bad-yaml"),
+    ],
+)
+def test_preview_bad_input_exits_2(tmp_path: Path, capsys, text: str, message: str) -> None:
+    assert main(["review", str(write(tmp_path, text))]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_usage_error_exits_2(capsys) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["frobnicate"])
+    assert caught.value.code == 2
+
+
+def test_local_serves_and_its_curl_example_works(tmp_path: Path) -> None:
+    """The README's run command: a fresh PKI, a printed curl command that really gets a patched review."""
+    port = free_port()
+    script = Path(sys.executable).with_name("hami-webhook")
+    proc = subprocess.Popen(
+        [str(script), "local", "--dir", str(tmp_path / "tls"), "--bind", f"127.0.0.1:{port}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        banner = "".join(proc.stderr.readline() for _ in range(3))
+        curl = re.search(r"^\s+(curl .*)$", banner, re.M)
+        assert curl, banner
+        command = shlex.split(curl.group(1))
+        assert command[0] == "curl" and shutil.which("curl"), "the README example needs curl"
+        deadline = time.monotonic() + 20
+        while True:
+            result = subprocess.run([*command, "--silent", "--show-error"], capture_output=True, text=True)
+            if result.returncode == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert result.returncode == 0, result.stderr
+        response = json.loads(result.stdout)["response"]
+        assert response["allowed"] is True and response["patchType"] == "JSONPatch"
+    finally:
+        stop(proc)

@@ -1,0 +1,183 @@
+"""End to end: gunicorn serving the webhook over real TLS on loopback, as kube-apiserver would call it."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from certgen.pki import LocalFiles, write_local
+from tests.app.reviews import admission_review, container, pod, redirected
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def client_context(ca: Path) -> ssl.SSLContext:
+    """Trust only our CA, check the hostname against SANs only (no CN fallback), TLS 1.2+: Go's rules."""
+    context = ssl.create_default_context(cafile=str(ca))
+    context.hostname_checks_common_name = False
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+def start(command: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        command, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def wait_ready(port: int, context: ssl.SSLContext, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}")
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=2)
+        try:
+            conn.request("GET", "/readyz")
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            time.sleep(0.1)
+        finally:
+            conn.close()
+    raise AssertionError("server did not become ready")
+
+
+def stop(proc: subprocess.Popen[str]) -> str:
+    proc.terminate()
+    try:
+        _, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    return err
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory) -> LocalFiles:
+    return write_local(tmp_path_factory.mktemp("tls"), ["localhost", "127.0.0.1"])
+
+
+@pytest.fixture(scope="module")
+def server(pki: LocalFiles) -> Iterator[int]:
+    port = free_port()
+    env = {
+        "HAMI_WEBHOOK_BIND": f"127.0.0.1:{port}",
+        "HAMI_WEBHOOK_TLS_CERT": str(pki.cert),
+        "HAMI_WEBHOOK_TLS_KEY": str(pki.key),
+        "HAMI_WEBHOOK_WORKERS": "1",
+    }
+    proc = start([sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"], env)
+    wait_ready(port, client_context(pki.ca_cert), proc)
+    yield port
+    log = stop(proc)
+    assert "Traceback" not in log
+
+
+def call(conn: http.client.HTTPSConnection, body: dict[str, Any]) -> dict[str, Any]:
+    conn.request("POST", "/webhook?timeout=10s", json.dumps(body), {"Content-Type": "application/json"})
+    reply = conn.getresponse()
+    assert reply.status == 200
+    return json.loads(reply.read())
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_reviews_over_tls_keep_alive(server: int, pki: LocalFiles, host: str) -> None:
+    obj = pod(container(limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"}))
+    conn = http.client.HTTPSConnection(host, server, context=client_context(pki.ca_cert), timeout=5)
+    for version in ("v1", "v1beta1"):
+        answer = call(conn, admission_review(obj, version=version, uid=f"uid-{version}"))
+        assert answer["apiVersion"] == f"admission.k8s.io/{version}" and answer["kind"] == "AdmissionReview"
+        response = answer["response"]
+        assert response["uid"] == f"uid-{version}" and response["allowed"] is True
+        ops = json.loads(base64.b64decode(response["patch"]))
+        assert jsonpatch.apply_patch(obj, ops) == redirected(obj)
+    assert conn.sock is not None, "the connection was kept alive across both reviews"
+    conn.close()
+
+
+def test_denial_over_tls(server: int, pki: LocalFiles) -> None:
+    conn = http.client.HTTPSConnection("127.0.0.1", server, context=client_context(pki.ca_cert), timeout=5)
+    response = call(conn, admission_review(pod(container(limits={"nvidia.com/gpu": "1"}), nodeName="n1")))["response"]
+    conn.close()
+    assert (response["allowed"], response["status"]["code"], response["status"]["message"]) == (
+        False,
+        403,
+        "pod has node assigned",
+    )
+
+
+def test_wrong_hostname_is_rejected(server: int, pki: LocalFiles) -> None:
+    with socket.create_connection(("127.0.0.1", server), timeout=5) as raw:
+        with pytest.raises(ssl.SSLCertVerificationError, match=r"Hostname mismatch|doesn.t match"):
+            client_context(pki.ca_cert).wrap_socket(raw, server_hostname="hami-webhook.other.svc")
+
+
+def test_tls_below_1_2_is_refused(server: int, pki: LocalFiles) -> None:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(str(pki.ca_cert))
+    context.set_ciphers("DEFAULT:@SECLEVEL=0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # asking for TLS 1.1 is the point
+        context.minimum_version = context.maximum_version = ssl.TLSVersion.TLSv1_1
+    with socket.create_connection(("127.0.0.1", server), timeout=5) as raw:
+        with pytest.raises(ssl.SSLError):
+            context.wrap_socket(raw, server_hostname="localhost")
+
+
+def test_tls_1_3_is_accepted(server: int, pki: LocalFiles) -> None:
+    context = client_context(pki.ca_cert)
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    with socket.create_connection(("127.0.0.1", server), timeout=5) as raw:
+        with context.wrap_socket(raw, server_hostname="localhost") as tls:
+            assert tls.version() == "TLSv1.3"
+
+
+@pytest.mark.parametrize(
+    ("env", "code", "message"),
+    [
+        pytest.param(
+            {"HAMI_WEBHOOK_TLS_CERT": "/nonexistent/tls.crt"},
+            1,
+            "cannot serve TLS (HAMI_WEBHOOK_TLS_CERT=/nonexistent/tls.crt",
+            id="missing-cert",
+        ),
+        pytest.param({"HAMI_WEBHOOK_TLS_KEY": "CA"}, 1, "not a usable certificate/key pair", id="key-is-not-a-key"),
+        pytest.param(
+            {"HAMI_ENABLE_ASCEND": "maybe"}, 2, "HAMI_ENABLE_ASCEND: expected true or false, got 'maybe'", id="bad-flag"
+        ),
+    ],
+)
+def test_start_up_errors_are_clear(pki: LocalFiles, env: dict[str, str], code: int, message: str) -> None:
+    base = {
+        "HAMI_WEBHOOK_BIND": f"127.0.0.1:{free_port()}",
+        "HAMI_WEBHOOK_TLS_CERT": str(pki.cert),
+        "HAMI_WEBHOOK_TLS_KEY": str(pki.key),
+    }
+    if env.get("HAMI_WEBHOOK_TLS_KEY") == "CA":
+        env = {"HAMI_WEBHOOK_TLS_KEY": str(pki.ca_cert)}
+    script = Path(sys.executable).with_name("hami-webhook")
+    proc = start([str(script), "serve"], {**base, **env})
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == code
+    assert message in err
+    assert "Traceback" not in err
