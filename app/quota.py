@@ -53,9 +53,10 @@ class QuotaOff:
 def demands(pod: PodEdit, devices: Sequence[Device]) -> list[Demand]:
     """Per vendor: app containers summed, init containers as a peak, the larger wins (HAMi §3.1)."""
     out: list[Demand] = []
+    named = {name for ctr in pod.containers for side in (ctr.limits, ctr.requests) for name in side}
     for device in devices:
         names = device.quota_names
-        if not (names.memory or names.cores or names.count):
+        if not (names.memory or names.cores or names.count) or named.isdisjoint(device.resource_names):
             continue
         app = _totals(device, pod.app_containers(), peak=False)
         init = _totals(device, pod.init_containers(), peak=True)

@@ -105,7 +105,7 @@ def decide(
         return Decision(allowed=True, message="pod already has different scheduler assigned")
     edit = PodEdit(pod)
     try:
-        found = _mutate(edit, settings.devices)
+        found = _mutate(edit, settings)
     except DeviceRequestError as exc:
         return deny(400, "BadRequest", str(exc))
     if found:
@@ -132,33 +132,30 @@ def _other_scheduler(name: str, settings: Settings) -> bool:
     return not settings.scheduler_name or name != settings.scheduler_name
 
 
-def _mutate(edit: PodEdit, devices: tuple[Device, ...]) -> list[str]:
+def _mutate(edit: PodEdit, settings: Settings) -> list[str]:
     """Show every container to every vendor in order; the keys of the vendors that found something."""
     found: dict[str, None] = {}
     for ctr in edit.containers:
-        _check_amounts(ctr, devices)
-        for device in devices:
+        _check_amounts(ctr, settings.device_resources)
+        for device in settings.devices:
             if device.mutate(ctr, edit):
                 found[device.key] = None
                 _mirror_requests(ctr, device)
-    return [d.key for d in devices if d.key in found]
+    return [d.key for d in settings.devices if d.key in found]
 
 
-def _check_amounts(ctr: ContainerEdit, devices: tuple[Device, ...]) -> None:
+def _check_amounts(ctr: ContainerEdit, device_resources: dict[str, bool]) -> None:
     """Decision M6: no device amount may be negative, and device counts are whole numbers."""
-    for device in devices:
-        count_name = device.quota_names.count
-        for name in device.resource_names:
-            for side in (ctr.limits, ctr.requests):
-                if name not in side:
-                    continue
-                amount = ctr.limit(name) if side is ctr.limits else ctr.request(name)
-                if amount is not None and amount < 0:
-                    raise DeviceRequestError(f"container {ctr.name}: {name} must not be negative, got {side[name]}")
-                if name == count_name and amount is not None and amount != amount.to_integral_value():
-                    raise DeviceRequestError(
-                        f"container {ctr.name}: {name} must be a whole number of devices, got {side[name]}"
-                    )
+    for side, read in ((ctr.limits, ctr.limit), (ctr.requests, ctr.request)):
+        for name, raw in side.items():
+            is_count = device_resources.get(name)
+            if is_count is None:
+                continue
+            amount = read(name)
+            if amount is not None and amount < 0:
+                raise DeviceRequestError(f"container {ctr.name}: {name} must not be negative, got {raw}")
+            if is_count and amount is not None and amount != amount.to_integral_value():
+                raise DeviceRequestError(f"container {ctr.name}: {name} must be a whole number of devices, got {raw}")
 
 
 def _mirror_requests(ctr: ContainerEdit, device: Device) -> None:

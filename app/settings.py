@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from importlib import resources
 from typing import Any
 
@@ -106,6 +107,15 @@ class Settings:
     timeout: int
     keepalive: int
     devices: tuple[Device, ...] = field(compare=False, repr=False)
+
+    @cached_property
+    def device_resources(self) -> dict[str, bool]:
+        """Every vendor resource name, mapped to whether it is a device count (which must be whole)."""
+        index: dict[str, bool] = {}
+        for device in self.devices:
+            for name in device.resource_names:
+                index[name] = index.get(name, False) or name == device.quota_names.count
+        return index
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from app.devices.base import (
     ConfigSection,
@@ -36,11 +37,11 @@ class AMD:
             core_name=section.str("resourceCoreName"),
         )
 
-    @property
+    @cached_property
     def resource_names(self) -> frozenset[str]:
         return names(self.count_name, self.memory_name, self.core_name)
 
-    @property
+    @cached_property
     def quota_names(self) -> QuotaNames:
         return QuotaNames(self.memory_name, self.core_name, self.count_name)
 

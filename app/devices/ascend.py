@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from app.devices.base import ConfigSection, DeviceRequestError, QuotaNames, QuotaRequest, names, sliced_request
 from app.edit import ContainerEdit, PodEdit
@@ -55,11 +56,11 @@ class Ascend:
             ascend_counts=ascend_counts,
         )
 
-    @property
+    @cached_property
     def resource_names(self) -> frozenset[str]:
         return names(self.count_name, self.memory_name, self.core_name)
 
-    @property
+    @cached_property
     def quota_names(self) -> QuotaNames:
         return QuotaNames(self.memory_name, self.core_name, self.count_name, max(self.memory_factor, 1))
 

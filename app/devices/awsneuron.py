@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import cached_property
 
 from app.devices.base import ConfigSection, DeviceRequestError, QuotaNames, QuotaRequest, names
 from app.edit import ContainerEdit, PodEdit
@@ -44,11 +45,11 @@ class AWSNeuron:
     def from_config(cls, section: ConfigSection) -> AWSNeuron:
         return cls(count_name=section.str("resourceCountName"), core_name=section.str("resourceCoreName"))
 
-    @property
+    @cached_property
     def resource_names(self) -> frozenset[str]:
         return names(self.count_name, self.core_name)
 
-    @property
+    @cached_property
     def quota_names(self) -> QuotaNames:
         return QuotaNames(cores=self.core_name, count=self.count_name)
 

@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import cached_property
 from typing import Any, Protocol
 
 from app.edit import ContainerEdit, PodEdit
@@ -156,11 +157,11 @@ class CountDevice:
     key: str
     count_name: str
 
-    @property
+    @cached_property
     def resource_names(self) -> frozenset[str]:
         return names(self.count_name)
 
-    @property
+    @cached_property
     def quota_names(self) -> QuotaNames:
         return QuotaNames(count=self.count_name)
 
@@ -205,11 +206,11 @@ class SlicedDevice:
     memory_factor: int
     default_cores: int
 
-    @property
+    @cached_property
     def resource_names(self) -> frozenset[str]:
         return names(self.count_name, self.memory_name, self.core_name)
 
-    @property
+    @cached_property
     def quota_names(self) -> QuotaNames:
         return QuotaNames(self.memory_name, self.core_name, self.count_name, max(self.memory_factor, 1))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from app.devices.base import (
     ConfigSection,
@@ -45,11 +46,11 @@ class EnflameDRS:
             core_name=section.str("resourceNameGCUCore") or DEFAULT_CORE_NAME,
         )
 
-    @property
+    @cached_property
     def resource_names(self) -> frozenset[str]:
         return names(self.drs_name, self.memory_name, self.core_name)
 
-    @property
+    @cached_property
     def quota_names(self) -> QuotaNames:
         return QuotaNames(memory=self.memory_name, cores=self.core_name, count=self.drs_name)
 

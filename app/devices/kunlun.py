@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from app.devices.base import (
     ConfigSection,
@@ -42,11 +43,11 @@ class KunlunVXPU:
     def from_config(cls, section: ConfigSection) -> KunlunVXPU:
         return cls(vcount_name=section.str("resourceVCountName"), vmemory_name=section.str("resourceVMemoryName"))
 
-    @property
+    @cached_property
     def resource_names(self) -> frozenset[str]:
         return names(self.vcount_name, self.vmemory_name)
 
-    @property
+    @cached_property
     def quota_names(self) -> QuotaNames:
         return QuotaNames(memory=self.vmemory_name, count=self.vcount_name)
 

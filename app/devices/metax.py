@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from app.devices.base import (
     ConfigSection,
@@ -38,11 +39,11 @@ class MetaxSGPU:
     core_name: str
     key: str = "Metax-SGPU"
 
-    @property
+    @cached_property
     def resource_names(self) -> frozenset[str]:
         return names(self.count_name, self.memory_name, self.core_name)
 
-    @property
+    @cached_property
     def quota_names(self) -> QuotaNames:
         return QuotaNames(self.memory_name, self.core_name, self.count_name, SGPU_MEMORY_UNIT)
 

@@ -7,6 +7,7 @@ out whole, so the webhook rewrites core and memory to whole cards (spec §2.9).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from app.devices.base import (
     ConfigSection,
@@ -43,11 +44,11 @@ class Mthreads:
             core_name=section.str("resourceCoreName"),
         )
 
-    @property
+    @cached_property
     def resource_names(self) -> frozenset[str]:
         return names(self.count_name, self.memory_name, self.core_name)
 
-    @property
+    @cached_property
     def quota_names(self) -> QuotaNames:
         return QuotaNames(self.memory_name, self.core_name, self.count_name, MEMORY_UNIT_MIB)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from app.devices.base import (
     ConfigError,
@@ -61,11 +62,11 @@ class Nvidia:
             runtime_class_name=section.str("runtimeClassName"),
         )
 
-    @property
+    @cached_property
     def resource_names(self) -> frozenset[str]:
         return names(self.count_name, self.memory_name, self.percentage_name, self.core_name, self.priority_name)
 
-    @property
+    @cached_property
     def quota_names(self) -> QuotaNames:
         return QuotaNames(self.memory_name, self.core_name, self.count_name, max(self.memory_factor, 1))
 
