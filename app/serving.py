@@ -22,6 +22,7 @@ __all__ = [
     "graceful_timeout",
     "keepalive",
     "keyfile",
+    "logconfig_dict",
     "loglevel",
     "on_starting",
     "ssl_context",
@@ -55,6 +56,15 @@ worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
 accesslog = None
 errorlog = "-"
 loglevel = "info"
+# The webhook's own lines (one per review) go to stderr next to gunicorn's; the access log is
+# off because the review line already says who asked and what was decided.
+logconfig_dict = {
+    "root": {"level": "INFO", "handlers": ["error_console"]},
+    "loggers": {
+        "gunicorn.error": {"level": "INFO", "handlers": ["error_console"], "propagate": False},
+        "gunicorn.access": {"level": "WARNING", "handlers": [], "propagate": False},
+    },
+}
 
 
 def tls_problem(cert: str, key: str) -> str | None:
