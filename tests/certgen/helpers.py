@@ -1,0 +1,198 @@
+"""Shared by the certgen tests: names, object builders, and checks that verify output like a client would."""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from certgen import pki
+from tests.kubeapi.server import FakeKubeAPI
+
+NAMESPACE = "hami-system"
+SECRET = "hami-webhook-tls"
+CA_SECRET = "hami-webhook-tls-ca"
+WEBHOOK = "hami-webhook"
+SERVICE_HOST = f"hami-webhook.{NAMESPACE}.svc"
+HOSTS = f"{SERVICE_HOST},127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One certgen invocation: its exit code and what it wrote to stderr."""
+
+    code: int
+    stderr: str
+
+    @property
+    def lines(self) -> list[str]:
+        return self.stderr.splitlines()
+
+    def has(self, *fragments: str) -> bool:
+        """True if one line contains all `fragments`."""
+        return any(all(f in line for f in fragments) for line in self.lines)
+
+
+Certgen = Callable[..., Run]
+
+
+def issue(
+    hosts: str | list[str] = "svc.ns.svc,127.0.0.1",
+    *,
+    now: datetime,
+    policy: pki.Policy | None = None,
+) -> pki.Material:
+    """A fresh CA and leaf as `create` would make them at `now`."""
+    return pki.reconcile(pki.Stored(), hosts, policy or pki.Policy(), now).material
+
+
+def stored(material: pki.Material, **replace: bytes | None) -> pki.Stored:
+    """`material` as stored, with some parts replaced (or removed with None)."""
+    parts = {
+        "ca_cert": material.ca_cert,
+        "ca_key": material.ca_key,
+        "bundle": material.bundle,
+        "cert": material.cert,
+        "key": material.key,
+    }
+    return pki.Stored(**(parts | replace))
+
+
+def certs(pem: bytes) -> list[x509.Certificate]:
+    return x509.load_pem_x509_certificates(pem)
+
+
+def spki(public_key: object) -> bytes:
+    return public_key.public_bytes(  # type: ignore[attr-defined]
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+def key_public_bytes(key_pem: bytes) -> bytes:
+    return spki(serialization.load_pem_private_key(key_pem, password=None).public_key())
+
+
+def client_context(ca_pem: bytes) -> ssl.SSLContext:
+    """A client like kube-apiserver: trusts only `ca_pem`, checks SANs only, strict X.509."""
+    context = ssl.create_default_context(cadata=ca_pem.decode())
+    context.hostname_checks_common_name = False
+    context.verify_flags |= ssl.VERIFY_X509_STRICT
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+def handshake(cert_file: Path, key_file: Path, ca_pem: bytes, server_hostname: str) -> str:
+    """TLS handshake in memory between a server using the files and a `client_context`.
+
+    Returns the negotiated protocol version; raises ssl.SSLCertVerificationError
+    when the client rejects the server's certificate.
+    """
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert_file, key_file)
+    c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
+    client = client_context(ca_pem).wrap_bio(c_in, c_out, server_hostname=server_hostname)
+    server = server_context.wrap_bio(s_in, s_out, server_side=True)
+    done = {"client": False, "server": False}
+    for _ in range(20):
+        for name, end, outgoing, peer_incoming in (
+            ("client", client, c_out, s_in),
+            ("server", server, s_out, c_in),
+        ):
+            if not done[name]:
+                try:
+                    end.do_handshake()
+                    done[name] = True
+                except ssl.SSLWantReadError:
+                    pass
+            if data := outgoing.read():
+                peer_incoming.write(data)
+        if all(done.values()):
+            return str(client.version())
+    raise AssertionError("handshake did not finish")
+
+
+def write_pair(directory: Path, material: pki.Material) -> tuple[Path, Path]:
+    cert_file, key_file = directory / "tls.crt", directory / "tls.key"
+    cert_file.write_bytes(material.cert)
+    key_file.write_bytes(material.key)
+    return cert_file, key_file
+
+
+# --- Kubernetes objects ------------------------------------------------------------
+
+
+def seed_secrets(
+    api: FakeKubeAPI, material: pki.Material, *, serving: dict[str, bytes] | None = None, secret_type: str = ""
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Store `material` as `create` would (or `serving` data instead), returning both stored Secrets."""
+    data = (
+        serving
+        if serving is not None
+        else {"tls.crt": material.cert, "tls.key": material.key, "ca.crt": material.bundle}
+    )
+    ca = api.put(secret(CA_SECRET, {"ca.crt": material.ca_cert, "ca.key": material.ca_key}, "Opaque"))
+    return ca, api.put(secret(SECRET, data, secret_type or "kubernetes.io/tls"))
+
+
+def secret(name: str, data: dict[str, bytes], secret_type: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "type": secret_type,
+        "data": {key: base64.b64encode(value).decode() for key, value in data.items()},
+    }
+
+
+def read_secret(api: FakeKubeAPI, name: str = SECRET) -> dict[str, Any]:
+    stored = api.get("v1", "Secret", name, NAMESPACE)
+    assert stored is not None, f"Secret {name} missing"
+    return stored
+
+
+def secret_data(api: FakeKubeAPI, name: str = SECRET) -> dict[str, bytes]:
+    return {key: base64.b64decode(value) for key, value in read_secret(api, name)["data"].items()}
+
+
+def webhook_configuration(webhooks: list[dict[str, Any]], kind: str = "MutatingWebhookConfiguration") -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": WEBHOOK, "labels": {"app": "hami-webhook"}, "annotations": {"note": "keep"}},
+        "webhooks": webhooks,
+    }
+
+
+def webhook(name: str, **extra: Any) -> dict[str, Any]:
+    """A complete v1 webhook entry as a chart would declare it."""
+    entry = {
+        "name": name,
+        "admissionReviewVersions": ["v1", "v1beta1"],
+        "sideEffects": "None",
+        "timeoutSeconds": 10,
+        "clientConfig": {"service": {"name": "hami-webhook", "namespace": NAMESPACE, "path": "/webhook", "port": 443}},
+        "rules": [
+            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "*"}
+        ],
+        "namespaceSelector": {
+            "matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]
+        },
+        "objectSelector": {"matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]},
+    }
+    return entry | extra
+
+
+def requests_to(api: FakeKubeAPI, fragment: str, method: str | None = None) -> list[Any]:
+    return [r for r in api.requests if fragment in r.path and (method is None or r.method == method)]
+
+
+def json_lines(stderr: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stderr.splitlines()]

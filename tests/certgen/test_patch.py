@@ -1,0 +1,293 @@
+"""`certgen patch` and `certgen failure-policy` against the fake API server (checklist C20-C29)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from certgen import kube
+from tests.certgen.helpers import (
+    HOSTS,
+    NAMESPACE,
+    SECRET,
+    WEBHOOK,
+    Certgen,
+    issue,
+    read_secret,
+    requests_to,
+    secret,
+    seed_secrets,
+    webhook,
+    webhook_configuration,
+)
+from tests.kubeapi.server import FakeKubeAPI
+
+MWC = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", WEBHOOK)
+VWC = ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", WEBHOOK)
+PATCH = ("patch", "--namespace", NAMESPACE, "--secret-name", SECRET, "--webhook-name", WEBHOOK)
+MATERIAL = issue(HOSTS, now=datetime.now(UTC))
+
+
+@pytest.fixture
+def bundle_b64(api: FakeKubeAPI) -> str:
+    """Seed the Secrets `create` would have written; return the Secret's base64 ``ca.crt``."""
+    seed_secrets(api, MATERIAL)
+    return read_secret(api)["data"]["ca.crt"]
+
+
+def _config(api: FakeKubeAPI, which: tuple[str, str, str] = MWC) -> dict[str, Any]:
+    stored = api.get(*which)
+    assert stored is not None
+    return stored
+
+
+def _without(obj: dict[str, Any], *webhook_fields: str) -> dict[str, Any]:
+    """`obj` without server-managed metadata and the named webhook fields, for comparing the rest."""
+    meta = {k: v for k, v in obj["metadata"].items() if k not in ("resourceVersion", "generation", "managedFields")}
+    webhooks = []
+    for entry in obj["webhooks"]:
+        entry = {k: v for k, v in entry.items() if k not in webhook_fields}
+        entry["clientConfig"] = {k: v for k, v in entry["clientConfig"].items() if k not in webhook_fields}
+        webhooks.append(entry)
+    return {**obj, "metadata": meta, "webhooks": webhooks}
+
+
+def test_patch_sets_the_bundle_on_every_webhook(certgen: Certgen, api: FakeKubeAPI, bundle_b64: str) -> None:
+    before = api.put(
+        webhook_configuration(
+            [
+                webhook("vgpu.hami.io", reinvocationPolicy="IfNeeded"),
+                webhook("mlu.hami.io", clientConfig={"url": "https://example.test/webhook", "caBundle": "b2xk"}),
+                webhook("dcu.hami.io", failurePolicy="Ignore", matchPolicy="Exact"),
+            ]
+        )
+    )
+
+    run = certgen(*PATCH)
+    assert run.code == 0, run.stderr
+    after = _config(api)
+    assert [w["clientConfig"]["caBundle"] for w in after["webhooks"]] == [bundle_b64] * 3
+    assert _without(after, "caBundle") == _without(before, "caBundle"), "only caBundle changes"
+    assert [w["failurePolicy"] for w in after["webhooks"]] == ["Fail", "Fail", "Ignore"]
+
+    [put] = api.writes()
+    assert (
+        put.method == "PUT"
+        and put.path == f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{WEBHOOK}"
+    )
+    assert put.json()["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert not requests_to(api, "validatingwebhookconfigurations")
+    assert not requests_to(api, "v1beta1")
+    assert (
+        sum(
+            run.has("webhook changed", f"webhook={name}", "ca_bundle=updated")
+            for name in ("vgpu.hami.io", "mlu.hami.io", "dcu.hami.io")
+        )
+        == 3
+    )
+    assert run.has("updated MutatingWebhookConfiguration", f"name={WEBHOOK}")
+
+
+def test_second_patch_writes_nothing(certgen: Certgen, api: FakeKubeAPI, bundle_b64: str) -> None:
+    api.put(webhook_configuration([webhook("a.hami.io"), webhook("b.hami.io")]))
+    assert certgen(*PATCH).code == 0
+    before, writes = _config(api), len(api.writes())
+
+    run = certgen(*PATCH)
+    assert run.code == 0
+    assert _config(api) == before
+    assert len(api.writes()) == writes
+    assert run.has("already up to date, not written")
+
+
+@pytest.mark.parametrize("policy", ["Fail", "Ignore"])
+def test_patch_failure_policy_is_written(certgen: Certgen, api: FakeKubeAPI, bundle_b64: str, policy: str) -> None:
+    api.put(
+        webhook_configuration(
+            [
+                webhook("a.hami.io", failurePolicy="Fail"),
+                webhook("b.hami.io", failurePolicy="Ignore"),
+                webhook("c.hami.io"),
+            ]
+        )
+    )
+    run = certgen(*PATCH, "--patch-failure-policy", policy)
+    assert run.code == 0, run.stderr
+    after = _config(api)
+    assert [w["failurePolicy"] for w in after["webhooks"]] == [policy] * 3
+    assert {w["clientConfig"]["caBundle"] for w in after["webhooks"]} == {bundle_b64}
+    other = "Ignore" if policy == "Fail" else "Fail"
+    assert run.has("webhook changed", f'failure_policy="{other} -> {policy}"')
+
+
+def test_patch_waits_until_the_configuration_appears(certgen: Certgen, api: FakeKubeAPI, bundle_b64: str) -> None:
+    seen = []
+
+    def appear_on_third_get(server: FakeKubeAPI) -> None:
+        seen.append(1)
+        if len(seen) == 3:
+            server.put(webhook_configuration([webhook("a.hami.io")]))
+
+    api.before("GET", "/mutatingwebhookconfigurations/", appear_on_third_get, times=3)
+    run = certgen(*PATCH, "--timeout", "20s")
+    assert run.code == 0, run.stderr
+    assert len(requests_to(api, "/mutatingwebhookconfigurations/", "GET")) == 3
+    assert _config(api)["webhooks"][0]["clientConfig"]["caBundle"] == bundle_b64
+    assert run.has("not found yet, waiting")
+
+
+def test_patch_times_out_when_the_configuration_never_appears(
+    certgen: Certgen, api: FakeKubeAPI, bundle_b64: str
+) -> None:
+    started = time.monotonic()
+    run = certgen(*PATCH, "--timeout", "1s")
+    assert run.code == 1
+    assert time.monotonic() - started < 3
+    assert run.has("level=error", f"MutatingWebhookConfiguration '{WEBHOOK}' not found")
+    assert not api.writes()
+
+
+def test_patch_validating_only(certgen: Certgen, api: FakeKubeAPI, bundle_b64: str) -> None:
+    api.put(webhook_configuration([webhook("v.hami.io")], kind="ValidatingWebhookConfiguration"))
+    run = certgen(*PATCH, "--patch-mutating=false", "--patch-validating")
+    assert run.code == 0, run.stderr
+    assert _config(api, VWC)["webhooks"][0]["clientConfig"]["caBundle"] == bundle_b64
+    assert not requests_to(api, "mutatingwebhookconfigurations")
+
+
+def test_patch_both_kinds(certgen: Certgen, api: FakeKubeAPI, bundle_b64: str) -> None:
+    api.put(webhook_configuration([webhook("m.hami.io")]))
+    api.put(webhook_configuration([webhook("v.hami.io")], kind="ValidatingWebhookConfiguration"))
+    run = certgen(*PATCH, "--patch-validating=true", "--patch-failure-policy", "Ignore")
+    assert run.code == 0, run.stderr
+    for which in (MWC, VWC):
+        [entry] = _config(api, which)["webhooks"]
+        assert entry["clientConfig"]["caBundle"] == bundle_b64 and entry["failurePolicy"] == "Ignore"
+
+
+def test_patch_rereads_after_a_conflict(certgen: Certgen, api: FakeKubeAPI, bundle_b64: str) -> None:
+    api.put(webhook_configuration([webhook("a.hami.io")]))
+
+    def concurrent_label(server: FakeKubeAPI) -> None:
+        current = _config(server)
+        current["metadata"]["labels"]["touched"] = "yes"
+        server.put(current)
+
+    api.before("PUT", "/mutatingwebhookconfigurations/", concurrent_label)
+    run = certgen(*PATCH)
+    assert run.code == 0, run.stderr
+    after = _config(api)
+    assert after["metadata"]["labels"]["touched"] == "yes", "the concurrent change is not overwritten"
+    assert after["webhooks"][0]["clientConfig"]["caBundle"] == bundle_b64
+    assert len(requests_to(api, "/mutatingwebhookconfigurations/", "PUT")) == 2
+
+
+def test_patch_reads_the_kube_webhook_certgen_key(certgen: Certgen, api: FakeKubeAPI) -> None:
+    stored = api.put(secret(SECRET, {"ca": MATERIAL.bundle, "cert": MATERIAL.cert, "key": MATERIAL.key}, "Opaque"))
+    api.put(webhook_configuration([webhook("a.hami.io")]))
+    run = certgen(*PATCH)
+    assert run.code == 0, run.stderr
+    assert _config(api)["webhooks"][0]["clientConfig"]["caBundle"] == stored["data"]["ca"]
+    assert run.has("using the kube-webhook-certgen CA key", "key=ca")
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (None, f"Secret {NAMESPACE}/{SECRET} not found"),
+        ({"tls.crt": MATERIAL.cert}, "has no CA certificate under key 'ca.crt' (keys present: tls.crt)"),
+        ({"ca.crt": b"not a certificate"}, "has no CA certificate under key 'ca.crt'"),
+    ],
+    ids=["secret-missing", "ca-key-missing", "ca-garbage"],
+)
+def test_patch_fails_without_a_ca(
+    certgen: Certgen, api: FakeKubeAPI, data: dict[str, bytes] | None, expected: str
+) -> None:
+    if data is not None:
+        api.put(secret(SECRET, data, "Opaque"))
+    api.put(webhook_configuration([webhook("a.hami.io")]))
+    run = certgen(*PATCH)
+    assert run.code == 1
+    assert run.has("level=error", expected)
+    assert not api.writes()
+
+
+@pytest.mark.parametrize(
+    ("method", "status", "expected"),
+    [("GET", 403, "HTTP 403 Forbidden"), ("PUT", 500, "HTTP 500 InternalError")],
+)
+def test_patch_api_errors_exit_1(
+    certgen: Certgen, api: FakeKubeAPI, bundle_b64: str, method: str, status: int, expected: str
+) -> None:
+    api.put(webhook_configuration([webhook("a.hami.io")]))
+    api.fail_next(method, "/mutatingwebhookconfigurations/", status, message="nope")
+    run = certgen(*PATCH)
+    assert run.code == 1
+    assert run.has("level=error", expected, "nope")
+
+
+# --- failure-policy ---------------------------------------------------------------------------
+
+
+def test_failure_policy_flip_and_back(certgen: Certgen, api: FakeKubeAPI) -> None:
+    before = api.put(
+        webhook_configuration(
+            [
+                webhook("a.hami.io", failurePolicy="Fail", clientConfig={"url": "https://x.test/", "caBundle": "Y2E="}),
+                webhook("b.hami.io", failurePolicy="Ignore"),
+            ]
+        )
+    )
+
+    run = certgen("failure-policy", "Ignore", "--webhook-name", WEBHOOK)
+    assert run.code == 0, run.stderr
+    flipped = _config(api)
+    assert [w["failurePolicy"] for w in flipped["webhooks"]] == ["Ignore", "Ignore"]
+    assert _without(flipped, "failurePolicy") == _without(before, "failurePolicy"), "caBundle and the rest untouched"
+    assert run.has("webhook changed", "webhook=a.hami.io", 'failure_policy="Fail -> Ignore"')
+    assert run.has("webhook unchanged", "webhook=b.hami.io", "failure_policy=Ignore")
+
+    writes = len(api.writes())
+    again = certgen("failure-policy", "Ignore", "--webhook-name", WEBHOOK)
+    assert again.code == 0 and len(api.writes()) == writes and _config(api) == flipped
+
+    back = certgen("failure-policy", "Fail", "--webhook-name", WEBHOOK)
+    assert back.code == 0
+    assert [w["failurePolicy"] for w in _config(api)["webhooks"]] == ["Fail", "Fail"]
+    assert back.has('failure_policy="Ignore -> Fail"', "webhook=b.hami.io")
+
+
+def test_failure_policy_on_validating_kind(certgen: Certgen, api: FakeKubeAPI) -> None:
+    api.put(webhook_configuration([webhook("v.hami.io")], kind="ValidatingWebhookConfiguration"))
+    run = certgen("failure-policy", "Ignore", "--webhook-name", WEBHOOK, "--kind", "validating")
+    assert run.code == 0
+    assert _config(api, VWC)["webhooks"][0]["failurePolicy"] == "Ignore"
+
+
+def test_failure_policy_missing_configuration_fails_at_once(certgen: Certgen, api: FakeKubeAPI) -> None:
+    started = time.monotonic()
+    run = certgen("failure-policy", "Ignore", "--webhook-name", WEBHOOK)
+    assert run.code == 1 and time.monotonic() - started < 1
+    assert run.has("level=error", "not found")
+
+
+@pytest.mark.parametrize(
+    ("entry", "policy", "old", "changed"),
+    [
+        ({"name": "w"}, "Fail", "Fail", False),
+        ({"name": "w"}, "Ignore", "Fail", True),
+        ({"name": "w", "failurePolicy": "Ignore"}, "Ignore", "Ignore", False),
+        ({"name": "w", "failurePolicy": "Ignore"}, None, "Ignore", False),
+    ],
+    ids=["missing-is-fail", "missing-to-ignore", "same", "policy-untouched"],
+)
+def test_missing_failure_policy_counts_as_fail(
+    entry: dict[str, Any], policy: str | None, old: str, changed: bool
+) -> None:
+    """The API server always stores a policy, so this case is only reachable as a plain dict."""
+    [desired], [change] = kube.desired_webhooks([entry], None, policy)
+    assert (change.old_policy, change.changed) == (old, changed)
+    assert desired == (entry if not changed else {**entry, "failurePolicy": policy})
