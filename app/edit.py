@@ -91,14 +91,6 @@ class ContainerEdit:
             self._env = list(self._original.get("env") or [])
         return self._env
 
-    def env_value(self, name: str) -> str | None:
-        """The literal value of an env var, or None when absent or not literal."""
-        for entry in self.env:
-            if isinstance(entry, Mapping) and entry.get("name") == name:
-                value = entry.get("value")
-                return value if isinstance(value, str) else None
-        return None
-
     def has_env(self, name: str) -> bool:
         """The env var is present, whatever its value."""
         return any(isinstance(e, Mapping) and e.get("name") == name for e in self.env)

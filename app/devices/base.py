@@ -89,9 +89,6 @@ class ConfigSection:
         self._data: Mapping[str, Any] = data or {}
         self.path = path
 
-    def __contains__(self, key: str) -> bool:
-        return key in self._data
-
     def _where(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
 
