@@ -76,12 +76,10 @@ class ContainerEdit:
         return name in self.limits or name in self.requests
 
     def set_limit(self, name: str, amount: int) -> None:
-        """Set a limit to a whole number; an equal existing value is kept as written."""
-        _set_quantity(self.limits, name, amount)
-
-    def set_request(self, name: str, amount: int) -> None:
-        """Set a request to a whole number; an equal existing value is kept as written."""
-        _set_quantity(self.requests, name, amount)
+        """Set a limit to a whole number; an equal existing value is kept as written (requests follow: M4)."""
+        current = self.limits.get(name)
+        if current is None or quantity.parse(current) != amount:
+            self.limits[name] = str(amount)
 
     # -- env -------------------------------------------------------------
     @property
@@ -138,13 +136,6 @@ class ContainerEdit:
         ]
         ops += [{"op": "add", "path": pointer(*self.path, "env", "-"), "value": e} for e in env[len(original) :]]
         return ops
-
-
-def _set_quantity(target: dict[str, Any], name: str, amount: int) -> None:
-    current = target.get(name)
-    if current is not None and quantity.parse(current) == amount:
-        return
-    target[name] = str(amount)
 
 
 class PodEdit:

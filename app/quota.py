@@ -54,12 +54,13 @@ def demands(pod: PodEdit, devices: Sequence[Device]) -> list[Demand]:
     """Per vendor: app containers summed, init containers as a peak, the larger wins (HAMi §3.1)."""
     out: list[Demand] = []
     named = {name for ctr in pod.containers for side in (ctr.limits, ctr.requests) for name in side}
+    apps, inits = pod.app_containers(), pod.init_containers()
     for device in devices:
         names = device.quota_names
         if not (names.memory or names.cores or names.count) or named.isdisjoint(device.resource_names):
             continue
-        app = _totals(device, pod.app_containers(), peak=False)
-        init = _totals(device, pod.init_containers(), peak=True)
+        app = _totals(device, apps, peak=False)
+        init = _totals(device, inits, peak=True)
         count, memory, cores = (max(a, i) for a, i in zip(app, init, strict=True))
         if count or memory or cores:
             out.append(

@@ -11,6 +11,7 @@ from app.devices.base import (
     DeviceRequestError,
     QuotaNames,
     QuotaRequest,
+    count_memory_core,
     names,
     whole_in_range,
 )
@@ -31,11 +32,7 @@ class AMD:
 
     @classmethod
     def from_config(cls, section: ConfigSection) -> AMD:
-        return cls(
-            count_name=section.str("resourceCountName"),
-            memory_name=section.str("resourceMemoryName"),
-            core_name=section.str("resourceCoreName"),
-        )
+        return cls(**count_memory_core(section))
 
     @cached_property
     def resource_names(self) -> frozenset[str]:

@@ -79,7 +79,6 @@ class Ascend:
             raise DeviceRequestError("vNPU not supported for multiple devices")
         if self.memory_name:
             ctr.set_limit(self.memory_name, memory)
-            ctr.set_request(self.memory_name, memory)
         if self.runtime_class_name and not pod.spec("runtimeClassName"):
             pod.set_spec("runtimeClassName", self.runtime_class_name)
         return True
@@ -90,8 +89,6 @@ class Ascend:
             return
         if count == 1:
             ctr.set_limit(self.count_name, 2)
-            if self.count_name in ctr.requests:
-                ctr.set_request(self.count_name, 2)
         elif count % 2:
             raise DeviceRequestError(f"{SUPER_POD_CHIP} device request must be 1 or 2*n, got {count}")
 

@@ -131,6 +131,15 @@ class ConfigSection:
         return [ConfigSection(item, f"{self._where(key)}[{i}]") for i, item in enumerate(raw)]
 
 
+def count_memory_core(section: ConfigSection) -> dict[str, str]:
+    """The three resource-name keys most vendors share, as constructor arguments."""
+    return {
+        "count_name": section.str("resourceCountName"),
+        "memory_name": section.str("resourceMemoryName"),
+        "core_name": section.str("resourceCoreName"),
+    }
+
+
 def names(*candidates: str) -> frozenset[str]:
     """The non-empty resource names of a vendor."""
     return frozenset(n for n in candidates if n)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.devices.base import ConfigSection, SlicedDevice
+from app.devices.base import ConfigSection, SlicedDevice, count_memory_core
 
 MLU_MEMORY_UNIT = 256
 """One ``mlu.smlu.vmemory`` unit is 256 MiB."""
@@ -14,9 +14,7 @@ def build(root: ConfigSection) -> tuple[SlicedDevice, ...]:
     return (
         SlicedDevice(
             key="MLU",
-            count_name=section.str("resourceCountName"),
-            memory_name=section.str("resourceMemoryName"),
-            core_name=section.str("resourceCoreName"),
+            **count_memory_core(section),
             memory_factor=MLU_MEMORY_UNIT,
             default_cores=100,
         ),

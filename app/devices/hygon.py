@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.devices.base import ConfigSection, SlicedDevice
+from app.devices.base import ConfigSection, SlicedDevice, count_memory_core
 
 
 def build(root: ConfigSection) -> tuple[SlicedDevice, ...]:
@@ -11,9 +11,7 @@ def build(root: ConfigSection) -> tuple[SlicedDevice, ...]:
     return (
         SlicedDevice(
             key="DCU",
-            count_name=section.str("resourceCountName"),
-            memory_name=section.str("resourceMemoryName"),
-            core_name=section.str("resourceCoreName"),
+            **count_memory_core(section),
             memory_factor=section.int("memoryFactor"),
             default_cores=100,
         ),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from app.devices.base import ConfigSection, SlicedDevice
+from app.devices.base import ConfigSection, SlicedDevice, count_memory_core
 from app.edit import ContainerEdit, PodEdit
 
 ILUVATAR_MEMORY_UNIT = 256
@@ -24,9 +24,7 @@ class Iluvatar(SlicedDevice):
             return False
         count = math.ceil(ctr.limit(self.count_name) or 0)
         if count > 1 and self.core_name:
-            # HAMi overwrites only the limit; the request follows so the Pod stays valid (requests == limits).
             ctr.set_limit(self.core_name, count * 100)
-            ctr.set_request(self.core_name, count * 100)
         if ctr.name and not ctr.has_env(CONTAINER_NAME_ENV):
             ctr.set_env(CONTAINER_NAME_ENV, ctr.name)
         return True
@@ -37,9 +35,7 @@ def build(root: ConfigSection) -> tuple[Iluvatar, ...]:
     return tuple(
         Iluvatar(
             key=entry.str("commonWord"),
-            count_name=entry.str("resourceCountName"),
-            memory_name=entry.str("resourceMemoryName"),
-            core_name=entry.str("resourceCoreName"),
+            **count_memory_core(entry),
             memory_factor=ILUVATAR_MEMORY_UNIT,
             default_cores=0,
         )

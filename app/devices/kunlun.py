@@ -58,7 +58,6 @@ class KunlunVXPU:
         if memory is not None:
             rounded = partition(math.ceil(memory))
             ctr.set_limit(self.vmemory_name, rounded)
-            ctr.set_request(self.vmemory_name, rounded)
         return True
 
     def quota_request(self, ctr: ContainerEdit) -> QuotaRequest | None:

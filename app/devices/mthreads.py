@@ -14,6 +14,7 @@ from app.devices.base import (
     DeviceRequestError,
     QuotaNames,
     QuotaRequest,
+    count_memory_core,
     names,
     whole_in_range,
 )
@@ -38,11 +39,7 @@ class Mthreads:
 
     @classmethod
     def from_config(cls, section: ConfigSection) -> Mthreads:
-        return cls(
-            count_name=section.str("resourceCountName"),
-            memory_name=section.str("resourceMemoryName"),
-            core_name=section.str("resourceCoreName"),
-        )
+        return cls(**count_memory_core(section))
 
     @cached_property
     def resource_names(self) -> frozenset[str]:
@@ -70,15 +67,10 @@ class Mthreads:
         return True
 
     def _whole_cards(self, ctr: ContainerEdit, gpus: int) -> None:
-        """All cores and memory of ``gpus`` cards, overwriting the user's values.
-
-        Requests are rewritten too (HAMi writes limits only): the API server demands
-        that an extended resource's request equal its limit.
-        """
+        """All cores and memory of ``gpus`` cards, overwriting the user's values (requests follow: decision M4)."""
         for name, amount in ((self.core_name, gpus * CORES_PER_GPU), (self.memory_name, gpus * MEMORY_PER_GPU)):
             if name:
                 ctr.set_limit(name, amount)
-                ctr.set_request(name, amount)
 
     def quota_request(self, ctr: ContainerEdit) -> QuotaRequest | None:
         """Per card: memory in MiB (units x 512) and cores, each split evenly by integer division."""
