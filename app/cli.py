@@ -174,7 +174,9 @@ def api_server_defaults(pod: dict[str, Any], namespace: str) -> dict[str, Any]:
     for field in ("initContainers", "containers"):
         for ctr in spec.get(field) or []:
             resources = ctr.get("resources") if isinstance(ctr, dict) else None
-            limits = resources.get("limits") if isinstance(resources, dict) else None
+            if not isinstance(resources, dict):
+                continue
+            limits = resources.get("limits")
             if isinstance(limits, dict) and limits:
                 if not isinstance(resources.get("requests"), dict):
                     resources["requests"] = {}

@@ -102,9 +102,9 @@ def _too_large() -> Response:
 
 def _log_review(document: dict[str, Any], answer: dict[str, Any], started: float) -> None:
     """One line per review: who, what was decided, how long it took. Never the Pod body."""
-    req = document.get("request") or {}
-    obj = req.get("object") if isinstance(req.get("object"), dict) else {}
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    req: dict[str, Any] = document.get("request") or {}
+    obj: dict[str, Any] = req["object"] if isinstance(req.get("object"), dict) else {}
+    meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
     status = answer.get("status", {})
     log.info(
         "review uid=%s namespace=%s pod=%s allowed=%s code=%s reason=%s patched=%s message=%s ms=%.2f",

@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 from pathlib import Path
+from typing import cast
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPublicKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from certgen import log
@@ -334,7 +336,9 @@ def _issue_leaf(ca: _Pair, hosts: tuple[str, ...], policy: Policy, now: datetime
         ski = ca.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
         aki = x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski)
     except x509.ExtensionNotFound:  # a CA certgen did not make
-        aki = x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.cert.public_key())
+        aki = x509.AuthorityKeyIdentifier.from_issuer_public_key(
+            cast(CertificateIssuerPublicKeyTypes, ca.cert.public_key())
+        )
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, ORGANIZATION)]))

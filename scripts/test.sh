@@ -5,4 +5,5 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh test
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/mypy
 exec .venv/bin/python -m pytest "$@"

@@ -7,6 +7,7 @@ and says how much of its quota resources the container asks for.
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -89,10 +90,10 @@ class ConfigSection:
         self._data: Mapping[str, Any] = data or {}
         self.path = path
 
-    def _where(self, key: str) -> str:
+    def _where(self, key: builtins.str) -> str:
         return f"{self.path}.{key}" if self.path else key
 
-    def str(self, key: str) -> str:
+    def str(self, key: builtins.str) -> builtins.str:
         """A string; a missing or null key reads as empty."""
         raw = self._data.get(key)
         if raw is None:
@@ -101,7 +102,7 @@ class ConfigSection:
             raise ConfigError(f"{self._where(key)}: expected a string, got {raw!r}")
         return str(raw)
 
-    def int(self, key: str) -> int:
+    def int(self, key: builtins.str) -> builtins.int:
         """An integer; a missing key reads as 0."""
         raw = self._data.get(key, 0)
         if isinstance(raw, bool) or not isinstance(raw, int):
@@ -110,7 +111,7 @@ class ConfigSection:
             raise ConfigError(f"{self._where(key)}: expected an integer, got {raw!r}")
         return raw
 
-    def bool(self, key: str) -> bool:
+    def bool(self, key: builtins.str) -> builtins.bool:
         """A boolean; YAML's true/false or the strings "true"/"false" (the chart quotes some)."""
         raw = self._data.get(key, False)
         if isinstance(raw, bool):
@@ -119,11 +120,11 @@ class ConfigSection:
             return raw.lower() == "true"
         raise ConfigError(f"{self._where(key)}: expected true or false, got {raw!r}")
 
-    def section(self, key: str) -> ConfigSection:
+    def section(self, key: builtins.str) -> ConfigSection:
         """A nested mapping (empty when missing)."""
         return ConfigSection(self._data.get(key), self._where(key))
 
-    def sections(self, key: str) -> list[ConfigSection]:
+    def sections(self, key: builtins.str) -> list[ConfigSection]:
         """A list of mappings (empty when missing)."""
         raw = self._data.get(key) or []
         if not isinstance(raw, list):
