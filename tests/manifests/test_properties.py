@@ -6,12 +6,13 @@ import base64
 import re
 from pathlib import Path
 
+import kubernetes_validate
 import pytest
 import yaml
 
 from app.settings import Settings
 from certgen.cli import build_parser
-from tests.manifests.conftest import NAMESPACE, REPO, Obj, containers, find, one, pod_specs
+from tests.manifests.conftest import MANIFESTS, NAMESPACE, REPO, Obj, containers, find, one, pod_specs
 
 MODES = ["certgen", "cert-manager", "manual"]
 WEBHOOK_LABELS = {"app.kubernetes.io/name": "hami-webhook", "app.kubernetes.io/component": "webhook"}
@@ -344,3 +345,18 @@ def test_readme_image_overlay_sets_every_image(overlays_dir: Path) -> None:
     objects = kustomize(write_overlay(overlays_dir / "hami-image", "hami-image"))
     images = {c["image"] for pod in pod_specs(objects).values() for c in containers(pod)}
     assert images == {"registry.example.com/hami-webhook:0.1.0"}
+
+
+def test_readme_rollout_overlay_opts_in_and_ignores_failures(overlays_dir: Path) -> None:
+    from tests.manifests.conftest import kustomize, write_overlay
+
+    objects = kustomize(write_overlay(overlays_dir / "hami-rollout", "hami-rollout"))
+    config = hook(objects)
+    assert config["namespaceSelector"]["matchLabels"] == {"hami.io/webhook": "enabled"}
+    assert (
+        config["namespaceSelector"]["matchExpressions"]
+        == hook(kustomize(MANIFESTS))["namespaceSelector"]["matchExpressions"]
+    )
+    assert config["failurePolicy"] == "Ignore"
+    for version in ("1.30.0", kubernetes_validate.latest_version()):
+        kubernetes_validate.validate(one(objects, "MutatingWebhookConfiguration", "hami-webhook"), version, strict=True)
