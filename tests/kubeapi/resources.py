@@ -131,6 +131,7 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
         categories=("all",),
         field_selectors=_POD_FIELDS,
         return_deleted_object=True,
+        prepare=kinds.prepare_pod,
     ),
     _core(
         "Service",
