@@ -55,7 +55,9 @@ class FakeKubeAPI:
     request is kept in ``requests``; ``fail_next``/``before`` inject failures and races.
 
     Creating an object runs the registered mutating webhooks (``admission``; map webhook Services to
-    loopback ports in ``services``). ``history_size`` bounds the watch event history (older resourceVersions answer 410 Expired);
+    loopback ports in ``services``).
+
+    ``history_size`` bounds the watch event history (older resourceVersions answer 410 Expired);
     ``bookmark_interval`` is the seconds between BOOKMARK events on watches that allow them;
     a Namespace DELETEd over HTTP stays Terminating for ``namespace_deletion_delay`` seconds before
     it and its contents disappear (0: immediately).
