@@ -193,6 +193,15 @@ class FakeKubeAPI:
         with self._hooks_lock:
             self._hooks.append(_Hook(method.upper(), re.compile(path_regex), times, status=status, message=message))
 
+    def drop_watches(self) -> int:
+        """Cut every open watch mid-stream (no terminating chunk), as a broken connection or a restarting
+        API server would; returns how many were cut."""
+        return self._store.drop_watchers()
+
+    def compact(self) -> None:
+        """Discard the watch history: a watch resumed from an older resourceVersion gets 410 Expired."""
+        self._store.compact()
+
     def before(self, method: str, path_regex: str, callback: Callable[[FakeKubeAPI], None], times: int = 1) -> None:
         """Run ``callback(self)`` just before handling the next ``times`` matching requests."""
         with self._hooks_lock:
