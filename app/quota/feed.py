@@ -163,6 +163,7 @@ class _Stream:
     name: str
     list_call: Callable[..., Any]
     table: PodTable | QuotaTable
+    rv: str = ""  # where to resume: the last event's or bookmark's resourceVersion ("" = list first)
     synced: bool = False
     broken_since: float | None = None
     response: Any = None
@@ -241,24 +242,23 @@ class Feed:
     # --- the loop ----------------------------------------------------------------------------------
 
     def _run(self, stream: _Stream) -> None:
-        rv = ""
         failures = 0
         while not self._stop.is_set():
             try:
-                if not rv:
-                    rv = self._list(stream)
+                if not stream.rv:
+                    self._list(stream)
                     failures = 0
-                rv = self._watch(stream, rv)
+                self._watch(stream)
                 failures = 0
             except Gone:
-                log.info("quota feed: %s resourceVersion %s expired; listing again", stream.name, rv)
-                rv = ""
+                log.info("quota feed: %s resourceVersion %s expired; listing again", stream.name, stream.rv)
+                stream.rv = ""
             except Exception as exc:
                 if self._stop.is_set():
                     break
                 if stream.broken_since is None:
                     stream.broken_since = time.monotonic()
-                    log.warning("quota feed: %s broken (%s); retrying with backoff", stream.name, _why(exc))
+                    log.warning("quota feed: %s broken (%s); retrying with backoff", stream.name, describe(exc))
                 failures += 1
                 self._stop.wait(min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** min(failures - 1, 16)) * random.uniform(0.5, 1))
         stream.response = None
@@ -268,7 +268,7 @@ class Feed:
             log.info("quota feed: %s connected again", stream.name)
         stream.broken_since = None
 
-    def _list(self, stream: _Stream) -> str:
+    def _list(self, stream: _Stream) -> None:
         items: list[dict[str, Any]] = []
         cont, rv = None, ""
         while True:
@@ -288,16 +288,15 @@ class Feed:
                 break
         with self._lock:
             stream.table.replace(items)
-        stream.synced = True
+        stream.rv, stream.synced = rv, True
         self._healthy(stream)
-        return rv
 
-    def _watch(self, stream: _Stream, rv: str) -> str:
+    def _watch(self, stream: _Stream) -> None:
         seconds = random.randint(*WATCH_SECONDS)
         try:
             response = stream.list_call(
                 watch=True,
-                resource_version=rv,
+                resource_version=stream.rv,
                 allow_watch_bookmarks=True,
                 timeout_seconds=seconds,
                 _preload_content=False,
@@ -322,14 +321,18 @@ class Feed:
                 if kind != "BOOKMARK":
                     with self._lock:
                         stream.table.apply(kind, obj)
-                rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                stream.rv = (obj.get("metadata") or {}).get("resourceVersion") or stream.rv
         finally:
             stream.response = None
             response.close()
-        return rv
 
 
-def _why(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
+    """One line for a client error: HTTP status and the Status message, not the client's header dump."""
     if isinstance(exc, ApiException):
-        return f"HTTP {exc.status} {exc.reason}"
+        try:
+            message = json.loads(exc.body or "{}").get("message") or ""
+        except (ValueError, AttributeError):
+            message = ""
+        return f"HTTP {exc.status} {exc.reason}" + (f": {message}" if message else "")
     return f"{type(exc).__name__}: {exc}"

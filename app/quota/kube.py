@@ -22,7 +22,7 @@ from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
 from app.quota.demand import Demand, amounts
-from app.quota.feed import Feed
+from app.quota.feed import Feed, describe
 from app.quota.ledger import Conflict, Entry, Ledger
 from app.quota.limits import check, limited
 from app.quota.port import FITS, QuotaOff, QuotaPort, QuotaUnavailable, Verdict
@@ -69,7 +69,7 @@ class KubeQuota:
                 except Conflict:
                     time.sleep(min(random.uniform(0, 0.01 * 2**attempt), max(deadline - time.monotonic(), 0)))
                 except Exception as exc:
-                    raise QuotaUnavailable(f"quota ledger {self._where(namespace)}: {exc}") from exc
+                    raise QuotaUnavailable(f"quota ledger {self._where(namespace)}: {describe(exc)}") from exc
         finally:
             lock.release()
         raise QuotaUnavailable(
@@ -161,6 +161,7 @@ def _probe(configuration: client.Configuration) -> None:
         try:
             client.CoreV1Api(api_client).list_resource_quota_for_all_namespaces(limit=1, _request_timeout=5)
         except Exception as exc:
+            where = configuration.host
             raise QuotaStartError(
-                f"HAMI_QUOTA_ENABLED=true but the Kubernetes API at {configuration.host} cannot be used: {exc}"
+                f"HAMI_QUOTA_ENABLED=true but the Kubernetes API at {where} cannot be used: {describe(exc)}"
             ) from exc

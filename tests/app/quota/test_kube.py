@@ -8,13 +8,14 @@ from typing import Any
 
 import pytest
 
-from app.quota import QuotaUnavailable
-from app.quota.kube import KubeQuota
+from app import create_app
+from app.quota import QuotaOff, QuotaUnavailable
+from app.quota.kube import KubeQuota, QuotaStartError, open_quota
 from app.quota.ledger import LEDGER_ANNOTATION
 from app.review import QUOTA_RESERVATION_ANNOTATION
-from app.settings import Settings
+from app.settings import Settings, SettingsError
 from tests.app.quota.conftest import GPU, HOME, MEM, QUOTA_NS, eventually, resource_quota
-from tests.app.reviews import Outcome, container, pod, run
+from tests.app.reviews import Outcome, admission_review, container, pod, run
 from tests.kubeapi import FakeKubeAPI
 
 LEDGER = f"hami-quota-{QUOTA_NS}"
@@ -155,7 +156,8 @@ def test_ledger_failure_is_an_error_not_an_admission(cluster: FakeKubeAPI, start
     cluster.put(resource_quota({f"limits.{MEM}": "4000"}))
     port, settings = start_quota()
     cluster.fail_next("POST", "/leases$", 503, message="etcdserver: request timed out")
-    with pytest.raises(QuotaUnavailable, match=r"quota ledger hami-system/hami-quota-ai: \(503\)"):
+    unavailable = "quota ledger hami-system/hami-quota-ai: HTTP 503 Service Unavailable: etcdserver: request timed out"
+    with pytest.raises(QuotaUnavailable, match=unavailable):
         admit(port, settings, 1000, "u-1")
     cluster.fail_next("PUT", f"/leases/{LEDGER}$", 409, times=1000)
     assert admit(port, settings, 1000, "u-2").response["allowed"]  # created by POST: no PUT yet
@@ -173,3 +175,50 @@ def test_readiness_follows_the_feed(cluster: FakeKubeAPI, start_quota) -> None:
     cluster.stop()
     eventually(lambda: not port.status()["ready"], 10, "/readyz to turn unready")
     assert port.status()["broken_seconds"] > 1
+
+
+@pytest.mark.parametrize("mode", ["auto", "false"])
+def test_quota_is_off_without_api_configuration(mode: str, tmp_path, monkeypatch, caplog) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    port = open_quota(Settings.from_env({"HAMI_QUOTA_ENABLED": mode}))
+    status = port.status()
+    assert isinstance(port, QuotaOff) and status["ready"] and status["quota"] == "off"
+    if mode == "auto":
+        assert "no in-cluster config or kubeconfig" in status["reason"]
+        assert "namespace device quota is off" in caplog.text
+
+
+def test_required_quota_fails_clearly(tmp_path, monkeypatch, cluster: FakeKubeAPI) -> None:
+    required = Settings.from_env({"HAMI_QUOTA_ENABLED": "true"})
+    unreachable = f"HAMI_QUOTA_ENABLED=true but the Kubernetes API at {cluster.url} cannot be used"
+    cluster.stop()
+    with pytest.raises(QuotaStartError, match=unreachable):
+        open_quota(required)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    with pytest.raises(QuotaStartError, match="HAMI_QUOTA_ENABLED=true but no Kubernetes API configuration"):
+        open_quota(required)
+
+
+def test_quota_enabled_setting_is_checked() -> None:
+    with pytest.raises(SettingsError, match="HAMI_QUOTA_ENABLED: expected auto, true or false, got 'maybe'"):
+        Settings.from_env({"HAMI_QUOTA_ENABLED": "maybe"})
+
+
+def test_webhook_answers_http_500_when_quota_cannot_be_decided(cluster: FakeKubeAPI, start_quota) -> None:
+    """A non-200 lets the API server apply the configured failurePolicy (Q5); /readyz follows the feed."""
+    cluster.put(resource_quota({f"limits.{MEM}": "4000"}))
+    port, settings = start_quota(HAMI_QUOTA_STALE_AFTER="1")
+    client = create_app(settings, port).test_client()
+    assert client.get("/readyz").status_code == 200
+    cluster.fail_next("GET", f"/leases/{LEDGER}$", 500, message="etcd is down")
+    reply = client.post("/webhook", json=admission_review(gpu_pod(1000), uid="u-1"))
+    assert reply.status_code == 500
+    assert reply.get_json() == {
+        "code": 500,
+        "error": "namespace quota could not be decided: "
+        "quota ledger hami-system/hami-quota-ai: HTTP 500 Internal Server Error: etcd is down",
+    }
+    cluster.stop()
+    eventually(lambda: client.get("/readyz").status_code == 503, 10, "/readyz to fail")
+    assert client.get("/readyz").get_json()["quota"]["ready"] is False
