@@ -184,7 +184,7 @@ class Feed:
             _Stream("resourcequotas", core.list_resource_quota_for_all_namespaces, self.quotas),
         )
         self._threads: list[threading.Thread] = []
-        self._started = time.monotonic()
+        self._synced = threading.Event()
 
     # --- reads (any thread) ------------------------------------------------------------------------
 
@@ -202,8 +202,9 @@ class Feed:
                         total[name] = total.get(name, 0) + amount
         return total
 
-    def synced(self) -> bool:
-        return all(s.synced for s in self._streams)
+    def synced(self, wait: float = 0) -> bool:
+        """Both kinds have been listed; waits up to ``wait`` seconds for it (a freshly started worker)."""
+        return self._synced.wait(wait) if wait else self._synced.is_set()
 
     def broken_for(self) -> float:
         """Seconds the feed has been unable to list or watch (0 when every stream is connected)."""
@@ -289,6 +290,8 @@ class Feed:
         with self._lock:
             stream.table.replace(items)
         stream.rv, stream.synced = rv, True
+        if all(s.synced for s in self._streams):
+            self._synced.set()
         self._healthy(stream)
 
     def _watch(self, stream: _Stream) -> None:

@@ -28,8 +28,9 @@ from app.quota.limits import check, limited
 from app.quota.port import FITS, QuotaOff, QuotaPort, QuotaUnavailable, Verdict
 from app.settings import Settings
 
-ADMIT_BUDGET = 5.0  # seconds for one check-and-reserve: half the API server's 10 s webhook timeout
+ADMIT_BUDGET = 5.0  # seconds for one admission, sync wait included: half the API server's 10 s webhook timeout
 REQUEST_TIMEOUT = 2.0  # seconds for one ledger read or write
+SYNC_WAIT = 3.0  # seconds an admission waits for a just-started worker's first lists
 ATTEMPTS = 16  # compare-and-swap rounds; only admissions write, so a round is lost only to another admission
 log = logging.getLogger("hami_webhook.quota")
 
@@ -54,10 +55,10 @@ class KubeQuota:
         limits = self.feed.limits(namespace)
         if not requested or not limited(limits, requested):
             return FITS  # no device quota here: the ledger is never touched
-        self._require_fresh()
         deadline = time.monotonic() + ADMIT_BUDGET
+        self._require_fresh()
         lock = self._lock(namespace)  # this process's threads take turns; other processes meet at the CAS
-        if not lock.acquire(timeout=ADMIT_BUDGET):
+        if not lock.acquire(timeout=max(deadline - time.monotonic(), 0)):
             raise QuotaUnavailable(f"namespace {namespace}: timed out waiting for other admissions in this worker")
         try:
             for attempt in range(ATTEMPTS):
@@ -96,7 +97,7 @@ class KubeQuota:
         return f"{self.ledger.home}/{self.ledger.name(namespace)}"
 
     def _require_fresh(self) -> None:
-        if not self.feed.synced():
+        if not self.feed.synced(wait=SYNC_WAIT):
             raise QuotaUnavailable("the Pod and ResourceQuota lists have not synced yet")
         broken = self.feed.broken_for()
         if broken > self._stale_after:
