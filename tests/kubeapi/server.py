@@ -51,7 +51,8 @@ def kubectl_binary() -> str:
 
 class FakeKubeAPI:
     """Kubernetes API server double. Seed and inspect state with ``put/get/list/delete``; every HTTP
-    request is kept in ``requests``; ``fail_next``/``before`` inject failures and races.
+    request is kept in ``requests``; ``fail_next``/``before`` inject failures and races;
+    ``drop_watches``/``compact`` break open watches and expire old resourceVersions.
 
     ``history_size`` bounds the watch event history (older resourceVersions answer 410 Expired);
     ``bookmark_interval`` is the seconds between BOOKMARK events on watches that allow them;
