@@ -195,6 +195,8 @@ def test_settings_env_and_mounts(base: list[Obj], tmp_path: Path) -> None:
     # TLS: the serving Secret at /tls, and the settings point into it.
     tls = next(name for name, v in volumes.items() if v.get("secret", {}).get("secretName") == "hami-webhook-tls")
     assert mounts[tls]["mountPath"] == "/tls"
+    # Whole-volume mounts (no subPath): the kubelet swaps renewed certificate files in place for the reloader.
+    assert all("subPath" not in m for m in container["volumeMounts"])
     # Device config: HAMI_DEVICE_CONFIG names the key of the mounted ConfigMap.
     config = next(n for n, v in volumes.items() if v.get("configMap", {}).get("name") == "hami-device-config")
     assert variables["HAMI_DEVICE_CONFIG"]["value"] == f"{mounts[config]['mountPath']}/device-config.yaml"
