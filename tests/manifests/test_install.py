@@ -198,6 +198,9 @@ def test_install_use_upgrade_switch_uninstall(
     assert create(api, cpu_pod())["spec"]["schedulerName"] == "default-scheduler"
     assert "pods.hami.io: failurePolicy Ignore -> Fail" in flip(script_env, "Fail")
     assert policy(api) == "Fail"
+    flip(script_env, "Ignore")
+    api.kubectl("apply", "-k", str(MANIFESTS))
+    assert policy(api) == "Fail", "the README says a later apply sets Fail back"
     webhooks.append(Webhook(api, tmp_path / "webhook-2"))
     assert create(api, gpu_pod())["spec"]["schedulerName"] == "hami-scheduler"
     assert "Traceback" not in webhooks[1].stop()
