@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.manifests.conftest import MANIFESTS, kustomize
 from tests.realkube.cluster import LOOPBACK, RealKube, python_tool
 
 NAMESPACE = "hami-system"
@@ -28,53 +29,46 @@ CONFIGURATION = "hami-webhook"
 WEBHOOK = "pods.hami.io"
 SERVICE_HOST = f"{SERVICE}.{NAMESPACE}.svc"
 IGNORE_LABEL = {"hami.io/webhook": "ignore"}
+# What `kubectl kustomize manifests` renders that an API server alone can use. Deployment and Job need
+# controllers that do not run here (the test runs their commands itself); policy/v1 PodDisruptionBudget
+# and batch/v1 CronJob do not exist in 1.20 (1.21+); NetworkPolicy needs a network plugin.
+APPLIED_KINDS = (
+    "Namespace",
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "ConfigMap",
+    "Service",
+    "MutatingWebhookConfiguration",
+)
+NOT_IN_1_20 = (("policy/v1", "PodDisruptionBudget"), ("batch/v1", "CronJob"))
+
+Obj = dict[str, Any]
 
 
-def namespace(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+def rendered() -> list[Obj]:
+    """The shipped install: `kubectl kustomize manifests` (certgen TLS mode)."""
+    return kustomize(MANIFESTS)
+
+
+def one(objects: list[Obj], kind: str, name: str | None = None) -> Obj:
+    (found,) = (o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"]))
+    return found
+
+
+def namespace(name: str, labels: dict[str, str] | None = None) -> Obj:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}}
 
 
-def service() -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": SERVICE, "namespace": NAMESPACE},
-        "spec": {
-            "selector": {"app.kubernetes.io/name": "hami-webhook"},
-            "ports": [{"name": "https", "port": 443, "targetPort": "https"}],
-        },
-    }
-
-
-def configuration(
-    name: str = CONFIGURATION,
-    *,
-    api_version: str = "admissionregistration.k8s.io/v1",
-    review_versions: tuple[str, ...] = ("v1",),
-    namespace_selector: dict[str, Any] | None = None,
-    **webhook: Any,
-) -> dict[str, Any]:
-    """The webhook's MutatingWebhookConfiguration (caBundle left to `certgen patch`)."""
-    skip_ignored = {"matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]}
-    return {
-        "apiVersion": api_version,
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": name},
-        "webhooks": [
-            {
-                "name": WEBHOOK,
-                "admissionReviewVersions": list(review_versions),
-                "sideEffects": "None",
-                "failurePolicy": "Fail",
-                "timeoutSeconds": 10,
-                "clientConfig": {"service": {"name": SERVICE, "namespace": NAMESPACE, "path": "/webhook", "port": 443}},
-                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
-                "namespaceSelector": namespace_selector or skip_ignored,
-                "objectSelector": skip_ignored,
-            }
-            | webhook
-        ],
-    }
+def job_commands(objects: list[Obj]) -> list[list[str]]:
+    """The certgen Job's containers (init first) as argv, with $(POD_NAMESPACE) expanded as the kubelet does."""
+    spec = one(objects, "Job")["spec"]["template"]["spec"]
+    return [
+        [*c["command"], *(a.replace("$(POD_NAMESPACE)", NAMESPACE) for a in c["args"])]
+        for c in [*spec.get("initContainers", []), *spec["containers"]]
+    ]
 
 
 def run_certgen(kubeconfig: str, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
@@ -88,13 +82,19 @@ def run_certgen(kubeconfig: str, *args: str, timeout: float = 90) -> subprocess.
     )
 
 
-def apply(kube: RealKube, *objects: dict[str, Any], token: str | None = None) -> None:
-    kube.kubectl("apply", "-f", "-", stdin="\n---\n".join(json.dumps(o) for o in objects), token=token)
+def apply(kube: RealKube, *objects: Obj, token: str | None = None, validate: bool = True) -> None:
+    flags = [] if validate else ["--validate=false"]
+    kube.kubectl("apply", *flags, "-f", "-", stdin="\n---\n".join(json.dumps(o) for o in objects), token=token)
 
 
-def get(kube: RealKube, *what: str, namespace: str | None = None) -> dict[str, Any]:
+def get(kube: RealKube, *what: str, namespace: str | None = None) -> Obj:
     scope = ["-n", namespace] if namespace else []
     return json.loads(kube.kubectl("get", *what, *scope, "-o", "json").stdout)  # type: ignore[no-any-return]
+
+
+def token(kube: RealKube, service_account: str) -> str:
+    """A bound token for `service_account` in hami-system from the TokenRequest API (what a Pod would mount)."""
+    return kube.kubectl("create", "token", service_account, "-n", NAMESPACE).stdout.strip()
 
 
 @dataclass
@@ -163,8 +163,11 @@ class WebhookServer:
 @dataclass
 class Installed:
     kube: RealKube
+    objects: list[Obj]  # what was applied from the rendered manifests
     cluster_ip: str
     ca_bundle: str  # base64, as in the Secret and caBundle
+    certgen_kubeconfig: str  # authenticates as ServiceAccount hami-webhook-certgen
+    webhook_kubeconfig: str  # authenticates as ServiceAccount hami-webhook
     webhook: WebhookServer
     work: Path
 
@@ -177,32 +180,39 @@ def cluster_ip(kube: RealKube) -> str:
     return str(ip)
 
 
-def serving_files(kube: RealKube, work: Path) -> tuple[Path, Path, Path]:
-    """tls.crt, tls.key and ca.crt of the serving Secret, as the Deployment's Secret volume would hold them."""
-    data = get(kube, "secret", SECRET, namespace=NAMESPACE)["data"]
-    tls = work / "tls"
-    tls.mkdir(mode=0o700, exist_ok=True)
-    paths = []
-    for key in ("tls.crt", "tls.key", "ca.crt"):
-        path = tls / key
-        path.write_bytes(base64.b64decode(data[key]))
-        paths.append(path)
-    return paths[0], paths[1], paths[2]
+def mounted(kube: RealKube, kind: str, name: str, directory: Path) -> Path:
+    """A Secret's or ConfigMap's keys as files, as a volume mount would hold them."""
+    data = get(kube, kind, name, namespace=NAMESPACE)["data"]
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for key, value in data.items():
+        (directory / key).write_bytes(base64.b64decode(value) if kind == "secret" else value.encode())
+    return directory
 
 
 def install(kube: RealKube, work: Path) -> Installed:
-    apply(kube, namespace(NAMESPACE, IGNORE_LABEL), service())
+    """Apply the rendered manifests, run the certgen Job's commands with its ServiceAccount's token, and
+    start the webhook on the Service's ClusterIP with its own ServiceAccount's token."""
+    objects = [o for o in rendered() if o["kind"] in APPLIED_KINDS]
+    first = [o for o in objects if o["kind"] != "MutatingWebhookConfiguration"]
+    apply(kube, *first)
+    # kubectl checks objects against the server's schema, and 1.20's has no matchConditions (1.27+):
+    # sent without that check, the server drops the field (see test_webhook).
+    apply(kube, one(objects, "MutatingWebhookConfiguration"), validate=False)
     ip = cluster_ip(kube)
-    for args in (
-        ("create", "--namespace", NAMESPACE, "--secret-name", SECRET, "--host", SERVICE_HOST),
-        ("patch", "--namespace", NAMESPACE, "--secret-name", SECRET, "--webhook-name", CONFIGURATION),
-    ):
-        if args[0] == "patch":
-            apply(kube, configuration())
-        done = run_certgen(kube.kubeconfig_path, *args)
+    certgen = kube.kubeconfig_for(token(kube, "hami-webhook-certgen"), work / "certgen.kubeconfig")
+    for argv in job_commands(rendered()):
+        assert argv[0] == "certgen", argv
+        done = run_certgen(certgen, *argv[1:])
         if done.returncode != 0:
-            raise RuntimeError(f"certgen {args[0]} exited {done.returncode}: {done.stderr}")
-    cert, key, ca = serving_files(kube, work)
-    server = WebhookServer(ip, 443, cert, key, ca, work / "webhook.log").start()
+            raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr}")
+    tls = mounted(kube, "secret", SECRET, work / "tls")
+    config = mounted(kube, "configmap", "hami-device-config", work / "config")
+    webhook_kubeconfig = kube.kubeconfig_for(token(kube, "hami-webhook"), work / "webhook.kubeconfig")
+    env = {
+        "HAMI_NAMESPACE": NAMESPACE,
+        "HAMI_DEVICE_CONFIG": str(config / "device-config.yaml"),
+        "KUBECONFIG": webhook_kubeconfig,
+    }
+    server = WebhookServer(ip, 443, tls / "tls.crt", tls / "tls.key", tls / "ca.crt", work / "webhook.log", env)
     bundle = get(kube, "secret", SECRET, namespace=NAMESPACE)["data"]["ca.crt"]
-    return Installed(kube, ip, bundle, server, work)
+    return Installed(kube, objects, ip, bundle, certgen, webhook_kubeconfig, server.start(), work)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import uuid
 from typing import Any
@@ -9,17 +10,17 @@ from typing import Any
 import pytest
 
 from tests.realkube.install import (
+    CONFIGURATION,
     IGNORE_LABEL,
     NAMESPACE,
-    WEBHOOK,
+    SECRET,
     Installed,
     apply,
-    configuration,
     get,
     namespace,
+    one,
     run_certgen,
 )
-from tests.realkube.install import SECRET as SERVING_SECRET
 
 IMAGE = "nvidia/cuda:12.4.1-base-ubuntu22.04"
 
@@ -137,33 +138,26 @@ def test_namespace_labelled_ignore_is_not_sent_to_the_webhook(installed: Install
 
 
 def test_v1beta1_only_configuration(installed: Installed) -> None:
-    """A configuration written through admissionregistration/v1beta1 that accepts only v1beta1 reviews."""
+    """The shipped configuration written through admissionregistration/v1beta1, accepting only v1beta1 reviews."""
     name = f"e2e-v1beta1-{uuid.uuid4().hex[:8]}"
     kube = installed.kube
-    # Only this configuration sees the namespace: the main one skips namespaces labelled "ignore".
+    # Only this configuration sees the namespace: the shipped one skips namespaces labelled "ignore".
     apply(kube, namespace(name, IGNORE_LABEL | {"e2e": name}))
-    beta = configuration(
-        name,
-        api_version="admissionregistration.k8s.io/v1beta1",
-        review_versions=("v1beta1",),
-        namespace_selector={"matchLabels": {"e2e": name}},
-        objectSelector={},
-    )
+    beta = copy.deepcopy(one(installed.objects, "MutatingWebhookConfiguration"))
+    beta["apiVersion"] = "admissionregistration.k8s.io/v1beta1"
+    beta["metadata"]["name"] = name
+    (hook,) = beta["webhooks"]
+    hook |= {"admissionReviewVersions": ["v1beta1"], "namespaceSelector": {"matchLabels": {"e2e": name}}}
+    del hook["matchConditions"], hook["objectSelector"]
     apply(kube, beta)
     try:
         done = run_certgen(
-            kube.kubeconfig_path,
-            "patch",
-            "--namespace",
-            NAMESPACE,
-            "--secret-name",
-            SERVING_SECRET,
-            "--webhook-name",
-            name,
+            kube.kubeconfig_path, "patch", "--namespace", NAMESPACE, "--secret-name", SECRET, "--webhook-name", name
         )
         assert done.returncode == 0, done.stderr
         stored = get(kube, "mutatingwebhookconfigurations.v1beta1.admissionregistration.k8s.io", name)
         assert stored["webhooks"][0]["admissionReviewVersions"] == ["v1beta1"]
+        assert stored["webhooks"][0]["clientConfig"]["caBundle"] == installed.ca_bundle
         code, created, err = create(installed, name, pod("gpu", GPU))
         assert code == 0, err
         assert created["spec"]["schedulerName"] == "hami-scheduler"
@@ -172,19 +166,13 @@ def test_v1beta1_only_configuration(installed: Installed) -> None:
 
 
 def test_match_conditions_are_dropped_by_1_20(installed: Installed) -> None:
-    """matchConditions is 1.27+. kubectl validates against 1.20's schema and refuses it; sent anyway, 1.20
-    drops the unknown field silently, so the webhook is called for every Pod its selectors let through.
-    tests/kubeapi keeps covering the CEL behaviour of newer servers."""
-    name = f"e2e-match-{uuid.uuid4().hex[:8]}"
-    conditions = [{"name": "not-kube-system", "expression": "request.namespace != 'kube-system'"}]
-    body = json.dumps(configuration(name, matchConditions=conditions, namespaceSelector={"matchLabels": {"e2e": name}}))
-    refused = installed.kube.kubectl("apply", "-f", "-", stdin=body, check=False)
+    """matchConditions is 1.27+. kubectl checks against 1.20's schema and refuses it; sent without that check
+    (as the install does), 1.20 drops the field silently, so every Pod the selectors let through is sent
+    to the webhook. tests/manifests and tests/kubeapi keep covering the CEL behaviour of newer servers."""
+    shipped = one(installed.objects, "MutatingWebhookConfiguration")
+    assert [c["name"] for c in shipped["webhooks"][0]["matchConditions"]] == ["requests-accelerator", "not-mirror-pod"]
+    refused = installed.kube.kubectl("apply", "--dry-run=server", "-f", "-", stdin=json.dumps(shipped), check=False)
     assert refused.returncode == 1
     assert 'unknown field "matchConditions" in io.k8s.api.admissionregistration.v1.MutatingWebhook' in refused.stderr
-    installed.kube.kubectl("apply", "--validate=false", "-f", "-", stdin=body)
-    try:
-        stored = get(installed.kube, "mutatingwebhookconfiguration", name)
-        assert stored["webhooks"][0]["name"] == WEBHOOK
-        assert "matchConditions" not in stored["webhooks"][0]
-    finally:
-        installed.kube.kubectl("delete", "mutatingwebhookconfiguration", name)
+    (stored,) = get(installed.kube, "mutatingwebhookconfiguration", CONFIGURATION)["webhooks"]
+    assert "matchConditions" not in stored
