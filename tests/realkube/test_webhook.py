@@ -21,21 +21,7 @@ from tests.realkube.install import (
     one,
     run_certgen,
 )
-
-IMAGE = "nvidia/cuda:12.4.1-base-ubuntu22.04"
-
-
-def pod(name: str, limits: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "cuda", "image": IMAGE}
-    if limits:
-        container["resources"] = {"limits": limits}
-    container |= spec.pop("container", {})
-    meta: dict[str, Any] = {"generateName": name} if name.endswith("-") else {"name": name}
-    meta |= spec.pop("metadata", {})
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [container]} | spec}
-
-
-GPU = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "30"}
+from tests.realkube.pods import GPU, create, pod
 
 
 @pytest.fixture
@@ -44,14 +30,6 @@ def ns(installed: Installed) -> str:
     name = f"e2e-{uuid.uuid4().hex[:8]}"
     apply(installed.kube, namespace(name))
     return name
-
-
-def create(installed: Installed, ns: str, obj: dict[str, Any], *extra: str) -> tuple[int, dict[str, Any], str]:
-    """`kubectl create -f - -o json`: exit code, the object the server returned, stderr."""
-    done = installed.kube.kubectl(
-        "create", "-n", ns, "-f", "-", "-o", "json", *extra, stdin=json.dumps(obj), check=False
-    )
-    return done.returncode, json.loads(done.stdout) if done.returncode == 0 else {}, done.stderr
 
 
 def test_gpu_pod_is_mutated_through_the_service(installed: Installed, ns: str) -> None:
