@@ -150,12 +150,16 @@ class RealKube:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def kubectl(
-        self, *args: str, token: str | None = None, stdin: str | None = None, check: bool = True, timeout: float = 60
+        self,
+        *args: str,
+        kubeconfig: str | None = None,
+        stdin: str | None = None,
+        check: bool = True,
+        timeout: float = 60,
     ) -> subprocess.CompletedProcess[str]:
-        """Run the real kubectl against this server (as admin, or with a bearer token)."""
-        auth = ["--token", token] if token else []
+        """Run the real kubectl against this server (as admin, or as the user of another `kubeconfig`)."""
         done = subprocess.run(
-            [kubectl_binary(), "--kubeconfig", self.kubeconfig_path, *auth, *args],
+            [kubectl_binary(), "--kubeconfig", kubeconfig or self.kubeconfig_path, *args],
             input=stdin,
             capture_output=True,
             text=True,

@@ -82,9 +82,9 @@ def run_certgen(kubeconfig: str, *args: str, timeout: float = 90) -> subprocess.
     )
 
 
-def apply(kube: RealKube, *objects: Obj, token: str | None = None, validate: bool = True) -> None:
+def apply(kube: RealKube, *objects: Obj, validate: bool = True) -> None:
     flags = [] if validate else ["--validate=false"]
-    kube.kubectl("apply", *flags, "-f", "-", stdin="\n---\n".join(json.dumps(o) for o in objects), token=token)
+    kube.kubectl("apply", *flags, "-f", "-", stdin="\n---\n".join(json.dumps(o) for o in objects))
 
 
 def get(kube: RealKube, *what: str, namespace: str | None = None) -> Obj:
