@@ -114,7 +114,7 @@ class WebhookServer:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def start(self, timeout: float = 30) -> WebhookServer:
+    def start(self, timeout: float = 120) -> WebhookServer:
         env = os.environ | {
             "HAMI_WEBHOOK_BIND": f"{self.host}:{self.port}",
             "HAMI_WEBHOOK_TLS_CERT": str(self.cert),
@@ -131,7 +131,7 @@ class WebhookServer:
                 start_new_session=True,
             )
         deadline = time.monotonic() + timeout
-        while self.health() != 200:
+        while self.status("/readyz") != 200:  # with quota on: after the first Pod/ResourceQuota list
             if not self.running or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"webhook on {self.host}:{self.port} did not start:\n{self.log.read_text()[-3000:]}")
@@ -148,13 +148,13 @@ class WebhookServer:
                 self._proc.wait(timeout=5)
         self._proc = None
 
-    def health(self) -> int:
-        """Status of GET /healthz, verified like the API server does (CA bundle, name = the Service's)."""
+    def status(self, path: str) -> int:
+        """HTTP status of GET `path`, TLS verified as the API server does (CA bundle, name = the Service's)."""
         context = ssl.create_default_context(cafile=str(self.ca))
         try:
             with socket.create_connection((self.host, self.port), timeout=2) as raw:
                 with context.wrap_socket(raw, server_hostname=SERVICE_HOST) as tls:
-                    tls.sendall(f"GET /healthz HTTP/1.1\r\nHost: {SERVICE_HOST}\r\nConnection: close\r\n\r\n".encode())
+                    tls.sendall(f"GET {path} HTTP/1.1\r\nHost: {SERVICE_HOST}\r\nConnection: close\r\n\r\n".encode())
                     return int(tls.recv(64).split()[1])
         except (OSError, IndexError, ValueError):
             return 0
