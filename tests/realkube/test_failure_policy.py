@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import uuid
+from pathlib import Path
 
+import pytest
+
+from tests.kubeapi.server import kubectl_binary
+from tests.realkube.cluster import REPO
 from tests.realkube.install import CONFIGURATION, Installed, WebhookServer, apply, get, namespace, run_certgen
 from tests.realkube.pods import GPU, create, pod
 
@@ -14,7 +21,29 @@ def policy(installed: Installed) -> str:
     return str(hook["failurePolicy"])
 
 
-def test_webhook_down_refuses_pods_until_switched_to_ignore(installed: Installed, webhook: WebhookServer) -> None:
+def switch(installed: Installed, how: str, to: str) -> subprocess.CompletedProcess[str]:
+    """The emergency switch: the kubectl-only script as an admin runs it, or `certgen failure-policy` as the
+    certgen ServiceAccount (its ClusterRole allows exactly this)."""
+    if how == "certgen":
+        return run_certgen(installed.certgen_kubeconfig, "failure-policy", to, "--webhook-name", CONFIGURATION)
+    env = os.environ | {
+        "KUBECONFIG": installed.kube.kubeconfig_path,
+        "PATH": f"{Path(kubectl_binary()).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "emergency-failure-policy.sh"), to],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("how", ["script", "certgen"])
+def test_webhook_down_refuses_pods_until_switched_to_ignore(
+    installed: Installed, webhook: WebhookServer, how: str
+) -> None:
     kube = installed.kube
     ns = f"e2e-down-{uuid.uuid4().hex[:8]}"
     apply(kube, namespace(ns))
@@ -30,8 +59,7 @@ def test_webhook_down_refuses_pods_until_switched_to_ignore(installed: Installed
     code, _, err = create(installed, ns, pod("cpu", {"cpu": "1"}))
     assert code == 1 and "failed calling webhook" in err
 
-    # The emergency switch, as the certgen ServiceAccount (its ClusterRole allows exactly this).
-    done = run_certgen(installed.certgen_kubeconfig, "failure-policy", "Ignore", "--webhook-name", CONFIGURATION)
+    done = switch(installed, how, "Ignore")
     assert done.returncode == 0, done.stderr
     try:
         assert policy(installed) == "Ignore"
@@ -41,7 +69,7 @@ def test_webhook_down_refuses_pods_until_switched_to_ignore(installed: Installed
         assert created["spec"]["schedulerName"] == "default-scheduler"
         assert "annotations" not in created["metadata"]
     finally:
-        done = run_certgen(installed.certgen_kubeconfig, "failure-policy", "Fail", "--webhook-name", CONFIGURATION)
+        done = switch(installed, how, "Fail")
     assert done.returncode == 0, done.stderr
     assert policy(installed) == "Fail"
     code, _, err = create(installed, ns, pod("gpu-2", GPU))
