@@ -154,3 +154,12 @@ def test_match_conditions_are_dropped_by_1_20(installed: Installed) -> None:
     assert 'unknown field "matchConditions" in io.k8s.api.admissionregistration.v1.MutatingWebhook' in refused.stderr
     (stored,) = get(installed.kube, "mutatingwebhookconfiguration", CONFIGURATION)["webhooks"]
     assert "matchConditions" not in stored
+
+
+def test_namespaces_have_no_name_label_in_1_20(installed: Installed, ns: str) -> None:
+    """1.21+ labels every namespace kubernetes.io/metadata.name; 1.20 does not, so the shipped
+    namespaceSelector's exclusion of kube-system by that label matches nothing here."""
+    assert "kubernetes.io/metadata.name" not in (get(installed.kube, "namespace", ns)["metadata"].get("labels") or {})
+    assert "kubernetes.io/metadata.name" not in (
+        get(installed.kube, "namespace", "kube-system")["metadata"].get("labels") or {}
+    )
