@@ -112,7 +112,7 @@ rm -rf "$BIN"
 mkdir -p "$W/out"
 cp "$K/_output/bin/kube-apiserver" root/usr/bin/etcd root/usr/bin/etcdctl "$W/out/"
 "$W/out/kube-apiserver" --version >&2
-"$W/out/etcd" --version | head -1 >&2
+"$W/out/etcd" --version >&2 # all of it: `| head -1` would end etcd with SIGPIPE, failing under pipefail
 mv "$W/out" "$BIN"
 echo "kube-apiserver v$KUBE_UPSTREAM built in $((SECONDS - started)) s" >"$STAMP"
 say "done in $((SECONDS - started)) s"
