@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.kubeapi.admission import Admission
 from tests.kubeapi.errors import ApiError
 from tests.kubeapi.httpd import KubeHTTPServer
 from tests.kubeapi.resources import ResourceRegistry, ResourceType, custom_resource
@@ -54,6 +55,9 @@ class FakeKubeAPI:
     request is kept in ``requests``; ``fail_next``/``before`` inject failures and races;
     ``drop_watches``/``compact`` break open watches and expire old resourceVersions.
 
+    Creating an object runs the registered mutating webhooks (``admission``; map webhook Services to
+    loopback ports in ``services``).
+
     ``history_size`` bounds the watch event history (older resourceVersions answer 410 Expired);
     ``bookmark_interval`` is the seconds between BOOKMARK events on watches that allow them;
     a Namespace DELETEd over HTTP stays Terminating for ``namespace_deletion_delay`` seconds before
@@ -76,6 +80,9 @@ class FakeKubeAPI:
         self.url = ""
         self.kubeconfig_path = ""
         self._store = Store(history_size, namespace_deletion_delay)
+        # Where webhook Services are reached: (namespace, name, service port) -> a loopback (host, port).
+        self.services: dict[tuple[str, str, int], tuple[str, int]] = {}
+        self.admission = Admission(self.registry, self._store, self.services)
         self._hooks: list[_Hook] = []
         self._hooks_lock = threading.Lock()
         self._kubeconfig_dir = Path(kubeconfig_dir) if kubeconfig_dir is not None else None
@@ -92,7 +99,7 @@ class FakeKubeAPI:
         self._server = KubeHTTPServer(self._dispatch, self._store, self._bookmark_interval, self.errors)
         port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{port}"
-        self._router = Router(self.registry, self._store, f"127.0.0.1:{port}")
+        self._router = Router(self.registry, self._store, f"127.0.0.1:{port}", self.admission)
         if self._kubeconfig_dir is None:
             self._temp_dir = tempfile.mkdtemp(prefix="fake-kubeapi-")
             self._kubeconfig_dir = Path(self._temp_dir)

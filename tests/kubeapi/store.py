@@ -38,6 +38,21 @@ def _metadata(obj: Obj) -> Obj:
     return meta if isinstance(meta, dict) else {}
 
 
+def decode(rt: ResourceType, candidate: Obj) -> Obj:
+    """A copy of ``candidate`` as the typed decoder sees it: kind checked, unknown fields dropped (400 for
+    values Go could not decode). Admission webhooks get this form, defaulted by ``rt.prepare``."""
+    for field, expected in (("apiVersion", rt.api_version), ("kind", rt.kind)):
+        if candidate.get(field) not in (None, "", expected):
+            raise errors.bad_request(
+                f"{field} of the provided object ({candidate[field]}) does not match {rt.plural} ({expected})"
+            )
+    body = {k: v for k, v in copy.deepcopy(candidate).items() if k not in ("kind", "apiVersion")}
+    obj = {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": {}, **body}  # the real key order
+    unknown_fields(obj, rt.schema, prune=True)  # typed decoding drops what the type doesn't have
+    check_metadata_types(obj)
+    return obj
+
+
 @dataclass(frozen=True)
 class Change:
     """One committed write; ``obj`` is the new (or deleted) object, ``old`` the previous one."""
@@ -260,6 +275,13 @@ class Store:
             raise errors.not_found(rt.plural, rt.group, name)
         return obj
 
+    def check_create(self, rt: ResourceType, namespace: str, meta: Obj) -> None:
+        """What kube-apiserver checks before admission: the body's namespace matches the URL's (400) and
+        the namespace exists and is not terminating (404/403)."""
+        with self._lock:
+            self._check_namespace(rt, namespace, meta)
+            self._require_namespace(rt, namespace, meta.get("name") or "", creating=True)
+
     def _require_namespace(self, rt: ResourceType, namespace: str, name: str, creating: bool) -> None:
         """Like the NamespaceLifecycle admission plugin: no content in missing or terminating namespaces."""
         if not rt.namespaced:
@@ -334,15 +356,7 @@ class Store:
 
     def _admit(self, rt: ResourceType, namespace: str, name: str, candidate: Obj, old: Obj | None) -> Obj:
         """Type-check, set server-managed metadata, default and validate a candidate object."""
-        for field, expected in (("apiVersion", rt.api_version), ("kind", rt.kind)):
-            if candidate.get(field) not in (None, "", expected):
-                raise errors.bad_request(
-                    f"{field} of the provided object ({candidate[field]}) does not match {rt.plural} ({expected})"
-                )
-        body = {k: v for k, v in copy.deepcopy(candidate).items() if k not in ("kind", "apiVersion")}
-        obj = {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": {}, **body}  # the real key order
-        unknown_fields(obj, rt.schema, prune=True)  # typed decoding drops what the type doesn't have
-        check_metadata_types(obj)
+        obj = decode(rt, candidate)
         meta = obj["metadata"]
         meta["name"] = name
         if rt.namespaced:
