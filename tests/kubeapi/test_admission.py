@@ -588,7 +588,7 @@ def product(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, pki
     proc = start([sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"], env)
     context = ssl.create_default_context(cafile=str(files.ca_cert))
     context.check_hostname = False
-    wait_ready(port, context, proc)
+    wait_ready(port, context, proc, timeout=60)
     yield port, files
     assert "Traceback" not in stop(proc)
 

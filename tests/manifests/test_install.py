@@ -88,7 +88,8 @@ class Webhook:
         secret_dir = Path(self.ctr.env["HAMI_WEBHOOK_TLS_CERT"]).parent
         context = ssl.create_default_context(cafile=str(secret_dir / "ca.crt"))
         context.check_hostname = False  # the probe dials 127.0.0.1; the API server checks the name
-        wait_ready(self.ctr.ports["https"], context, self.proc)
+        # A generous guard: each worker imports the app and, with quota on, lists Pods and ResourceQuotas first.
+        wait_ready(self.ctr.ports["https"], context, self.proc, timeout=90)
         service = api.get("v1", "Service", "hami-webhook", NAMESPACE)
         assert service is not None
         for port in service["spec"]["ports"]:
@@ -197,6 +198,9 @@ def test_install_use_upgrade_switch_uninstall(
     assert create(api, cpu_pod())["spec"]["schedulerName"] == "default-scheduler"
     assert "pods.hami.io: failurePolicy Ignore -> Fail" in flip(script_env, "Fail")
     assert policy(api) == "Fail"
+    flip(script_env, "Ignore")
+    api.kubectl("apply", "-k", str(MANIFESTS))
+    assert policy(api) == "Fail", "the README says a later apply sets Fail back"
     webhooks.append(Webhook(api, tmp_path / "webhook-2"))
     assert create(api, gpu_pod())["spec"]["schedulerName"] == "hami-scheduler"
     assert "Traceback" not in webhooks[1].stop()
