@@ -120,6 +120,8 @@ class WebhookServer:
             "HAMI_WEBHOOK_TLS_CERT": str(self.cert),
             "HAMI_WEBHOOK_TLS_KEY": str(self.key),
             "HAMI_WEBHOOK_WORKERS": "1",
+            # No metrics listener: its default, 0.0.0.0:9090, is off loopback and shared by every instance.
+            "HAMI_METRICS_BIND": "",
         }
         with open(self.log, "ab") as log:
             self._proc = subprocess.Popen(
