@@ -62,13 +62,17 @@ def test_wrong_content_type_with_uid_is_a_denied_review(client) -> None:
         pytest.param(b"", "request body is empty", id="empty"),
         pytest.param(
             b"{not json",
-            "request body is not JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
+            "request body is not JSON: unexpected character, expected a string key: line 1 column 2 (char 1)",
             id="not-json",
         ),
-        pytest.param(b'{"request": {"uid": NaN}}', "request body is not JSON: NaN is not valid JSON", id="nan"),
+        pytest.param(
+            b'{"request": {"uid": NaN}}',
+            "request body is not JSON: unexpected character, expected a JSON value: line 1 column 21 (char 20)",
+            id="nan",
+        ),
         pytest.param(
             b"\xc3\x28",
-            "request body is not JSON: 'utf-8' codec can't decode byte 0xc3 in position 0: invalid continuation byte",
+            "request body is not JSON: str is not valid UTF-8: surrogates not allowed: line 1 column 1 (char 0)",
             id="bad-utf8",
         ),
         pytest.param(b"[1, 2]", "request.uid: missing; the body is not an AdmissionReview request", id="array"),
