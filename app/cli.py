@@ -1,6 +1,7 @@
 """``hami-webhook``: serve over TLS, run locally with a throwaway PKI, or preview a Pod offline.
 
-Exit codes: 0 ok (review: allowed), 1 failure (review: denied), 2 usage or configuration error.
+Exit codes: 0 ok (review: allowed), 1 failure (review: denied by policy), 2 usage or configuration error
+(review: an unreadable file or an invalid Pod, which the webhook answers with a 400 denial).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import yaml
 from app.quota import QuotaOff
 from app.review import review
 from app.settings import Settings, SettingsError
+from app.untrusted import MAX_YAML_BYTES, UntrustedError, json_document, shown, yaml_documents
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1")
 
@@ -60,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
         help="show what the webhook would do to a Pod manifest, offline",
         description="Review the Pod(s) in a YAML or JSON file as the API server would "
         "send them (schedulerName and requests defaulted) and print the decision to stderr "
-        "and the patched Pod (or the JSON Patch) to stdout. Exit 0 allowed, 1 denied.",
+        "and the patched Pod (or the JSON Patch) to stdout. "
+        "Exit 0 allowed, 1 denied, 2 unreadable file or invalid Pod.",
     )
     preview.add_argument("pod", type=Path, help="Pod manifest (YAML or JSON, several documents allowed)")
     preview.add_argument("--config", help="HAMi device-config YAML (default: HAMI_DEVICE_CONFIG or the chart's)")
@@ -147,18 +150,18 @@ def _review(args: argparse.Namespace) -> int:
         print(f"hami-webhook: invalid setting: {exc}", file=sys.stderr)
         return 2
     try:
-        documents = [d for d in yaml.safe_load_all(args.pod.read_text()) if d is not None]
-    except (OSError, yaml.YAMLError) as exc:
-        print(f"hami-webhook: cannot read {args.pod}: {exc}", file=sys.stderr)
+        with args.pod.open("rb") as file:
+            documents = [d for d in yaml_documents(file.read(MAX_YAML_BYTES + 1)) if d is not None]
+    except (OSError, UntrustedError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        print(f"hami-webhook: cannot read {args.pod}: {reason}", file=sys.stderr)
         return 2
     pods = [d for d in documents if isinstance(d, dict) and d.get("kind") == "Pod"]
     if not pods:
         print(f"hami-webhook: {args.pod} holds no Pod", file=sys.stderr)
         return 2
-    allowed = True
-    for pod in pods:
-        allowed = _preview(api_server_defaults(pod, args.namespace), settings, args.patch) and allowed
-    return 0 if allowed else 1
+    outcomes = {_preview(api_server_defaults(pod, args.namespace), settings, args.patch) for pod in pods}
+    return max(outcomes)
 
 
 def api_server_defaults(pod: dict[str, Any], namespace: str) -> dict[str, Any]:
@@ -172,7 +175,8 @@ def api_server_defaults(pod: dict[str, Any], namespace: str) -> dict[str, Any]:
         return pod
     spec.setdefault("schedulerName", "default-scheduler")
     for field in ("initContainers", "containers"):
-        for ctr in spec.get(field) or []:
+        containers = spec.get(field)
+        for ctr in containers if isinstance(containers, list) else []:
             resources = ctr.get("resources") if isinstance(ctr, dict) else None
             if not isinstance(resources, dict):
                 continue
@@ -185,10 +189,15 @@ def api_server_defaults(pod: dict[str, Any], namespace: str) -> dict[str, Any]:
     return pod
 
 
-def _preview(pod: dict[str, Any], settings: Settings, as_patch: bool) -> bool:
-    """Print one Pod's decision to stderr and its patched form to stdout; True when allowed."""
-    meta = pod.get("metadata") or {}
-    name = f"{meta.get('namespace')}/{meta.get('name') or str(meta.get('generateName', '')) + '*'}"
+def _preview(pod: dict[str, Any], settings: Settings, as_patch: bool) -> int:
+    """Print one Pod's decision to stderr and its patched form to stdout; the exit code it earns.
+
+    0 allowed, 1 denied by policy, 2 denied as invalid (the webhook's 400 answers).
+    """
+    meta = pod["metadata"]
+    written = shown(meta.get("name"), quoted=False) if meta.get("name") else None
+    written = written or shown(meta.get("generateName") or "", quoted=False) + "*"
+    name = f"{shown(meta.get('namespace'), quoted=False)}/{written}"
     answer = review(admission_review(pod, uid="preview", dry_run=True), settings, QuotaOff())["response"]
     status = answer["status"]
     if not answer["allowed"]:
@@ -196,8 +205,8 @@ def _preview(pod: dict[str, Any], settings: Settings, as_patch: bool) -> bool:
             f"{name}: denied ({status['code']} {status.get('reason', '')}): {status.get('message', '')}",
             file=sys.stderr,
         )
-        return False
-    ops = json.loads(base64.b64decode(answer["patch"])) if "patch" in answer else []
+        return 2 if status["code"] == 400 else 1
+    ops = json_document(base64.b64decode(answer["patch"])) if "patch" in answer else []
     summary = f"{len(ops)} patch operation(s)" if ops else "no change"
     note = f" ({status['message']})" if status.get("message") else ""
     print(f"{name}: allowed, {summary}{note}", file=sys.stderr)
@@ -206,4 +215,4 @@ def _preview(pod: dict[str, Any], settings: Settings, as_patch: bool) -> bool:
     else:
         print("---")
         print(yaml.safe_dump(jsonpatch.apply_patch(pod, ops), sort_keys=False), end="")
-    return True
+    return 0

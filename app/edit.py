@@ -10,12 +10,12 @@ operations for what the policy really changed (decision M7).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any
 
 from jsonpointer import escape
 
 from app import quantity
+from app.quantity import Quantity
 
 Op = dict[str, Any]
 
@@ -56,17 +56,22 @@ class ContainerEdit:
         self._env_changed = False
 
     # -- resources -------------------------------------------------------
-    def limit(self, name: str) -> Decimal | None:
+    def limit(self, name: str) -> Quantity | None:
         """The parsed limit, or None when absent."""
         raw = self.limits.get(name)
         return None if raw is None else quantity.parse(raw)
 
-    def request(self, name: str) -> Decimal | None:
+    def request(self, name: str) -> Quantity | None:
         """The parsed request, or None when absent."""
         raw = self.requests.get(name)
         return None if raw is None else quantity.parse(raw)
 
-    def limit_or_request(self, name: str) -> Decimal | None:
+    def limit_value(self, name: str) -> int:
+        """HAMi's ``Value()`` of a limit (rounded up), 0 when absent."""
+        found = self.limit(name)
+        return 0 if found is None else found.value
+
+    def limit_or_request(self, name: str) -> Quantity | None:
         """HAMi's frequent "limits, else requests" lookup."""
         found = self.limit(name)
         return self.request(name) if found is None else found
@@ -78,7 +83,7 @@ class ContainerEdit:
     def set_limit(self, name: str, amount: int) -> None:
         """Set a limit to a whole number; an equal existing value is kept as written (requests follow: M4)."""
         current = self.limits.get(name)
-        if current is None or quantity.parse(current) != amount:
+        if current is None or quantity.parse(current).whole != amount:
             self.limits[name] = str(amount)
 
     # -- env -------------------------------------------------------------

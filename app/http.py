@@ -18,6 +18,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from app.quota import QuotaPort, QuotaUnavailable
 from app.review import UnreadableReview, answer, deny, read_uid, review
 from app.settings import Settings
+from app.untrusted import UntrustedError, json_document, shown
 
 MAX_BODY = 7 * 1024 * 1024
 log = logging.getLogger("hami_webhook.review")
@@ -58,10 +59,6 @@ def _unexpected_error(exc: Exception) -> Response:
     return _error(500, "internal error; see the webhook's log")
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 @blueprint.post("/webhook")
 def webhook() -> Response:
     started = time.perf_counter()
@@ -73,9 +70,9 @@ def webhook() -> Response:
     if not body:
         return _error(400, "request body is empty")
     try:
-        document = json.loads(body, parse_constant=_reject_constant)
-    except ValueError as exc:  # JSONDecodeError and bad UTF-8 are both ValueErrors
-        return _error(400, f"request body is not JSON: {exc}")
+        document = json_document(body)
+    except UntrustedError as exc:
+        return _error(400, f"request body is {exc}")
     try:
         uid = read_uid(document)
     except UnreadableReview as exc:
@@ -109,11 +106,12 @@ def _log_review(document: dict[str, Any], answer: dict[str, Any], started: float
     obj: dict[str, Any] = req["object"] if isinstance(req.get("object"), dict) else {}
     meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
     status = answer.get("status", {})
+    name = meta.get("name") or req.get("name") or f"{_text(meta.get('generateName') or '-')}*"
     log.info(
         "review uid=%s namespace=%s pod=%s allowed=%s code=%s reason=%s patched=%s message=%s ms=%.2f",
         answer.get("uid"),
-        req.get("namespace") or meta.get("namespace") or "-",
-        meta.get("name") or req.get("name") or (meta.get("generateName") or "-") + "*",
+        _text(req.get("namespace") or meta.get("namespace") or "-"),
+        _text(name),
         str(answer.get("allowed")).lower(),
         status.get("code"),
         status.get("reason") or "-",
@@ -121,6 +119,11 @@ def _log_review(document: dict[str, Any], answer: dict[str, Any], started: float
         json.dumps(status.get("message") or ""),
         (time.perf_counter() - started) * 1000,
     )
+
+
+def _text(value: Any) -> str:
+    """A field as the log shows it: a string as sent, anything else named, never expanded (cannot raise)."""
+    return value if isinstance(value, str) else shown(value)
 
 
 @blueprint.get("/healthz")

@@ -18,8 +18,10 @@ import jsonpatch
 from app import schemas
 from app.devices.base import Device, DeviceRequestError
 from app.edit import ContainerEdit, Op, PodEdit
+from app.quantity import INT32_MAX
 from app.quota import QuotaPort, demands
 from app.settings import Settings
+from app.untrusted import shown
 
 DEFAULT_SCHEDULER = "default-scheduler"
 GPU_TYPE_ANNOTATION = "hami.io/gpu-type"
@@ -148,17 +150,31 @@ def _mutate(edit: PodEdit, settings: Settings) -> list[str]:
 
 
 def _check_amounts(ctr: ContainerEdit, device_resources: dict[str, bool]) -> None:
-    """Decision M6: no device amount may be negative, and device counts are whole numbers."""
+    """Decision M6: no device amount may be negative; a device count is a whole number that fits int32.
+
+    HAMi and the device plugins hold counts in int32: a larger one is denied here, not
+    silently read as "no request" (which would also ask nothing of the quota).
+    """
     for side, read in ((ctr.limits, ctr.limit), (ctr.requests, ctr.request)):
         for name, raw in side.items():
             is_count = device_resources.get(name)
-            if is_count is None:
+            amount = None if is_count is None else read(name)
+            if amount is None:
                 continue
-            amount = read(name)
-            if amount is not None and amount < 0:
-                raise DeviceRequestError(f"container {ctr.name}: {name} must not be negative, got {raw}")
-            if is_count and amount is not None and amount != amount.to_integral_value():
-                raise DeviceRequestError(f"container {ctr.name}: {name} must be a whole number of devices, got {raw}")
+            if amount.nanos < 0:
+                raise DeviceRequestError(
+                    f"container {ctr.name}: {name} must not be negative, got {shown(raw, quoted=False)}"
+                )
+            if not is_count:
+                continue
+            if amount.whole is None:
+                raise DeviceRequestError(
+                    f"container {ctr.name}: {name} must be a whole number of devices, got {shown(raw, quoted=False)}"
+                )
+            if amount.whole > INT32_MAX:
+                raise DeviceRequestError(
+                    f"container {ctr.name}: {name} must be at most {INT32_MAX} devices, got {shown(raw, quoted=False)}"
+                )
 
 
 def _mirror_requests(ctr: ContainerEdit, device: Device) -> None:

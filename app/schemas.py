@@ -40,7 +40,7 @@ class Quantity(fields.Field):
         try:
             quantity.parse(value)
         except quantity.QuantityError as exc:
-            raise ValidationError(f"not a valid quantity: {value!r}") from exc
+            raise ValidationError(str(exc)) from exc
         return value
 
 

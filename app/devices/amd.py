@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -58,7 +57,7 @@ class AMD:
         cores = WHOLE_CARD_PERCENTAGE if percentage is None else whole_in_range(percentage, 1, 100)
         if cores is None:
             return None
-        return QuotaRequest(nums=nums, memory=0 if memory is None else math.ceil(memory), cores=cores)
+        return QuotaRequest(nums=nums, memory=0 if memory is None else memory.value, cores=cores)
 
 
 def build(root: ConfigSection) -> tuple[AMD, ...]:

@@ -6,7 +6,6 @@ memory request is rounded up to a template and cores cannot be asked for.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -69,7 +68,7 @@ class Ascend:
             if self.overwrite_env and not self.ascend_counts.intersection(ctr.limits):
                 ctr.set_env(VISIBLE_DEVICES_ENV, "")
             return False
-        count = math.ceil(ctr.limit(self.count_name) or 0)
+        count = ctr.limit_value(self.count_name)
         self._round_super_pod_count(ctr, count)
         soft_split = pod.annotations.get(VNPU_MODE_ANNOTATION) == HAMI_CORE_MODE
         if not soft_split:
@@ -94,14 +93,14 @@ class Ascend:
 
     def _reject_hard_split_cores(self, ctr: ContainerEdit) -> None:
         cores = ctr.limit_or_request(self.core_name) if self.core_name else None
-        if cores is not None and math.ceil(cores) > 0:
+        if cores is not None and cores.value > 0:
             raise DeviceRequestError(f"{self.core_name} is only supported in hami-core (soft split) mode")
 
     def _memory(self, ctr: ContainerEdit, soft_split: bool) -> int:
         """The memory to write: as asked in hami-core mode, else rounded to a template or the whole card."""
         if self.memory_name not in ctr.limits:
             return self.memory_allocatable
-        asked = math.ceil(ctr.limit(self.memory_name) or 0)
+        asked = ctr.limit_value(self.memory_name)
         if soft_split:
             return asked
         rounded = next((m for m in self.template_memory if asked <= m), None)

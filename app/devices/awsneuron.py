@@ -10,27 +10,26 @@ no cores for quota, as HAMi's admission does until its first Node (spec §2.11).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
 from functools import cached_property
 
 from app.devices.base import ConfigSection, DeviceRequestError, QuotaNames, QuotaRequest, names
 from app.edit import ContainerEdit, PodEdit
-from app.quantity import INT32_MAX
+from app.quantity import INT32_MAX, Quantity
 
 CORES_PER_DEVICE = 2
 MAX_CORES = INT32_MAX * CORES_PER_DEVICE
-INT64_MAX = 2**63 - 1
 
 
-def _checked(amount: Decimal, name: str, maximum: int) -> int:
+def _checked(amount: Quantity, name: str, maximum: int) -> int:
     """HAMi's validateResourceRequest: a positive int64 no larger than ``maximum``."""
-    if amount != amount.to_integral_value() or amount > INT64_MAX:
+    whole = amount.whole
+    if whole is None:
         raise DeviceRequestError(f"{name} must be an integer")
-    if amount <= 0:
+    if whole <= 0:
         raise DeviceRequestError(f"{name} must be greater than 0")
-    if amount > maximum:
+    if whole > maximum:
         raise DeviceRequestError(f"{name} must not exceed {maximum}")
-    return int(amount)
+    return whole
 
 
 @dataclass(frozen=True)

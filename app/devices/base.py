@@ -8,15 +8,13 @@ and says how much of its quota resources the container asks for.
 from __future__ import annotations
 
 import builtins
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 from functools import cached_property
 from typing import Any, Protocol
 
 from app.edit import ContainerEdit, PodEdit
-from app.quantity import INT32_MAX
+from app.quantity import INT32_MAX, Quantity
 
 
 class DeviceRequestError(Exception):
@@ -146,12 +144,10 @@ def names(*candidates: str) -> frozenset[str]:
     return frozenset(n for n in candidates if n)
 
 
-def whole_in_range(amount: Decimal | None, low: int, high: int) -> int | None:
+def whole_in_range(amount: Quantity | None, low: int, high: int) -> int | None:
     """An exact integer within [low, high], else None (HAMi's "no request")."""
-    if amount is None or amount != amount.to_integral_value():
-        return None
-    whole = int(amount)
-    return whole if low <= whole <= high else None
+    whole = None if amount is None else amount.whole
+    return whole if whole is not None and low <= whole <= high else None
 
 
 @dataclass(frozen=True)
@@ -177,7 +173,7 @@ class CountDevice:
 
     def quota_request(self, ctr: ContainerEdit) -> QuotaRequest | None:
         count = ctr.limit(self.count_name) if self.count_name else None
-        return None if count is None else QuotaRequest(nums=int(count))
+        return None if count is None else QuotaRequest(nums=count.value)
 
 
 def sliced_request(ctr: ContainerEdit, quota: QuotaNames, default_cores: int) -> QuotaRequest | None:
@@ -198,7 +194,7 @@ def sliced_request(ctr: ContainerEdit, quota: QuotaNames, default_cores: int) ->
             return None
         memory = whole * quota.memory_factor
     cores_raw = ctr.limit_or_request(quota.cores) if quota.cores else None
-    cores = default_cores if cores_raw is None else math.ceil(cores_raw)
+    cores = default_cores if cores_raw is None else cores_raw.value
     return QuotaRequest(nums=nums, memory=memory, cores=cores)
 
 

@@ -7,7 +7,6 @@ so it is always active (spec §2.1, §2.8).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -58,7 +57,7 @@ class EnflameDRS:
         """Found when any of the three is named in limits or requests; the side that lacks it gets a copy."""
         slices = ctr.limit_or_request(self.drs_name)
         if slices is not None:
-            if slices <= 0:
+            if slices.nanos <= 0:
                 raise DeviceRequestError(f"{self.drs_name} must be greater than 0")
             _fill_both_sides(ctr, self.drs_name)
             return True
@@ -67,11 +66,11 @@ class EnflameDRS:
         if memory is None and cores is None:
             return False
         if memory is not None:
-            if math.ceil(memory) <= 0:
+            if memory.value <= 0:
                 raise DeviceRequestError(f"{self.memory_name} must be greater than 0")
             _fill_both_sides(ctr, self.memory_name)
         if cores is not None:
-            if not 0 < math.ceil(cores) <= 100:
+            if not 0 < cores.value <= 100:
                 raise DeviceRequestError(f"{self.core_name} must be in range (0,100]")
             _fill_both_sides(ctr, self.core_name)
         return True
@@ -88,8 +87,8 @@ class EnflameDRS:
             return None
         return QuotaRequest(
             nums=1,
-            memory=0 if memory is None else math.ceil(memory),
-            cores=0 if cores is None else math.ceil(cores),
+            memory=0 if memory is None else memory.value,
+            cores=0 if cores is None else cores.value,
         )
 
 

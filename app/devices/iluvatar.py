@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from app.devices.base import ConfigSection, SlicedDevice, count_memory_core
@@ -22,7 +21,7 @@ class Iluvatar(SlicedDevice):
     def mutate(self, ctr: ContainerEdit, pod: PodEdit) -> bool:
         if not super().mutate(ctr, pod):
             return False
-        count = math.ceil(ctr.limit(self.count_name) or 0)
+        count = ctr.limit_value(self.count_name)
         if count > 1 and self.core_name:
             ctr.set_limit(self.core_name, count * 100)
         if ctr.name and not ctr.has_env(CONTAINER_NAME_ENV):

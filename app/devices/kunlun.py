@@ -6,7 +6,6 @@ to the next partition size (spec §2.10).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -56,7 +55,7 @@ class KunlunVXPU:
             return False
         memory = ctr.limit(self.vmemory_name) if self.vmemory_name else None
         if memory is not None:
-            rounded = partition(math.ceil(memory))
+            rounded = partition(memory.value)
             ctr.set_limit(self.vmemory_name, rounded)
         return True
 

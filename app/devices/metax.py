@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -54,7 +53,7 @@ class MetaxSGPU:
         if app_class is not None:
             if app_class not in APP_CLASSES:
                 raise DeviceRequestError(f"{APP_CLASS_ANNOTATION} must be set one of [{', '.join(APP_CLASSES)}]")
-            if math.ceil(ctr.limit(self.count_name) or 0) != 1:
+            if ctr.limit_value(self.count_name) != 1:
                 raise DeviceRequestError("app-class pod must request single device")
         if app_class != "online":
             qos = pod.annotations.get(QOS_ANNOTATION)
@@ -70,19 +69,20 @@ class MetaxSGPU:
         if nums is None:
             return None
         cores_raw = ctr.limit(self.core_name) if self.core_name else None
-        cores = 100 if cores_raw is None else math.ceil(cores_raw)
+        cores = 100 if cores_raw is None else cores_raw.value
         memory = self._memory_mib(ctr)
         return None if memory is None else QuotaRequest(nums=nums, memory=memory, cores=cores)
 
     def _memory_mib(self, ctr: ContainerEdit) -> int | None:
         """MiB per device: a value written with a unit is bytes, a bare number GiB; None when out of range."""
         amount = ctr.limit(self.memory_name) if self.memory_name else None
-        if amount is None or amount != amount.to_integral_value():
+        whole = None if amount is None else amount.whole
+        if whole is None:
             return 0
         if any(char.isalpha() for char in str(ctr.limits[self.memory_name])):
-            return whole_in_range(amount // MIB, 0, INT32_MAX)
-        whole = whole_in_range(amount, 0, INT32_MAX // SGPU_MEMORY_UNIT)
-        return None if whole is None else whole * SGPU_MEMORY_UNIT
+            mib = whole // MIB
+            return mib if 0 <= mib <= INT32_MAX else None
+        return whole * SGPU_MEMORY_UNIT if 0 <= whole <= INT32_MAX // SGPU_MEMORY_UNIT else None
 
 
 def build(root: ConfigSection) -> tuple[CountDevice, MetaxSGPU]:

@@ -53,9 +53,9 @@ class Mthreads:
         count = ctr.limit_or_request(self.count_name) if self.count_name else None
         if count is None:
             return False
-        if count <= 0:
+        if count.nanos <= 0:
             raise DeviceRequestError(f"{self.count_name} must be greater than 0")
-        gpus = int(count)
+        gpus = count.value
         if gpus > 1:
             self._whole_cards(ctr, gpus)
             pod.annotations[REQUEST_GPU_NUM_ANNOTATION] = str(gpus)

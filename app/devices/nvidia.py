@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -73,7 +72,7 @@ class Nvidia:
     def mutate(self, ctr: ContainerEdit, pod: PodEdit) -> bool:
         self._check_percentage(ctr)
         if self.priority_name and self.priority_name in ctr.limits:
-            ctr.set_env("CUDA_TASK_PRIORITY", str(math.ceil(ctr.limit(self.priority_name) or 0)))
+            ctr.set_env("CUDA_TASK_PRIORITY", str(ctr.limit_value(self.priority_name)))
         found = self._count_or_default(ctr)
         found = self._default_exclusive_cores(ctr) or found
         if found:
@@ -116,7 +115,7 @@ class Nvidia:
             return False
         percentage = ctr.limit_or_request(self.percentage_name) if self.percentage_name else None
         if percentage is not None:
-            exclusive = percentage == 100
+            exclusive = percentage.value == 100
         else:
             exclusive = not self.memory_name or not ctr.has(self.memory_name)
         if exclusive:
@@ -146,10 +145,10 @@ class Nvidia:
             memory = whole * factor
         else:
             percentage = ctr.limit_or_request(self.percentage_name) if self.percentage_name else None
-            if (percentage is None or percentage <= 0) and self.default_memory:
+            if (percentage is None or percentage.value <= 0) and self.default_memory:
                 memory = self.default_memory
         cores_raw = ctr.limit_or_request(self.core_name) if self.core_name else None
-        cores = self.default_cores if cores_raw is None else math.ceil(cores_raw)
+        cores = self.default_cores if cores_raw is None else cores_raw.value
         return QuotaRequest(nums=nums, memory=memory, cores=cores)
 
 

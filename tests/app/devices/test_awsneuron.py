@@ -61,7 +61,7 @@ def test_admitted(source: dict[str, Any], expected: dict[str, Any], settings) ->
 DENIED = [
     pytest.param(
         pod(container(requests={NEURON: str(2**31)}, defaulted=False)),
-        f"{NEURON} must not exceed 2147483647",
+        f"container main: {NEURON} must be at most 2147483647 devices, got 2147483648",
         id="request-only-neuron-count-overflows",
     ),
     pytest.param(pod(container(limits={NEURON: "0"})), f"{NEURON} must be greater than 0", id="zero-neuron-count"),
