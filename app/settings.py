@@ -85,6 +85,20 @@ KNOBS: tuple[Knob, ...] = (
         int,
         "seconds an idle connection stays open; above the API server's 90 s so the client always closes first",
     ),
+    Knob(
+        "HAMI_WEBHOOK_REQUEST_TIMEOUT",
+        "request_timeout",
+        "10",
+        int,
+        "seconds from a request's first byte until all of it must have arrived, else 408 and the connection closes",
+    ),
+    Knob(
+        "HAMI_WEBHOOK_HANDSHAKE_TIMEOUT",
+        "handshake_timeout",
+        "5",
+        int,
+        "seconds from accepting a connection until its TLS handshake must be done, else it is closed",
+    ),
 )
 
 
@@ -106,6 +120,8 @@ class Settings:
     threads: int
     timeout: int
     keepalive: int
+    request_timeout: int
+    handshake_timeout: int
     devices: tuple[Device, ...] = field(compare=False, repr=False)
 
     @cached_property
@@ -122,7 +138,7 @@ class Settings:
         """Read every knob from ``env`` (default: os.environ) and build the device backends."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {k.field: _parse(k, env.get(k.env, k.default)) for k in KNOBS}
-        for name in ("workers", "threads", "timeout", "keepalive"):
+        for name in ("workers", "threads", "timeout", "keepalive", "request_timeout", "handshake_timeout"):
             if values[name] < 1:
                 knob = next(k for k in KNOBS if k.field == name)
                 raise SettingsError(f"{knob.env}: must be at least 1, got {values[name]}")
