@@ -19,6 +19,7 @@ __all__ = [
     "accesslog",
     "bind",
     "certfile",
+    "control_socket_disable",
     "errorlog",
     "graceful_timeout",
     "keepalive",
@@ -54,6 +55,8 @@ timeout = settings.timeout
 # Connection: close, then in-flight requests) < terminationGracePeriodSeconds 40.
 graceful_timeout = 20
 keepalive = settings.keepalive
+# gunicorn 27's control socket would be created under $HOME: not wanted on a read-only root filesystem.
+control_socket_disable = True
 worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
 accesslog = None
 errorlog = "-"
