@@ -15,6 +15,7 @@ from typing import Any
 from flask import Blueprint, Flask, Response, current_app, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from app.lifecycle import stopping
 from app.quota import QuotaPort, QuotaUnavailable
 from app.review import UnreadableReview, answer, deny, read_uid, review
 from app.settings import Settings
@@ -134,8 +135,17 @@ def healthz() -> Response:
 
 @blueprint.get("/readyz")
 def readyz() -> Response:
-    """Readiness: ready to admit; the quota port decides (it is not ready before its first sync)."""
+    """Readiness: ready to admit; the quota port decides (it is not ready before its first sync).
+
+    Answered over the TLS listener itself, so 200 also proves the listener; unready once stopping.
+    """
     hook: Webhook = current_app.extensions["hami_webhook"]
     quota = hook.quota.status()
-    body = {"ready": bool(quota.get("ready")), "quota": quota, "devices": [d.key for d in hook.settings.devices]}
+    ready = bool(quota.get("ready")) and not stopping.is_set()
+    body = {
+        "ready": ready,
+        "stopping": stopping.is_set(),
+        "quota": quota,
+        "devices": [d.key for d in hook.settings.devices],
+    }
     return _json(body, 200 if body["ready"] else 503)

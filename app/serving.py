@@ -1,23 +1,25 @@
 """gunicorn settings for the webhook, derived from Settings.
 
-gthread workers, because the API server keeps HTTPS connections alive and a sync
-worker would close each one, paying a TLS handshake per review (about 6x the CPU).
+gthread-based workers (app.worker), because the API server keeps HTTPS connections alive and a sync
+worker would close each one, paying a TLS handshake per review (about 6x the CPU); app.worker also
+does TLS itself (one cached, hot-reloaded SSLContext) and reads requests without holding a thread.
 The top-level gunicorn.conf.py re-exports this module; ``hami-webhook serve`` loads it directly.
 """
 
 from __future__ import annotations
 
 import os
-import ssl
 import sys
 from typing import Any
 
 from app.settings import Settings, SettingsError
+from app.tls import server_context
 
 __all__ = [
     "accesslog",
     "bind",
     "certfile",
+    "control_socket_disable",
     "errorlog",
     "graceful_timeout",
     "keepalive",
@@ -25,7 +27,6 @@ __all__ = [
     "logconfig_dict",
     "loglevel",
     "on_starting",
-    "ssl_context",
     "threads",
     "timeout",
     "worker_class",
@@ -42,16 +43,20 @@ def _settings() -> Settings:
         raise SystemExit(2) from None
 
 
-_settings_now = _settings()
-bind = [_settings_now.bind]
-certfile = _settings_now.tls_cert
-keyfile = _settings_now.tls_key
-worker_class = "gthread"
-workers = _settings_now.workers
-threads = _settings_now.threads
-timeout = _settings_now.timeout
-graceful_timeout = 30
-keepalive = _settings_now.keepalive
+settings = _settings()
+bind = [settings.bind]
+certfile = settings.tls_cert
+keyfile = settings.tls_key
+worker_class = "app.worker.WebhookWorker"
+workers = settings.workers
+threads = settings.threads
+timeout = settings.timeout
+# The Deployment's budget: preStop sleep 5 s + this 20 s (STOP_LINGER 5 s of it answering with
+# Connection: close, then in-flight requests) < terminationGracePeriodSeconds 40.
+graceful_timeout = 20
+keepalive = settings.keepalive
+# gunicorn 27's control socket would be created under $HOME: not wanted on a read-only root filesystem.
+control_socket_disable = True
 worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
 accesslog = None
 errorlog = "-"
@@ -67,35 +72,15 @@ logconfig_dict = {
 }
 
 
-def tls_problem(cert: str, key: str) -> str | None:
-    """Why the certificate and key cannot serve TLS, or None when they can."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    try:
-        context.load_cert_chain(cert, key)
-    except ssl.SSLError as exc:  # an OSError too: catch it first
-        return f"not a usable certificate/key pair: {exc.reason or exc}"
-    except FileNotFoundError as exc:
-        return f"file not found: {exc.filename}"
-    except OSError as exc:
-        return f"cannot read {exc.filename}: {exc.strerror or exc}"
-    return None
-
-
-def ssl_context(config: Any, default_ssl_context_factory: Any) -> ssl.SSLContext:
-    """TLS 1.2 is the floor, as for kube-apiserver's own client."""
-    context = default_ssl_context_factory()
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    return context
-
-
 def on_starting(server: Any) -> None:
     """Refuse to start, with a clear message, when the serving certificate cannot be loaded."""
-    problem = tls_problem(server.cfg.certfile, server.cfg.keyfile)
-    if problem:
+    try:
+        server_context(server.cfg.certfile, server.cfg.keyfile)
+    except ValueError as problem:
         server.log.error(
             "cannot serve TLS (HAMI_WEBHOOK_TLS_CERT=%s, HAMI_WEBHOOK_TLS_KEY=%s): %s",
             server.cfg.certfile,
             server.cfg.keyfile,
             problem,
         )
-        raise SystemExit(1)
+        raise SystemExit(1) from None

@@ -108,6 +108,20 @@ KNOBS: tuple[Knob, ...] = (
         int,
         "seconds the Pod/ResourceQuota watch may stay broken before /readyz fails and quota'd admissions get HTTP 500",
     ),
+    Knob(
+        "HAMI_WEBHOOK_REQUEST_TIMEOUT",
+        "request_timeout",
+        "10",
+        int,
+        "seconds from a request's first byte until all of it must have arrived, else 408 and the connection closes",
+    ),
+    Knob(
+        "HAMI_WEBHOOK_HANDSHAKE_TIMEOUT",
+        "handshake_timeout",
+        "5",
+        int,
+        "seconds from accepting a connection until its TLS handshake must be done, else it is closed",
+    ),
 )
 
 
@@ -133,6 +147,8 @@ class Settings:
     namespace: str
     quota_reservation_ttl: int
     quota_stale_after: int
+    request_timeout: int
+    handshake_timeout: int
     devices: tuple[Device, ...] = field(compare=False, repr=False)
 
     @cached_property
@@ -152,7 +168,16 @@ class Settings:
         if values["quota_enabled"].lower() not in ("auto", "true", "false"):
             raise SettingsError(f"HAMI_QUOTA_ENABLED: expected auto, true or false, got {values['quota_enabled']!r}")
         values["quota_enabled"] = values["quota_enabled"].lower()
-        for name in ("workers", "threads", "timeout", "keepalive", "quota_reservation_ttl", "quota_stale_after"):
+        for name in (
+            "workers",
+            "threads",
+            "timeout",
+            "keepalive",
+            "quota_reservation_ttl",
+            "quota_stale_after",
+            "request_timeout",
+            "handshake_timeout",
+        ):
             if values[name] < 1:
                 knob = next(k for k in KNOBS if k.field == name)
                 raise SettingsError(f"{knob.env}: must be at least 1, got {values[name]}")

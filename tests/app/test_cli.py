@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from app.cli import main
-from tests.app.test_serving import free_port, stop
+from tests.app.tlsserver import free_port, stop
 
 GPU_POD = """\
 apiVersion: v1

@@ -5,12 +5,9 @@ from __future__ import annotations
 import base64
 import http.client
 import json
-import os
 import socket
 import ssl
-import subprocess
 import sys
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,55 +18,7 @@ import pytest
 
 from certgen.pki import LocalFiles, write_local
 from tests.app.reviews import admission_review, container, pod, redirected
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def client_context(ca: Path) -> ssl.SSLContext:
-    """Trust only our CA, check the hostname against SANs only (no CN fallback), TLS 1.2+: Go's rules."""
-    context = ssl.create_default_context(cafile=str(ca))
-    context.hostname_checks_common_name = False
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    return context
-
-
-def start(command: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        command, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-
-
-def wait_ready(port: int, context: ssl.SSLContext, proc: subprocess.Popen[str], timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}")
-        conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=2)
-        try:
-            conn.request("GET", "/readyz")
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            time.sleep(0.1)
-        finally:
-            conn.close()
-    raise AssertionError("server did not become ready")
-
-
-def stop(proc: subprocess.Popen[str]) -> str:
-    proc.terminate()
-    try:
-        _, err = proc.communicate(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate()
-    return err
+from tests.app.tlsserver import Server, client_context, free_port, stop, wait_ready
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +35,7 @@ def server(pki: LocalFiles) -> Iterator[int]:
         "HAMI_WEBHOOK_TLS_KEY": str(pki.key),
         "HAMI_WEBHOOK_WORKERS": "1",
     }
-    proc = start([sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"], env)
+    proc = Server([sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"], env)
     wait_ready(port, client_context(pki.ca_cert), proc)
     yield port
     log = stop(proc)
@@ -177,8 +126,9 @@ def test_start_up_errors_are_clear(pki: LocalFiles, env: dict[str, str], code: i
     if env.get("HAMI_WEBHOOK_TLS_KEY") == "CA":
         env = {"HAMI_WEBHOOK_TLS_KEY": str(pki.ca_cert)}
     script = Path(sys.executable).with_name("hami-webhook")
-    proc = start([str(script), "serve"], {**base, **env})
-    _, err = proc.communicate(timeout=30)
+    proc = Server([str(script), "serve"], {**base, **env})
+    proc.wait(timeout=30)
+    err = proc.log()
     assert proc.returncode == code
     assert message in err
     assert "Traceback" not in err

@@ -21,7 +21,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from certgen import pki
-from tests.app.test_serving import free_port, start, stop, wait_ready
+from tests.app.tlsserver import Server, free_port, stop, wait_ready
 from tests.certgen.helpers import issue
 from tests.kubeapi import FakeKubeAPI
 
@@ -585,7 +585,7 @@ def product(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, pki
         "HAMI_WEBHOOK_TLS_KEY": str(files.key),
         "HAMI_WEBHOOK_WORKERS": "1",
     }
-    proc = start([sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"], env)
+    proc = Server([sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"], env)
     context = ssl.create_default_context(cafile=str(files.ca_cert))
     context.check_hostname = False
     wait_ready(port, context, proc, timeout=60)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.app.test_serving import stop, wait_ready
+from tests.app.tlsserver import stop, wait_ready
 from tests.kubeapi import FakeKubeAPI
 from tests.kubeapi.server import kubectl_binary
 from tests.manifests.conftest import MANIFESTS, NAMESPACE, REPO, kustomize
