@@ -40,6 +40,7 @@ class Decision:
     reason: str = ""
     message: str = ""
     patch: list[Op] = field(default_factory=list)
+    devices: tuple[str, ...] = ()  # the backends whose resources the Pod asks for (metrics)
 
 
 def deny(code: int, reason: str, message: str) -> Decision:
@@ -119,7 +120,7 @@ def decide(
     denial = quota.admit(namespace, demands(edit, settings.devices), uid=uid, dry_run=dry_run)
     if denial:
         return deny(403, QUOTA_REASON, denial)
-    return Decision(allowed=True, patch=edit.ops())
+    return Decision(allowed=True, patch=edit.ops(), devices=tuple(found))
 
 
 def _other_scheduler(name: str, settings: Settings) -> bool:

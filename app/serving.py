@@ -12,22 +12,27 @@ import ssl
 import sys
 from typing import Any
 
+from app import logs, metrics
 from app.settings import Settings, SettingsError
 
 __all__ = [
     "accesslog",
     "bind",
     "certfile",
+    "child_exit",
     "errorlog",
     "graceful_timeout",
     "keepalive",
     "keyfile",
     "logconfig_dict",
     "loglevel",
+    "on_exit",
     "on_starting",
+    "post_worker_init",
     "ssl_context",
     "threads",
     "timeout",
+    "when_ready",
     "worker_class",
     "worker_tmp_dir",
     "workers",
@@ -55,16 +60,8 @@ keepalive = _settings_now.keepalive
 worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
 accesslog = None
 errorlog = "-"
-loglevel = "info"
-# The webhook's own lines (one per review) go to stderr next to gunicorn's; the access log is
-# off because the review line already says who asked and what was decided.
-logconfig_dict = {
-    "root": {"level": "INFO", "handlers": ["error_console"]},
-    "loggers": {
-        "gunicorn.error": {"level": "INFO", "handlers": ["error_console"], "propagate": False},
-        "gunicorn.access": {"level": "WARNING", "handlers": [], "propagate": False},
-    },
-}
+loglevel = _settings_now.log_level
+logconfig_dict = logs.logconfig(_settings_now.log_format, _settings_now.log_level)
 
 
 def tls_problem(cert: str, key: str) -> str | None:
@@ -99,3 +96,40 @@ def on_starting(server: Any) -> None:
             problem,
         )
         raise SystemExit(1)
+
+
+# --- metrics: one /metrics server in the master over every worker's files (README "Metrics") ---
+
+
+def when_ready(server: Any) -> None:
+    """Before the workers fork: a fresh multiprocess directory on the tmpfs, and the /metrics server.
+
+    A taken address is logged, not fatal: admissions matter more than scrapes (Prometheus shows ``up 0``).
+    """
+    if not _settings_now.metrics_bind:
+        return
+    directory = metrics.prepare_multiprocess(worker_tmp_dir)
+    try:
+        host, port = metrics.serve(_settings_now.metrics_bind)
+    except OSError as exc:
+        server.log.error("metrics: cannot listen on %s: %s", _settings_now.metrics_bind, exc)
+        return
+    server.log.info("metrics: serving http://%s:%s/metrics", host, port, extra={"fields": {"dir": directory}})
+
+
+def post_worker_init(worker: Any) -> None:
+    """The certificate this worker serves: its expiry becomes the expiry gauge."""
+    try:
+        metrics.certificate_file_served(worker.cfg.certfile)
+    except (OSError, ValueError) as exc:
+        worker.log.warning("metrics: cannot read the expiry of %s: %s", worker.cfg.certfile, exc)
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """A dead worker's live gauges leave the sums; its counters stay (totals never go back)."""
+    if os.environ.get(metrics.MULTIPROC_ENV):
+        metrics.process_dead(worker.pid)
+
+
+def on_exit(server: Any) -> None:
+    metrics.remove_multiprocess()
