@@ -69,7 +69,8 @@ def collectors() -> Collectors:
             "hami_webhook_device_matches", "Pods admitted with a device request, by device backend.", ["device"]
         ),
         quota_denials=Counter(
-            "hami_webhook_quota_denials", "Pods denied for exceeding the namespace device quota.", ["namespace"]
+            "hami_webhook_quota_denials", "Pods denied for exceeding their namespace's device quota.",
+            ["pod_namespace"],
         ),
         # livemin: the soonest expiry among live processes, so a worker still serving an old certificate shows.
         certificate_expiry=Gauge(
