@@ -16,7 +16,7 @@ from flask import Blueprint, Flask, Response, current_app, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from app import metrics
-from app.quota import QuotaPort
+from app.quota import QuotaPort, QuotaUnavailable
 from app.review import Decision, UnreadableReview, answer, decide_review, deny, read_uid
 from app.settings import Settings
 
@@ -98,6 +98,9 @@ def _webhook(started: float) -> Response:
     else:
         try:
             decision = decide_review(document, hook.settings, hook.quota, uid)
+        except QuotaUnavailable as exc:  # not the Pod's fault: a non-200 lets the failurePolicy decide (Q5)
+            log.error("quota undecided", extra={"fields": {"uid": uid, "error": str(exc)}})
+            return _error(500, f"namespace quota could not be decided: {exc}")
         except Exception:
             log.exception("review failed", extra={"fields": {"uid": uid}})
             decision = deny(500, "InternalError", "internal error; see the webhook's log")

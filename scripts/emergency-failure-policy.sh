@@ -80,8 +80,11 @@ patch="[$(IFS=,; echo "${ops[*]}")]"
 after="$(policies kube patch mutatingwebhookconfiguration "$name" --type=json -p "$patch" ${dry_run[@]+"${dry_run[@]}"})" ||
   exit $?
 
-mapfile -t old <<<"$before"
-mapfile -t new <<<"$after"
+# No mapfile: macOS still ships bash 3.2.
+old=()
+new=()
+while IFS= read -r line; do old+=("$line"); done <<<"$before"
+while IFS= read -r line; do new+=("$line"); done <<<"$after"
 echo "mutatingwebhookconfiguration/$name${dry_run[*]:+ (dry run: nothing changed)}:"
 for i in "${!old[@]}"; do
   was="${old[$i]#*|}"

@@ -45,8 +45,8 @@ def start(command: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     )
 
 
-def wait_ready(port: int, context: ssl.SSLContext, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 20
+def wait_ready(port: int, context: ssl.SSLContext, proc: subprocess.Popen[str], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise AssertionError(f"server exited {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}")

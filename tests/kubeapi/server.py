@@ -52,7 +52,8 @@ def kubectl_binary() -> str:
 
 class FakeKubeAPI:
     """Kubernetes API server double. Seed and inspect state with ``put/get/list/delete``; every HTTP
-    request is kept in ``requests``; ``fail_next``/``before`` inject failures and races.
+    request is kept in ``requests``; ``fail_next``/``before`` inject failures and races;
+    ``drop_watches``/``compact`` break open watches and expire old resourceVersions.
 
     Creating an object runs the registered mutating webhooks (``admission``; map webhook Services to
     loopback ports in ``services``).
@@ -199,6 +200,15 @@ class FakeKubeAPI:
         (``re.search`` on the path without query) with a ``Status`` of that code."""
         with self._hooks_lock:
             self._hooks.append(_Hook(method.upper(), re.compile(path_regex), times, status=status, message=message))
+
+    def drop_watches(self) -> int:
+        """Cut every open watch mid-stream (no terminating chunk), as a broken connection or a restarting
+        API server would; returns how many were cut."""
+        return self._store.drop_watchers()
+
+    def compact(self) -> None:
+        """Discard the watch history: a watch resumed from an older resourceVersion gets 410 Expired."""
+        self._store.compact()
 
     def before(self, method: str, path_regex: str, callback: Callable[[FakeKubeAPI], None], times: int = 1) -> None:
         """Run ``callback(self)`` just before handling the next ``times`` matching requests."""

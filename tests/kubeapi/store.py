@@ -23,6 +23,7 @@ Obj = dict[str, Any]
 Key = tuple[str, str]  # (group, plural)
 Matcher = Callable[[Obj], bool]
 Event = tuple[str, Obj]  # (ADDED|MODIFIED|DELETED, object)
+DROP: Event = ("DROP", {})  # queued by drop_watches(): the stream's connection is cut without a clean end
 
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # what the real server uses for generateName suffixes
 
@@ -235,6 +236,20 @@ class Store:
         with self._lock:
             if watcher in self._watchers:
                 self._watchers.remove(watcher)
+
+    def drop_watchers(self) -> int:
+        """Cut every open watch as a broken connection would; the number cut."""
+        with self._lock:
+            for watcher in self._watchers:
+                watcher.queue.put(DROP)
+            return len(self._watchers)
+
+    def compact(self) -> None:
+        """Forget the event history, as etcd compaction does: resuming a watch from any older
+        resourceVersion answers 410 Expired."""
+        with self._lock:
+            self._history.clear()
+            self._compacted = self._rv
 
     def close(self) -> None:
         """Wake every watcher so its stream ends, and stop pending namespace finalizers."""

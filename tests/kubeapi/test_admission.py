@@ -291,18 +291,8 @@ def test_denials_are_returned_as_kube_apiserver_words_them(
     message: str,
 ) -> None:
     register(hooked, hook_spec(material.ca_cert, failurePolicy="Ignore"))  # a denial is not a calling failure
-    answer = response({"apiVersion": "admission.k8s.io/v1", "request": {"uid": ""}}, allowed=False)
-    webhook.answer = lambda review: (
-        200,
-        {
-            **answer,
-            "response": {
-                **answer["response"],
-                "uid": review["request"]["uid"],
-                **({"status": status} if status else {}),
-            },
-        },
-    )
+    denial = {"status": status} if status else {}
+    webhook.answer = lambda review: (200, response(review, allowed=False, **denial))
     with pytest.raises(ApiException) as denied:
         core.create_namespaced_pod("default", gpu_pod(name="p"))
     assert failure(denied) == (code, reason, f'admission webhook "pods.example.io" {message}')
@@ -460,7 +450,6 @@ def test_hostname_is_checked_against_sans_only(kube_api: FakeKubeAPI, tmp_path: 
 def test_service_must_exist_and_expose_the_port(
     hooked: FakeKubeAPI, webhook: Webhook, material: pki.Material, core: client.CoreV1Api
 ) -> None:
-    register(hooked, hook_spec(material.ca_cert))
     service = {"service": {"name": "hook", "namespace": NS, "path": "/mutate", "port": 8443}}
     register(hooked, hook_spec(material.ca_cert, clientConfig={**service, "caBundle": b64(material.ca_cert)}))
     with pytest.raises(ApiException) as no_port:
@@ -599,7 +588,7 @@ def product(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, pki
     proc = start([sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"], env)
     context = ssl.create_default_context(cafile=str(files.ca_cert))
     context.check_hostname = False
-    wait_ready(port, context, proc)
+    wait_ready(port, context, proc, timeout=60)
     yield port, files
     assert "Traceback" not in stop(proc)
 

@@ -6,12 +6,13 @@ import base64
 import re
 from pathlib import Path
 
+import kubernetes_validate
 import pytest
 import yaml
 
 from app.settings import Settings
 from certgen.cli import build_parser
-from tests.manifests.conftest import NAMESPACE, REPO, Obj, containers, find, one, pod_specs
+from tests.manifests.conftest import MANIFESTS, NAMESPACE, REPO, Obj, containers, find, one, pod_specs
 
 MODES = ["certgen", "cert-manager", "manual"]
 WEBHOOK_LABELS = {"app.kubernetes.io/name": "hami-webhook", "app.kubernetes.io/component": "webhook"}
@@ -104,7 +105,7 @@ def test_webhook_rbac_is_what_the_quota_feature_needs_and_no_more(base: list[Obj
     ]
     role = one(base, "Role", "hami-webhook")
     assert role["metadata"]["namespace"] == NAMESPACE
-    assert rules(role) == [(("coordination.k8s.io",), ("leases",), ("create", "get", "list", "update", "watch"), ())]
+    assert rules(role) == [(("coordination.k8s.io",), ("leases",), ("create", "get", "update"), ())]
     for kind in ("ClusterRoleBinding", "RoleBinding"):
         binding = one(base, kind, "hami-webhook")
         assert binding["roleRef"]["name"] == "hami-webhook"
@@ -194,6 +195,8 @@ def test_settings_env_and_mounts(base: list[Obj], tmp_path: Path) -> None:
     # TLS: the serving Secret at /tls, and the settings point into it.
     tls = next(name for name, v in volumes.items() if v.get("secret", {}).get("secretName") == "hami-webhook-tls")
     assert mounts[tls]["mountPath"] == "/tls"
+    # Whole-volume mounts (no subPath): the kubelet swaps renewed certificate files in place for the reloader.
+    assert all("subPath" not in m for m in container["volumeMounts"])
     # Device config: HAMI_DEVICE_CONFIG names the key of the mounted ConfigMap.
     config = next(n for n, v in volumes.items() if v.get("configMap", {}).get("name") == "hami-device-config")
     assert variables["HAMI_DEVICE_CONFIG"]["value"] == f"{mounts[config]['mountPath']}/device-config.yaml"
@@ -344,3 +347,18 @@ def test_readme_image_overlay_sets_every_image(overlays_dir: Path) -> None:
     objects = kustomize(write_overlay(overlays_dir / "hami-image", "hami-image"))
     images = {c["image"] for pod in pod_specs(objects).values() for c in containers(pod)}
     assert images == {"registry.example.com/hami-webhook:0.1.0"}
+
+
+def test_readme_rollout_overlay_opts_in_and_ignores_failures(overlays_dir: Path) -> None:
+    from tests.manifests.conftest import kustomize, write_overlay
+
+    objects = kustomize(write_overlay(overlays_dir / "hami-rollout", "hami-rollout"))
+    config = hook(objects)
+    assert config["namespaceSelector"]["matchLabels"] == {"hami.io/webhook": "enabled"}
+    assert (
+        config["namespaceSelector"]["matchExpressions"]
+        == hook(kustomize(MANIFESTS))["namespaceSelector"]["matchExpressions"]
+    )
+    assert config["failurePolicy"] == "Ignore"
+    for version in ("1.30.0", kubernetes_validate.latest_version()):
+        kubernetes_validate.validate(one(objects, "MutatingWebhookConfiguration", "hami-webhook"), version, strict=True)

@@ -1,0 +1,65 @@
+"""A round-robin TCP forwarder: kube-proxy's part, for a Service with several webhook backends.
+
+Each accepted connection goes to the next backend; bytes are copied both ways untouched (TLS ends at
+the webhook). Loopback only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import socketserver
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RoundRobin:
+    listen: tuple[str, int]
+    backends: list[tuple[str, int]]
+    connections: Counter[tuple[str, int]] = field(default_factory=Counter)
+    _server: socketserver.ThreadingTCPServer | None = None
+
+    def start(self) -> RoundRobin:
+        order = itertools.cycle(self.backends)
+        lock = threading.Lock()
+        outer = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                with lock:
+                    backend = next(order)
+                    outer.connections[backend] += 1
+                with socket.create_connection(backend, timeout=10) as upstream:
+                    upstream.settimeout(None)
+                    back = threading.Thread(target=_pump, args=(upstream, self.request), daemon=True)
+                    back.start()
+                    _pump(self.request, upstream)
+                    back.join(timeout=15)
+
+        socketserver.ThreadingTCPServer.allow_reuse_address = True
+        self._server = socketserver.ThreadingTCPServer(self.listen, Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    """Copy until `source` closes, then half-close `sink` so the other direction can finish."""
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        try:
+            sink.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass

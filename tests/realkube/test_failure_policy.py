@@ -1,0 +1,82 @@
+"""The webhook down under failurePolicy: Fail, and the emergency switch to Ignore and back."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.kubeapi.server import kubectl_binary
+from tests.realkube.cluster import REPO
+from tests.realkube.install import CONFIGURATION, Installed, WebhookServer, apply, get, namespace, run_certgen
+from tests.realkube.pods import GPU, create, pod
+
+
+def policy(installed: Installed) -> str:
+    (hook,) = get(installed.kube, "mutatingwebhookconfiguration", CONFIGURATION)["webhooks"]
+    return str(hook["failurePolicy"])
+
+
+def switch(installed: Installed, how: str, to: str) -> subprocess.CompletedProcess[str]:
+    """The emergency switch: the kubectl-only script as an admin runs it, or `certgen failure-policy` as the
+    certgen ServiceAccount (its ClusterRole allows exactly this)."""
+    if how == "certgen":
+        return run_certgen(installed.certgen_kubeconfig, "failure-policy", to, "--webhook-name", CONFIGURATION)
+    env = os.environ | {
+        "KUBECONFIG": installed.kube.kubeconfig_path,
+        "PATH": f"{Path(kubectl_binary()).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "emergency-failure-policy.sh"), to],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("how", ["script", "certgen"])
+def test_webhook_down_refuses_pods_until_switched_to_ignore(
+    installed: Installed, webhook: WebhookServer, how: str
+) -> None:
+    kube = installed.kube
+    ns = f"e2e-down-{uuid.uuid4().hex[:8]}"
+    apply(kube, namespace(ns))
+    webhook.stop()
+    assert policy(installed) == "Fail"
+
+    code, _, err = create(installed, ns, pod("gpu", GPU))
+    assert code == 1
+    assert 'Internal error occurred: failed calling webhook "pods.hami.io": Post ' in err
+    assert f'https://hami-webhook.hami-system.svc:443/webhook?timeout=10s": dial tcp {installed.cluster_ip}:443' in err
+    assert "connection refused" in err
+    # 1.20 dropped the matchConditions that keep non-device Pods away, so they are refused too.
+    code, _, err = create(installed, ns, pod("cpu", {"cpu": "1"}))
+    assert code == 1 and "failed calling webhook" in err
+
+    done = switch(installed, how, "Ignore")
+    assert done.returncode == 0, done.stderr
+    try:
+        assert policy(installed) == "Ignore"
+        code, created, err = create(installed, ns, pod("gpu", GPU))
+        assert code == 0, err
+        # Admitted, but unmutated: what Ignore costs while the webhook is down.
+        assert created["spec"]["schedulerName"] == "default-scheduler"
+        assert "annotations" not in created["metadata"]
+    finally:
+        done = switch(installed, how, "Fail")
+    assert done.returncode == 0, done.stderr
+    assert policy(installed) == "Fail"
+    code, _, err = create(installed, ns, pod("gpu-2", GPU))
+    assert code == 1 and "connection refused" in err
+
+    webhook.start()
+    code, created, err = create(installed, ns, pod("gpu-3", GPU))
+    assert code == 0, err
+    assert created["spec"]["schedulerName"] == "hami-scheduler"
+    assert json.loads(kube.kubectl("get", "pods", "-n", ns, "-o", "json").stdout)["items"]
