@@ -94,6 +94,7 @@ def _local(args: argparse.Namespace) -> int:
     print(
         f"  curl --cacert {files.ca_cert} -H 'Content-Type: application/json' --data @{sample} {url}", file=sys.stderr
     )
+    os.environ.setdefault("HAMI_METRICS_BIND", "127.0.0.1:9090")  # local: metrics on loopback only
     os.environ.update(
         HAMI_WEBHOOK_BIND=args.bind, HAMI_WEBHOOK_TLS_CERT=str(files.cert), HAMI_WEBHOOK_TLS_KEY=str(files.key)
     )

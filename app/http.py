@@ -15,11 +15,12 @@ from typing import Any
 from flask import Blueprint, Flask, Response, current_app, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from app import metrics
 from app.lifecycle import stopping
 from app.quota import QuotaPort, QuotaUnavailable
-from app.review import UnreadableReview, answer, deny, read_uid, review
+from app.review import Decision, UnreadableReview, answer, decide_review, deny, read_uid
 from app.settings import Settings
-from app.untrusted import UntrustedError, json_document, shown
+from app.untrusted import UntrustedError, json_document
 
 MAX_BODY = 7 * 1024 * 1024
 log = logging.getLogger("hami_webhook.review")
@@ -56,18 +57,30 @@ def _http_error(exc: HTTPException) -> Response:
 
 
 def _unexpected_error(exc: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.path)
+    log.exception("unhandled error", extra={"fields": {"method": request.method, "path": request.path}})
     return _error(500, "internal error; see the webhook's log")
 
 
 @blueprint.post("/webhook")
 def webhook() -> Response:
+    """The review, counted and timed under controller-runtime's metric names."""
     started = time.perf_counter()
+    metrics.request_started()
+    code = 500  # what the error handler answers when the view raises
+    try:
+        reply = _webhook(started)
+        code = reply.status_code
+        return reply
+    finally:
+        metrics.request_finished(code, time.perf_counter() - started)
+
+
+def _webhook(started: float) -> Response:
     hook: Webhook = current_app.extensions["hami_webhook"]
     try:
         body = request.get_data(cache=False)
     except RequestEntityTooLarge:
-        return _too_large()
+        return _too_large(started)
     if not body:
         return _error(400, "request body is empty")
     try:
@@ -79,52 +92,55 @@ def webhook() -> Response:
     except UnreadableReview as exc:
         return _error(400, str(exc))
     if request.mimetype != "application/json":
-        reply = answer(
-            document, uid, deny(400, "BadRequest", f"contentType={request.content_type}, expected application/json")
-        )
+        decision = deny(400, "BadRequest", f"contentType={request.content_type}, expected application/json")
     else:
         try:
-            reply = review(document, hook.settings, hook.quota)
+            decision = decide_review(document, hook.settings, hook.quota, uid)
         except QuotaUnavailable as exc:  # not the Pod's fault: a non-200 lets the failurePolicy decide (Q5)
-            log.error("quota undecided uid=%s: %s", uid, exc)
+            log.error("quota undecided", extra={"fields": {"uid": uid, "error": str(exc)}})
             return _error(500, f"namespace quota could not be decided: {exc}")
         except Exception:
-            log.exception("review failed uid=%s", uid)
-            reply = answer(document, uid, deny(500, "InternalError", "internal error; see the webhook's log"))
-    _log_review(document, reply["response"], started)
-    return _json(reply)
+            log.exception("review failed", extra={"fields": {"uid": uid}})
+            decision = deny(500, "InternalError", "internal error; see the webhook's log")
+    _record(document, uid, decision, started)
+    return _json(answer(document, uid, decision))
 
 
-def _too_large() -> Response:
+def _too_large(started: float) -> Response:
     """HTTP 413 carrying an AdmissionReview-shaped denial: the uid inside was never read (decision P1)."""
-    message = f"request entity is too large; limit is {MAX_BODY} bytes"
-    return _json(answer({}, "", deny(413, "RequestEntityTooLarge", message)), 413)
+    decision = deny(413, "RequestEntityTooLarge", f"request entity is too large; limit is {MAX_BODY} bytes")
+    _record({}, "", decision, started)
+    return _json(answer({}, "", decision), 413)
 
 
-def _log_review(document: dict[str, Any], answer: dict[str, Any], started: float) -> None:
-    """One line per review: who, what was decided, how long it took. Never the Pod body."""
-    req: dict[str, Any] = document.get("request") or {}
+def _record(document: dict[str, Any], uid: str, decision: Decision, started: float) -> None:
+    """Count the decision and log one line for it: who, what was decided, how long it took.
+
+    Never the Pod body; the patch only at debug. The formatter bounds and escapes every value.
+    """
+    req: dict[str, Any] = document["request"] if isinstance(document.get("request"), dict) else {}
     obj: dict[str, Any] = req["object"] if isinstance(req.get("object"), dict) else {}
     meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
-    status = answer.get("status", {})
-    name = meta.get("name") or req.get("name") or f"{_text(meta.get('generateName') or '-')}*"
-    log.info(
-        "review uid=%s namespace=%s pod=%s allowed=%s code=%s reason=%s patched=%s message=%s ms=%.2f",
-        answer.get("uid"),
-        _text(req.get("namespace") or meta.get("namespace") or "-"),
-        _text(name),
-        str(answer.get("allowed")).lower(),
-        status.get("code"),
-        status.get("reason") or "-",
-        str("patch" in answer).lower(),
-        json.dumps(status.get("message") or ""),
-        (time.perf_counter() - started) * 1000,
-    )
-
-
-def _text(value: Any) -> str:
-    """A field as the log shows it: a string as sent, anything else named, never expanded (cannot raise)."""
-    return value if isinstance(value, str) else shown(value)
+    namespace = req.get("namespace") or meta.get("namespace") or ""
+    patch = decision.patch if decision.allowed else []
+    outcome = "denied" if not decision.allowed else "patched" if patch else "passed"
+    metrics.decided(outcome, decision.reason, devices=decision.devices, namespace=str(namespace))
+    fields: dict[str, Any] = {
+        "uid": uid,
+        "namespace": namespace,
+        "pod": meta.get("name") or req.get("name") or "",
+        "generateName": meta.get("generateName") or "",
+        "operation": req.get("operation") or "",
+        "allowed": decision.allowed,
+        "code": decision.code,
+        "reason": decision.reason,
+        "message": decision.message,
+        "patch_ops": len(patch),
+        "ms": round((time.perf_counter() - started) * 1000, 3),
+    }
+    log.info("review", extra={"fields": fields})
+    if patch and log.isEnabledFor(logging.DEBUG):
+        log.debug("review patch", extra={"fields": {"uid": uid, "patch": patch}})
 
 
 @blueprint.get("/healthz")

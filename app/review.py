@@ -44,6 +44,7 @@ class Decision:
     reason: str = ""
     message: str = ""
     patch: list[Op] = field(default_factory=list)
+    devices: tuple[str, ...] = ()  # the backends whose resources the Pod asks for (metrics)
 
 
 def deny(code: int, reason: str, message: str) -> Decision:
@@ -125,7 +126,7 @@ def decide(
         return deny(403, QUOTA_REASON, verdict.denial)
     if verdict.reserved:  # the feed reads it back to count the Pod once (usage, not reservation)
         edit.annotations[QUOTA_RESERVATION_ANNOTATION] = uid
-    return Decision(allowed=True, patch=edit.ops())
+    return Decision(allowed=True, patch=edit.ops(), devices=tuple(found))
 
 
 def _other_scheduler(name: str, settings: Settings) -> bool:

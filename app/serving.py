@@ -12,6 +12,7 @@ import os
 import sys
 from typing import Any
 
+from app import logs, metrics
 from app.settings import Settings, SettingsError
 from app.tls import server_context
 
@@ -19,6 +20,7 @@ __all__ = [
     "accesslog",
     "bind",
     "certfile",
+    "child_exit",
     "control_socket_disable",
     "errorlog",
     "graceful_timeout",
@@ -26,9 +28,11 @@ __all__ = [
     "keyfile",
     "logconfig_dict",
     "loglevel",
+    "on_exit",
     "on_starting",
     "threads",
     "timeout",
+    "when_ready",
     "worker_class",
     "worker_tmp_dir",
     "workers",
@@ -60,16 +64,8 @@ control_socket_disable = True
 worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
 accesslog = None
 errorlog = "-"
-loglevel = "info"
-# The webhook's own lines (one per review) go to stderr next to gunicorn's; the access log is
-# off because the review line already says who asked and what was decided.
-logconfig_dict = {
-    "root": {"level": "INFO", "handlers": ["error_console"]},
-    "loggers": {
-        "gunicorn.error": {"level": "INFO", "handlers": ["error_console"], "propagate": False},
-        "gunicorn.access": {"level": "WARNING", "handlers": [], "propagate": False},
-    },
-}
+loglevel = settings.log_level
+logconfig_dict = logs.logconfig(settings.log_format, settings.log_level)
 
 
 def on_starting(server: Any) -> None:
@@ -84,3 +80,32 @@ def on_starting(server: Any) -> None:
             problem,
         )
         raise SystemExit(1) from None
+
+
+# --- metrics: one /metrics server in the master over every worker's files (README "Metrics") ---
+
+
+def when_ready(server: Any) -> None:
+    """Before the workers fork: a fresh multiprocess directory on the tmpfs, and the /metrics server.
+
+    A taken address is logged, not fatal: admissions matter more than scrapes (Prometheus shows ``up 0``).
+    """
+    if not settings.metrics_bind:
+        return
+    directory = metrics.prepare_multiprocess(worker_tmp_dir)
+    try:
+        host, port = metrics.serve(settings.metrics_bind)
+    except OSError as exc:
+        server.log.error("metrics: cannot listen on %s: %s", settings.metrics_bind, exc)
+        return
+    server.log.info("metrics: serving http://%s:%s/metrics", host, port, extra={"fields": {"dir": directory}})
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """A dead worker's live gauges leave the sums; its counters stay (totals never go back)."""
+    if os.environ.get(metrics.MULTIPROC_ENV):
+        metrics.process_dead(worker.pid)
+
+
+def on_exit(server: Any) -> None:
+    metrics.remove_multiprocess()

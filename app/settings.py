@@ -17,6 +17,7 @@ import yaml
 
 from app.devices.base import ConfigError, ConfigSection, Device
 from app.devices.registry import build_devices
+from app.logs import FORMATS, LEVELS
 
 
 class SettingsError(ValueError):
@@ -72,6 +73,16 @@ KNOBS: tuple[Knob, ...] = (
         str,
         "written as annotation hami.io/gpu-scheduler-policy on device Pods when set",
     ),
+    # -- observability (README "Metrics", "Logs") --
+    Knob(
+        "HAMI_METRICS_BIND",
+        "metrics_bind",
+        "0.0.0.0:9090",
+        str,
+        "address of the plain-HTTP Prometheus endpoint (/metrics) served by the gunicorn master; empty disables it",
+    ),
+    Knob("HAMI_LOG_FORMAT", "log_format", "text", str, "json (one object per line) or text; our lines and gunicorn's"),
+    Knob("HAMI_LOG_LEVEL", "log_level", "info", str, "debug, info, warning or error; debug adds each review's patch"),
     Knob("HAMI_WEBHOOK_BIND", "bind", "0.0.0.0:9443", str, "address gunicorn listens on (HTTPS)"),
     Knob("HAMI_WEBHOOK_TLS_CERT", "tls_cert", "/tls/tls.crt", str, "serving certificate (PEM, leaf first)"),
     Knob("HAMI_WEBHOOK_TLS_KEY", "tls_key", "/tls/tls.key", str, "serving private key (PEM)"),
@@ -136,6 +147,9 @@ class Settings:
     device_config: str
     node_scheduler_policy: str
     gpu_scheduler_policy: str
+    metrics_bind: str
+    log_format: str
+    log_level: str
     bind: str
     tls_cert: str
     tls_key: str
@@ -165,6 +179,7 @@ class Settings:
         """Read every knob from ``env`` (default: os.environ) and build the device backends."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {k.field: _parse(k, env.get(k.env, k.default)) for k in KNOBS}
+        _check_observability(values)
         if values["quota_enabled"].lower() not in ("auto", "true", "false"):
             raise SettingsError(f"HAMI_QUOTA_ENABLED: expected auto, true or false, got {values['quota_enabled']!r}")
         values["quota_enabled"] = values["quota_enabled"].lower()
@@ -189,6 +204,18 @@ class Settings:
         except ConfigError as exc:
             raise SettingsError(f"HAMI_DEVICE_CONFIG: {exc}") from exc
         return cls(devices=devices, **values)
+
+
+def _check_observability(values: dict[str, Any]) -> None:
+    values["log_format"], values["log_level"] = values["log_format"].lower(), values["log_level"].lower()
+    if values["log_format"] not in FORMATS:
+        raise SettingsError(f"HAMI_LOG_FORMAT: expected json or text, got {values['log_format']!r}")
+    if values["log_level"] not in LEVELS:
+        raise SettingsError(f"HAMI_LOG_LEVEL: expected one of {', '.join(LEVELS)}, got {values['log_level']!r}")
+    bind = values["metrics_bind"]
+    _host, colon, port = bind.rpartition(":")
+    if bind and not (colon and port.isdigit() and int(port) < 65536):
+        raise SettingsError(f"HAMI_METRICS_BIND: expected host:port or empty, got {bind!r}")
 
 
 def _parse(knob: Knob, raw: str) -> Any:

@@ -35,7 +35,7 @@ from gunicorn import http as gunicorn_http
 from gunicorn.http.body import Body
 from gunicorn.workers import gthread
 
-from app import lifecycle
+from app import lifecycle, metrics
 from app.http import MAX_BODY
 from app.serving import settings
 from app.tls import ServingCertificate
@@ -47,10 +47,14 @@ tls_log = logging.getLogger("hami_webhook.tls")
 
 
 def certificate_loaded(not_after: float) -> None:
+    """The reloader's ``on_loaded``: log it and set the expiry gauge (alerts fire on it)."""
+    metrics.certificate_loaded(not_after)
     tls_log.info("serving certificate loaded notAfter=%s", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(not_after)))
 
 
 def certificate_rejected(reason: str) -> None:
+    """The reloader's ``on_rejected``: the previous pair still serves; log why and count it."""
+    metrics.certificate_rejected()
     tls_log.error("serving certificate change refused, still serving the previous one: %s", reason)
 
 

@@ -24,6 +24,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from app import metrics
 from app.devices.base import Device
 from app.quota.demand import Amounts, pod_amounts
 from app.quota.limits import hard_limits, quota_factors, tightest
@@ -222,6 +223,7 @@ class Feed:
 
     def start(self) -> None:
         for stream in self._streams:
+            metrics.quota_feed_synced(stream.name, False)
             thread = threading.Thread(target=self._run, args=(stream,), name=f"quota-feed-{stream.name}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -259,6 +261,7 @@ class Feed:
                     break
                 if stream.broken_since is None:
                     stream.broken_since = time.monotonic()
+                    metrics.quota_feed_synced(stream.name, False)
                     log.warning("quota feed: %s broken (%s); retrying with backoff", stream.name, describe(exc))
                 failures += 1
                 self._stop.wait(min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** min(failures - 1, 16)) * random.uniform(0.5, 1))
@@ -267,6 +270,7 @@ class Feed:
     def _healthy(self, stream: _Stream) -> None:
         if stream.broken_since is not None:
             log.info("quota feed: %s connected again", stream.name)
+            metrics.quota_feed_synced(stream.name, stream.synced)
         stream.broken_since = None
 
     def _list(self, stream: _Stream) -> None:
@@ -290,6 +294,7 @@ class Feed:
         with self._lock:
             stream.table.replace(items)
         stream.rv, stream.synced = rv, True
+        metrics.quota_feed_synced(stream.name, True)
         if all(s.synced for s in self._streams):
             self._synced.set()
         self._healthy(stream)

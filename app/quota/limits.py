@@ -36,7 +36,8 @@ def hard_limits(hard: Mapping[str, Any], factors: Mapping[str, int]) -> Amounts:
         if name is None:
             continue
         try:
-            limit = int(quantity.parse(raw)) * factors[name]  # a fractional limit rounds down: stricter, never looser
+            # a fractional limit rounds down: stricter, never looser
+            limit = quantity.parse(raw).nanos // quantity.NANO * factors[name]
         except quantity.QuantityError:
             continue
         out[name] = min(limit, out.get(name, limit))

@@ -40,7 +40,7 @@ def server(pki: LocalFiles) -> Iterator[int]:
     yield port
     log = stop(proc)
     assert "Traceback" not in log
-    assert "review uid=uid-v1 namespace=default pod=job-* allowed=true code=200 reason=- patched=true" in log
+    assert 'review uid=uid-v1 namespace=default pod="" generateName=job- operation=CREATE allowed=true code=200' in log
 
 
 def call(conn: http.client.HTTPSConnection, body: dict[str, Any]) -> dict[str, Any]:

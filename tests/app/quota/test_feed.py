@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from prometheus_client import REGISTRY
+
 from tests.app.quota.conftest import GPU, MEM, QUOTA_NS, eventually, resource_quota
 from tests.app.reviews import container, pod
 from tests.kubeapi import FakeKubeAPI
@@ -82,3 +84,17 @@ def test_stop_is_prompt_with_open_watches(cluster: FakeKubeAPI, start_quota) -> 
     port.stop()
     assert time.monotonic() - started < 2
     assert not any(t.is_alive() for t in port.feed._threads)
+
+
+def synced(resource: str) -> float | None:
+    return REGISTRY.get_sample_value("hami_webhook_quota_feed_synced", {"resource": resource})
+
+
+def test_sync_state_is_exported_for_the_out_of_sync_alert(cluster: FakeKubeAPI, start_quota) -> None:
+    start_quota()
+    assert synced("pods") == synced("resourcequotas") == 1
+    cluster.fail_next("GET", "^/api/v1/pods$", 500, times=3)
+    cluster.drop_watches()
+    eventually(lambda: synced("pods") == 0, what="the broken pods stream reported")
+    eventually(lambda: synced("pods") == 1, what="the pods stream reported in sync again")
+    assert synced("resourcequotas") == 1

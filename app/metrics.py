@@ -1,0 +1,174 @@
+"""Prometheus collectors, defined once, and the hooks that feed them.
+
+gunicorn runs several worker processes, so the collectors use prometheus_client's multiprocess mode:
+each process writes its values to files in PROMETHEUS_MULTIPROC_DIR, and one plain-HTTP server in
+the gunicorn master (HAMI_METRICS_BIND) merges them per scrape. prometheus_client picks in-memory or
+file storage when it is first imported, so this module imports it only inside functions: in gunicorn
+that happens in the master after ``prepare_multiprocess`` and in each worker after the fork.
+Without the directory (tests, ``hami-webhook review``) the same collectors count in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
+
+from app.review import QUOTA_REASON
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter, Gauge, Histogram
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+WEBHOOK = "/webhook"  # controller-runtime labels requests with the webhook's path
+log = logging.getLogger("hami_webhook.metrics")
+
+
+@dataclass(frozen=True)
+class Collectors:
+    requests: Counter
+    latency: Histogram
+    in_flight: Gauge
+    decisions: Counter
+    device_matches: Counter
+    quota_denials: Counter
+    certificate_expiry: Gauge
+    certificate_loads: Counter
+    certificate_rejections: Counter
+    quota_feed_synced: Gauge
+
+
+@cache
+def collectors() -> Collectors:
+    """The process's collectors, created on first use (after the multiprocess directory is known)."""
+    from prometheus_client import Counter, Gauge, Histogram
+
+    return Collectors(
+        # controller-runtime's names, labels and (default) buckets, so its dashboards and alerts apply.
+        requests=Counter(
+            "controller_runtime_webhook_requests", "Total number of admission requests by HTTP status code.",
+            ["webhook", "code"],
+        ),
+        latency=Histogram(
+            "controller_runtime_webhook_latency_seconds", "Histogram of the latency of processing admission requests",
+            ["webhook"],
+        ),
+        in_flight=Gauge(
+            "controller_runtime_webhook_requests_in_flight", "Current number of admission requests being served.",
+            ["webhook"], multiprocess_mode="livesum",
+        ),
+        decisions=Counter(
+            "hami_webhook_decisions", "Admission decisions: outcome patched | passed (allowed unchanged) | denied, "
+            "and the status reason of denials.", ["outcome", "reason"],
+        ),
+        device_matches=Counter(
+            "hami_webhook_device_matches", "Pods admitted with a device request, by device backend.", ["device"]
+        ),
+        quota_denials=Counter(
+            "hami_webhook_quota_denials", "Pods denied for exceeding their namespace's device quota.",
+            ["pod_namespace"],
+        ),
+        # livemin: the soonest expiry among live processes, so a worker still serving an old certificate shows.
+        certificate_expiry=Gauge(
+            "hami_webhook_certificate_expiry_timestamp_seconds",
+            "Expiry (notAfter, Unix seconds) of the serving certificate; the soonest across worker processes.",
+            multiprocess_mode="livemin",
+        ),
+        certificate_loads=Counter(
+            "hami_webhook_certificate_loads", "Serving certificate loads now served (start-up and reloads)."
+        ),
+        certificate_rejections=Counter(
+            "hami_webhook_certificate_reload_rejections", "Changed certificate/key pairs refused by the reloader."
+        ),
+        quota_feed_synced=Gauge(
+            "hami_webhook_quota_feed_synced", "1 when the quota feed's list+watch of this resource is in sync, "
+            "else 0; the minimum across worker processes.", ["resource"], multiprocess_mode="livemin",
+        ),
+    )  # fmt: skip
+
+
+# --- hooks other parts call ------------------------------------------------------------------------
+
+
+def certificate_loaded(not_after_unix: float) -> None:
+    """The reloader's ``on_loaded``: a certificate expiring at ``not_after_unix`` is now served."""
+    found = collectors()
+    found.certificate_expiry.set(not_after_unix)
+    found.certificate_loads.inc()
+
+
+def certificate_rejected() -> None:
+    """The reloader's ``on_rejected``: a changed pair was refused (the old one is still served)."""
+    collectors().certificate_rejections.inc()
+
+
+def quota_feed_synced(resource: str, synced: bool) -> None:
+    """The quota feed's list+watch of ``resource`` (pods, resourcequotas) is (or is no longer) in sync."""
+    collectors().quota_feed_synced.labels(resource).set(1 if synced else 0)
+
+
+# --- gunicorn master: the shared directory and the HTTP server -----------------------------------
+
+
+def prepare_multiprocess(parent: str | None) -> str:
+    """A fresh, empty directory for this server's per-process files (on ``parent``, a tmpfs), exported
+    to every process forked from now on. Fresh per start, so files of an earlier run never count."""
+    directory = tempfile.mkdtemp(prefix="hami-metrics-", dir=parent)
+    os.environ[MULTIPROC_ENV] = directory
+    return directory
+
+
+def remove_multiprocess() -> None:
+    directory = os.environ.pop(MULTIPROC_ENV, "")
+    if directory:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def process_dead(pid: int) -> None:
+    """Drop a dead worker's live gauges (in-flight, certificate expiry, quota sync); its counters stay."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(pid)
+
+
+def serve(bind: str) -> tuple[str, int]:
+    """Serve /metrics over plain HTTP on ``bind`` (host:port) from a thread, merging every process's files.
+
+    Returns the bound address (port 0 picks a free one). Raises OSError when the address is taken.
+    """
+    from prometheus_client import CollectorRegistry, multiprocess, start_http_server
+
+    host, _, port = bind.rpartition(":")
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    server, _thread = start_http_server(int(port), host.strip("[]") or "0.0.0.0", registry=registry)
+    address = server.server_address
+    return str(address[0]), int(address[1])
+
+
+# --- per request (app.http) -----------------------------------------------------------------------
+
+
+def request_started() -> None:
+    collectors().in_flight.labels(WEBHOOK).inc()
+
+
+def request_finished(code: int, seconds: float) -> None:
+    found = collectors()
+    found.in_flight.labels(WEBHOOK).dec()
+    found.requests.labels(WEBHOOK, str(code)).inc()
+    found.latency.labels(WEBHOOK).observe(seconds)
+
+
+def decided(outcome: str, reason: str, *, devices: tuple[str, ...] = (), namespace: str = "") -> None:
+    """One admission decision; ``devices`` are the backends a patched Pod matched."""
+    found = collectors()
+    found.decisions.labels(outcome, reason).inc()
+    for device in devices:
+        found.device_matches.labels(device).inc()
+    if reason == QUOTA_REASON:
+        found.quota_denials.labels(namespace).inc()
