@@ -7,6 +7,7 @@ here so every vendor agrees on them.
 
 from __future__ import annotations
 
+import functools
 import math
 from decimal import Decimal
 
@@ -23,6 +24,13 @@ def parse(raw: object) -> Decimal:
     """Parse a quantity as written in a Pod (string, int or float)."""
     if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
         raise QuantityError(f"not a quantity: {raw!r}")
+    return _parse(raw)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _parse(raw: str | int | float) -> Decimal:
+    """Cached: a review reads each quantity more than once (validation, vendors, quota), and Pods
+    repeat the same few values; Decimals are immutable, so sharing one is safe."""
     try:
         number = parse_quantity(raw)
     except (ValueError, ArithmeticError) as exc:
