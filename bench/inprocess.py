@@ -11,7 +11,7 @@ import statistics
 import time
 from typing import Any
 
-from app.quota import QuotaOff, QuotaPort
+from app.quota import QuotaOff
 from app.review import review
 from app.settings import Settings
 from bench import pods
@@ -35,16 +35,12 @@ def time_calls(call: Any, count: int) -> dict[str, float]:
     return {"median_us": statistics.median(samples), "p99_us": percentile(samples, 99), "calls": count}
 
 
-def run(count: int, quota: QuotaPort | None = None) -> dict[str, dict[str, Any]]:
-    """Every representative review, timed; ``quota`` serves the quota-namespace case when given."""
+def run(count: int) -> dict[str, dict[str, Any]]:
+    """Every representative review, timed, quota off (part 4 measures what a namespace quota adds)."""
     settings = Settings.from_env({})
-    off = QuotaOff()
+    quota = QuotaOff()
     out: dict[str, dict[str, Any]] = {}
     for name, document in pods.reviews().items():
-        if name == "quota-namespace" and quota is None:
-            out[name] = {"skipped": "no namespace quota in this build"}
-            continue
-        port = quota if name == "quota-namespace" and quota is not None else off
         calls = max(3, count // 50) if name == "200-containers" else count
-        out[name] = time_calls(lambda d=document, p=port: review(d, settings, p), calls)
+        out[name] = time_calls(lambda d=document: review(d, settings, quota), calls)
     return out

@@ -7,12 +7,9 @@ what a three-line Pod costs. The single-GPU review is about 3 KiB of JSON.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from app.cli import admission_review
-
-QUOTA_NAMESPACE = "team-quota"
 
 
 def _container(name: str, limits: dict[str, str], *, env: int = 8, privileged: bool = False) -> dict[str, Any]:
@@ -109,12 +106,4 @@ def reviews() -> dict[str, dict[str, Any]]:
         "multi-vendor": _review(_pod(mixed, init=[_container("fetch", {"cpu": "1"}, env=2)])),
         "200-containers": _review(_pod([_container(f"c{i}", GPU, env=4) for i in range(200)])),
         "denied": _review(_pod([_container("cuda", GPU, privileged=True)])),
-        "quota-namespace": _review(_pod([_container("cuda", GPU)], namespace=QUOTA_NAMESPACE)),
     }
-
-
-def with_uid(review: dict[str, Any], uid: str) -> dict[str, Any]:
-    """A copy of ``review`` under another request uid."""
-    out = copy.deepcopy(review)
-    out["request"]["uid"] = uid
-    return out
