@@ -15,7 +15,7 @@ from typing import Any
 from flask import Blueprint, Flask, Response, current_app, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from app.quota import QuotaPort
+from app.quota import QuotaPort, QuotaUnavailable
 from app.review import UnreadableReview, answer, deny, read_uid, review
 from app.settings import Settings
 
@@ -87,6 +87,9 @@ def webhook() -> Response:
     else:
         try:
             reply = review(document, hook.settings, hook.quota)
+        except QuotaUnavailable as exc:  # not the Pod's fault: a non-200 lets the failurePolicy decide (Q5)
+            log.error("quota undecided uid=%s: %s", uid, exc)
+            return _error(500, f"namespace quota could not be decided: {exc}")
         except Exception:
             log.exception("review failed uid=%s", uid)
             reply = answer(document, uid, deny(500, "InternalError", "internal error; see the webhook's log"))

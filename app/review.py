@@ -2,7 +2,8 @@
 
 The decision flow and its precedence are HAMi's (spec §1.2): no containers, the
 scheduler-name gate, vendor errors, privileged, nodeName, quota. Flask, sockets,
-the clock and the Kubernetes API stay outside; quota is reached through a port.
+the clock and the Kubernetes API stay outside; quota is reached through a port
+(whose QuotaUnavailable passes through to the HTTP layer).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ GPU_TYPE_ANNOTATION = "hami.io/gpu-type"
 NODE_POLICY_ANNOTATION = "hami.io/node-scheduler-policy"
 GPU_POLICY_ANNOTATION = "hami.io/gpu-scheduler-policy"
 QUOTA_REASON = "GPUQuotaExceeded"
+QUOTA_RESERVATION_ANNOTATION = "hami.io/quota-reservation"
 
 
 class UnreadableReview(ValueError):
@@ -115,9 +117,11 @@ def decide(
             if spec.get("nodeName"):
                 return deny(403, "Forbidden", "pod has node assigned")
         _annotate(edit, found, settings)
-    denial = quota.admit(namespace, demands(edit, settings.devices), uid=uid, dry_run=dry_run)
-    if denial:
-        return deny(403, QUOTA_REASON, denial)
+    verdict = quota.admit(namespace, demands(edit, settings.devices), uid=uid, dry_run=dry_run)
+    if verdict.denial:
+        return deny(403, QUOTA_REASON, verdict.denial)
+    if verdict.reserved:  # the feed reads it back to count the Pod once (usage, not reservation)
+        edit.annotations[QUOTA_RESERVATION_ANNOTATION] = uid
     return Decision(allowed=True, patch=edit.ops())
 
 

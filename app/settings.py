@@ -85,6 +85,29 @@ KNOBS: tuple[Knob, ...] = (
         int,
         "seconds an idle connection stays open; above the API server's 90 s so the client always closes first",
     ),
+    # -- namespace device quota (README "Namespace quota") --
+    Knob(
+        "HAMI_QUOTA_ENABLED",
+        "quota_enabled",
+        "auto",
+        str,
+        "auto: quota on when in-cluster config or a kubeconfig loads; true: required (start-up fails without); false",
+    ),
+    Knob("HAMI_NAMESPACE", "namespace", "hami-system", str, "the webhook's own namespace: home of the ledger Leases"),
+    Knob(
+        "HAMI_QUOTA_RESERVATION_TTL",
+        "quota_reservation_ttl",
+        "60",
+        int,
+        "seconds a quota reservation counts when its Pod never appears (above the API server's 60 s request timeout)",
+    ),
+    Knob(
+        "HAMI_QUOTA_STALE_AFTER",
+        "quota_stale_after",
+        "30",
+        int,
+        "seconds the Pod/ResourceQuota watch may stay broken before /readyz fails and quota'd admissions get HTTP 500",
+    ),
 )
 
 
@@ -106,6 +129,10 @@ class Settings:
     threads: int
     timeout: int
     keepalive: int
+    quota_enabled: str
+    namespace: str
+    quota_reservation_ttl: int
+    quota_stale_after: int
     devices: tuple[Device, ...] = field(compare=False, repr=False)
 
     @cached_property
@@ -122,7 +149,10 @@ class Settings:
         """Read every knob from ``env`` (default: os.environ) and build the device backends."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {k.field: _parse(k, env.get(k.env, k.default)) for k in KNOBS}
-        for name in ("workers", "threads", "timeout", "keepalive"):
+        if values["quota_enabled"].lower() not in ("auto", "true", "false"):
+            raise SettingsError(f"HAMI_QUOTA_ENABLED: expected auto, true or false, got {values['quota_enabled']!r}")
+        values["quota_enabled"] = values["quota_enabled"].lower()
+        for name in ("workers", "threads", "timeout", "keepalive", "quota_reservation_ttl", "quota_stale_after"):
             if values[name] < 1:
                 knob = next(k for k in KNOBS if k.field == name)
                 raise SettingsError(f"{knob.env}: must be at least 1, got {values[name]}")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.quota import Demand
+from app.quota import Demand, Verdict
 from app.review import review
 from tests.app.reviews import admission_review, container, pod, redirected, run
 
@@ -23,12 +23,15 @@ class RecordingQuota:
         self.denial = denial
         self.calls: list[tuple[str, list[Demand], bool]] = []
 
-    def admit(self, namespace: str, demands: Sequence[Demand], *, uid: str, dry_run: bool) -> str | None:
+    def admit(self, namespace: str, demands: Sequence[Demand], *, uid: str, dry_run: bool) -> Verdict:
         self.calls.append((namespace, list(demands), dry_run))
-        return self.denial
+        return Verdict(self.denial or "")
 
     def status(self) -> dict[str, Any]:
         return {"ready": True}
+
+    def stop(self) -> None:
+        pass
 
 
 # -- §1.3: every outcome, as (pod, expected (allowed, code, reason, message)) ------------------------------------

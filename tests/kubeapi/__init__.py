@@ -12,7 +12,8 @@ or ``with FakeKubeAPI(history_size=10) as api:`` for non-default settings. kubec
 ``api.kubectl(...)`` or ``kubectl --kubeconfig=<api.kubeconfig_path> --cache-dir=<tmp>``.
 Modules: ``server`` (FakeKubeAPI), ``httpd`` (HTTP/watch streaming), ``routes`` (REST verbs),
 ``store`` (objects, resourceVersions, watch history), ``resources`` (the kind table), ``kinds``
-(defaulting/validation), ``schemas`` (known fields), ``patch``, ``selectors``, ``discovery``, ``errors``.
+(defaulting/validation), ``schemas`` (known fields), ``patch``, ``selectors``, ``discovery``, ``errors``,
+``admission`` (mutating webhooks called on CREATE, as kube-apiserver calls them) and ``cel`` (matchConditions).
 """
 
 from tests.kubeapi.errors import ApiError

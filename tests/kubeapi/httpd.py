@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 from tests.kubeapi import errors
 from tests.kubeapi.errors import ApiError
 from tests.kubeapi.routes import RecordedRequest, Response, WatchStream
-from tests.kubeapi.store import Store
+from tests.kubeapi.store import DROP, Store
 
 Dispatch = Callable[[RecordedRequest], Response | WatchStream]
 
@@ -150,6 +150,9 @@ class _Handler(BaseHTTPRequestHandler):
             if event is None:  # server stopping
                 self.close_connection = True
                 return
+            if event is DROP:  # no terminating chunk: the client sees a broken connection
+                self.connection.shutdown(socket.SHUT_RDWR)
+                raise ConnectionAbortedError("watch dropped by the test")
             self._chunk({"type": event[0], "object": event[1]})
 
     def _client_gone(self) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import re
 from typing import Any
 from urllib.parse import urlsplit
@@ -154,6 +155,49 @@ def prepare_namespace(obj: Obj, old: Obj | None) -> None:
     if not spec.get("finalizers"):
         spec["finalizers"] = ["kubernetes"]
     obj["status"] = {"phase": "Terminating" if meta.get("deletionTimestamp") else "Active"}
+
+
+_POD_DEFAULTS = {
+    "restartPolicy": "Always",
+    "terminationGracePeriodSeconds": 30,
+    "dnsPolicy": "ClusterFirst",
+    "securityContext": {},
+    "schedulerName": "default-scheduler",
+    "enableServiceLinks": True,
+}
+
+
+def _pull_policy(image: str) -> str:
+    """``Always`` for ``:latest`` or untagged images, else ``IfNotPresent`` (a digest counts as pinned)."""
+    if "@" in image:
+        return "IfNotPresent"
+    name = image.rpartition("/")[2]
+    return "Always" if ":" not in name or name.endswith(":latest") else "IfNotPresent"
+
+
+def prepare_pod(obj: Obj, old: Obj | None) -> None:
+    """The decode-time defaults a Pod has before admission webhooks see it (a subset of ``SetDefaults_Pod``):
+    spec-level defaults, per-container defaults, and ``requests`` copied from ``limits`` where unset."""
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return
+    for key, value in _POD_DEFAULTS.items():
+        _default(spec, key, copy.deepcopy(value))
+    for field in ("initContainers", "containers"):
+        for ctr in spec.get(field) or []:
+            if not isinstance(ctr, dict):
+                continue
+            _default(ctr, "terminationMessagePath", "/dev/termination-log")
+            _default(ctr, "terminationMessagePolicy", "File")
+            if isinstance(ctr.get("image"), str):
+                _default(ctr, "imagePullPolicy", _pull_policy(ctr["image"]))
+            for port in ctr.get("ports") or []:
+                if isinstance(port, dict):
+                    _default(port, "protocol", "TCP")
+            resources = ctr.get("resources")
+            if isinstance(resources, dict) and isinstance(resources.get("limits"), dict):
+                requests = resources.get("requests") if isinstance(resources.get("requests"), dict) else {}
+                resources["requests"] = {**resources["limits"], **requests}
 
 
 def prepare_secret(obj: Obj, old: Obj | None) -> None:

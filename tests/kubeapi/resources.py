@@ -131,6 +131,7 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
         categories=("all",),
         field_selectors=_POD_FIELDS,
         return_deleted_object=True,
+        prepare=kinds.prepare_pod,
     ),
     _core(
         "Service",
@@ -181,6 +182,17 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
     _rbac("ClusterRoleBinding", "clusterrolebindings", schemas.BINDING, namespaced=False),
     ResourceType("apps", "v1", "Deployment", "deployments", short_names=("deploy",), categories=("all",)),
     ResourceType("batch", "v1", "Job", "jobs", categories=("all",)),
+    ResourceType("batch", "v1", "CronJob", "cronjobs", short_names=("cj",), categories=("all",)),
+    ResourceType(
+        "scheduling.k8s.io",
+        "v1",
+        "PriorityClass",
+        "priorityclasses",
+        namespaced=False,
+        short_names=("pc",),
+        generation_fields=(),
+        schema=None,
+    ),
     ResourceType("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", short_names=("pdb",)),
     ResourceType(
         "networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", short_names=("netpol",), schema=schemas.SPEC_ONLY

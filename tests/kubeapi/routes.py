@@ -12,6 +12,7 @@ from urllib.parse import unquote
 import yaml
 
 from tests.kubeapi import discovery, errors
+from tests.kubeapi.admission import Admission
 from tests.kubeapi.patch import patcher
 from tests.kubeapi.resources import ResourceRegistry, ResourceType
 from tests.kubeapi.schemas import unknown_fields
@@ -77,8 +78,9 @@ def media_type(content_type: str | None) -> str:
 class Router:
     """Resolves paths against the registry and runs the verb on the store."""
 
-    def __init__(self, registry: ResourceRegistry, store: Store, server_address: str):
+    def __init__(self, registry: ResourceRegistry, store: Store, server_address: str, admission: Admission):
         self.registry, self.store, self.server_address = registry, store, server_address
+        self.admission = admission
 
     def handle(self, req: RecordedRequest) -> Response | WatchStream:
         if req.path in ("/healthz", "/livez", "/readyz"):
@@ -196,7 +198,9 @@ class Router:
     def _create(self, route: Route, req: RecordedRequest) -> Response:
         warnings: list[str] = []
         body = _check_fields(route.rt, req, self._decode(req), warnings)
-        created = self.store.create(route.rt, route.namespace, body, dry_run=_dry_run(req))
+        dry_run = _dry_run(req)
+        body = self.admission.create(route.rt, route.namespace, body, req.query, warnings)
+        created = self.store.create(route.rt, route.namespace, body, dry_run=dry_run)
         return Response(201, created, warnings=tuple(warnings))
 
     def _update(self, route: Route, name: str, req: RecordedRequest) -> Response:

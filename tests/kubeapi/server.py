@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.kubeapi.admission import Admission
 from tests.kubeapi.errors import ApiError
 from tests.kubeapi.httpd import KubeHTTPServer
 from tests.kubeapi.resources import ResourceRegistry, ResourceType, custom_resource
@@ -51,7 +52,11 @@ def kubectl_binary() -> str:
 
 class FakeKubeAPI:
     """Kubernetes API server double. Seed and inspect state with ``put/get/list/delete``; every HTTP
-    request is kept in ``requests``; ``fail_next``/``before`` inject failures and races.
+    request is kept in ``requests``; ``fail_next``/``before`` inject failures and races;
+    ``drop_watches``/``compact`` break open watches and expire old resourceVersions.
+
+    Creating an object runs the registered mutating webhooks (``admission``; map webhook Services to
+    loopback ports in ``services``).
 
     ``history_size`` bounds the watch event history (older resourceVersions answer 410 Expired);
     ``bookmark_interval`` is the seconds between BOOKMARK events on watches that allow them;
@@ -75,6 +80,9 @@ class FakeKubeAPI:
         self.url = ""
         self.kubeconfig_path = ""
         self._store = Store(history_size, namespace_deletion_delay)
+        # Where webhook Services are reached: (namespace, name, service port) -> a loopback (host, port).
+        self.services: dict[tuple[str, str, int], tuple[str, int]] = {}
+        self.admission = Admission(self.registry, self._store, self.services)
         self._hooks: list[_Hook] = []
         self._hooks_lock = threading.Lock()
         self._kubeconfig_dir = Path(kubeconfig_dir) if kubeconfig_dir is not None else None
@@ -91,7 +99,7 @@ class FakeKubeAPI:
         self._server = KubeHTTPServer(self._dispatch, self._store, self._bookmark_interval, self.errors)
         port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{port}"
-        self._router = Router(self.registry, self._store, f"127.0.0.1:{port}")
+        self._router = Router(self.registry, self._store, f"127.0.0.1:{port}", self.admission)
         if self._kubeconfig_dir is None:
             self._temp_dir = tempfile.mkdtemp(prefix="fake-kubeapi-")
             self._kubeconfig_dir = Path(self._temp_dir)
@@ -192,6 +200,15 @@ class FakeKubeAPI:
         (``re.search`` on the path without query) with a ``Status`` of that code."""
         with self._hooks_lock:
             self._hooks.append(_Hook(method.upper(), re.compile(path_regex), times, status=status, message=message))
+
+    def drop_watches(self) -> int:
+        """Cut every open watch mid-stream (no terminating chunk), as a broken connection or a restarting
+        API server would; returns how many were cut."""
+        return self._store.drop_watchers()
+
+    def compact(self) -> None:
+        """Discard the watch history: a watch resumed from an older resourceVersion gets 410 Expired."""
+        self._store.compact()
 
     def before(self, method: str, path_regex: str, callback: Callable[[FakeKubeAPI], None], times: int = 1) -> None:
         """Run ``callback(self)`` just before handling the next ``times`` matching requests."""

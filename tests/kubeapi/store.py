@@ -23,6 +23,7 @@ Obj = dict[str, Any]
 Key = tuple[str, str]  # (group, plural)
 Matcher = Callable[[Obj], bool]
 Event = tuple[str, Obj]  # (ADDED|MODIFIED|DELETED, object)
+DROP: Event = ("DROP", {})  # queued by drop_watches(): the stream's connection is cut without a clean end
 
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # what the real server uses for generateName suffixes
 
@@ -35,6 +36,21 @@ def _metadata(obj: Obj) -> Obj:
     """``metadata`` if it is an object (``_admit`` rejects anything else with a 400)."""
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
+
+
+def decode(rt: ResourceType, candidate: Obj) -> Obj:
+    """A copy of ``candidate`` as the typed decoder sees it: kind checked, unknown fields dropped (400 for
+    values Go could not decode). Admission webhooks get this form, defaulted by ``rt.prepare``."""
+    for field, expected in (("apiVersion", rt.api_version), ("kind", rt.kind)):
+        if candidate.get(field) not in (None, "", expected):
+            raise errors.bad_request(
+                f"{field} of the provided object ({candidate[field]}) does not match {rt.plural} ({expected})"
+            )
+    body = {k: v for k, v in copy.deepcopy(candidate).items() if k not in ("kind", "apiVersion")}
+    obj = {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": {}, **body}  # the real key order
+    unknown_fields(obj, rt.schema, prune=True)  # typed decoding drops what the type doesn't have
+    check_metadata_types(obj)
+    return obj
 
 
 @dataclass(frozen=True)
@@ -221,6 +237,20 @@ class Store:
             if watcher in self._watchers:
                 self._watchers.remove(watcher)
 
+    def drop_watchers(self) -> int:
+        """Cut every open watch as a broken connection would; the number cut."""
+        with self._lock:
+            for watcher in self._watchers:
+                watcher.queue.put(DROP)
+            return len(self._watchers)
+
+    def compact(self) -> None:
+        """Forget the event history, as etcd compaction does: resuming a watch from any older
+        resourceVersion answers 410 Expired."""
+        with self._lock:
+            self._history.clear()
+            self._compacted = self._rv
+
     def close(self) -> None:
         """Wake every watcher so its stream ends, and stop pending namespace finalizers."""
         with self._lock:
@@ -244,6 +274,13 @@ class Store:
         if obj is None:
             raise errors.not_found(rt.plural, rt.group, name)
         return obj
+
+    def check_create(self, rt: ResourceType, namespace: str, meta: Obj) -> None:
+        """What kube-apiserver checks before admission: the body's namespace matches the URL's (400) and
+        the namespace exists and is not terminating (404/403)."""
+        with self._lock:
+            self._check_namespace(rt, namespace, meta)
+            self._require_namespace(rt, namespace, meta.get("name") or "", creating=True)
 
     def _require_namespace(self, rt: ResourceType, namespace: str, name: str, creating: bool) -> None:
         """Like the NamespaceLifecycle admission plugin: no content in missing or terminating namespaces."""
@@ -319,15 +356,7 @@ class Store:
 
     def _admit(self, rt: ResourceType, namespace: str, name: str, candidate: Obj, old: Obj | None) -> Obj:
         """Type-check, set server-managed metadata, default and validate a candidate object."""
-        for field, expected in (("apiVersion", rt.api_version), ("kind", rt.kind)):
-            if candidate.get(field) not in (None, "", expected):
-                raise errors.bad_request(
-                    f"{field} of the provided object ({candidate[field]}) does not match {rt.plural} ({expected})"
-                )
-        body = {k: v for k, v in copy.deepcopy(candidate).items() if k not in ("kind", "apiVersion")}
-        obj = {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": {}, **body}  # the real key order
-        unknown_fields(obj, rt.schema, prune=True)  # typed decoding drops what the type doesn't have
-        check_metadata_types(obj)
+        obj = decode(rt, candidate)
         meta = obj["metadata"]
         meta["name"] = name
         if rt.namespaced:

@@ -161,3 +161,45 @@ def test_stop_ends_open_watches(tmp_path: Any) -> None:
     assert not reader.is_alive() and time.monotonic() - started < 2
     assert [json.loads(line)["type"] for line in lines] == ["ADDED"]
     assert api.errors == []
+
+
+def test_drop_watches_cuts_streams_without_a_clean_end(kube_api: FakeKubeAPI) -> None:
+    errors: list[BaseException] = []
+    lines: list[bytes] = []
+
+    def consume() -> None:
+        try:
+            with requests.get(f"{kube_api.url}/api/v1/configmaps?watch=true", stream=True, timeout=5) as response:
+                lines.extend(line for line in response.iter_lines() if line)
+        except requests.RequestException as exc:
+            errors.append(exc)
+
+    reader = threading.Thread(target=consume)
+    reader.start()
+    deadline = time.monotonic() + 5
+    while not any(r.query.get("watch") for r in kube_api.requests) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    kube_api.put(cm("a"))
+    while not lines and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert kube_api.drop_watches() == 1
+    reader.join(5)
+    assert not reader.is_alive() and len(lines) == 1
+    assert len(errors) == 1  # the chunked body ended without its terminating chunk
+
+
+def test_compact_makes_older_resource_versions_expire(core: client.CoreV1Api, kube_api: FakeKubeAPI) -> None:
+    before = kube_api.resource_version
+    kube_api.put(cm("a"))
+    kube_api.compact()
+    with pytest.raises(ApiException) as expired:
+        for _ in watch.Watch().stream(
+            core.list_namespaced_config_map, "default", resource_version=before, timeout_seconds=5
+        ):
+            pass
+    assert expired.value.status == 410
+    current = watch.Watch().stream(
+        core.list_namespaced_config_map, "default", resource_version=kube_api.resource_version, timeout_seconds=1
+    )
+    kube_api.put(cm("b"))
+    assert take(current, 1) == [("ADDED", "b")]

@@ -1,19 +1,20 @@
-"""Namespace device quota: what the review asks of it, and the port it asks through.
+"""A Pod's demand on namespace device quota: HAMi's fitResourceQuota arithmetic (spec §3.1).
 
-The review computes a Pod's demand per vendor (HAMi's fitResourceQuota arithmetic)
-and hands it to a QuotaPort, which decides and reserves. The port is the seam for
-the list/watch-fed, compare-and-swap ledger; until a cluster is reachable the
-webhook runs with QuotaOff (decision Q5).
+One function serves admission (the mutated Pod) and usage (the Pods the feed
+watches), so a Pod counts the same when it is admitted and when it runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from app.devices.base import Device
 from app.edit import PodEdit
+
+Amounts = dict[str, int]
+"""Quota resource name -> amount in the units the limit is compared in (memory already scaled)."""
 
 
 @dataclass(frozen=True)
@@ -28,26 +29,6 @@ class Demand:
     memory_factor: int
     cores_name: str
     cores: int
-
-
-class QuotaPort(Protocol):
-    def admit(self, namespace: str, demands: Sequence[Demand], *, uid: str, dry_run: bool) -> str | None:
-        """Check (and, unless ``dry_run``, reserve) ``demands``; a denial message, or None when they fit."""
-        ...
-
-    def status(self) -> dict[str, Any]:
-        """Readiness detail: ``{"ready": bool, ...}`` for /readyz."""
-        ...
-
-
-class QuotaOff:
-    """No Kubernetes API, no quota: every Pod fits, and /readyz says why."""
-
-    def admit(self, namespace: str, demands: Sequence[Demand], *, uid: str, dry_run: bool) -> str | None:
-        return None
-
-    def status(self) -> dict[str, Any]:
-        return {"ready": True, "quota": "off", "reason": "no Kubernetes API configured"}
 
 
 def demands(pod: PodEdit, devices: Sequence[Device]) -> list[Demand]:
@@ -67,6 +48,25 @@ def demands(pod: PodEdit, devices: Sequence[Device]) -> list[Demand]:
                 Demand(device.key, names.count, count, names.memory, memory, names.memory_factor, names.cores, cores)
             )
     return out
+
+
+def amounts(found: Sequence[Demand]) -> Amounts:
+    """The demands keyed by quota resource name, memory first, then cores, then count (the denial's order)."""
+    out: Amounts = {}
+    for demand in found:
+        for name, amount in (
+            (demand.memory_name, demand.memory),
+            (demand.cores_name, demand.cores),
+            (demand.count_name, demand.count),
+        ):
+            if name and amount:
+                out[name] = out.get(name, 0) + amount
+    return out
+
+
+def pod_amounts(pod: Mapping[str, Any], devices: Sequence[Device]) -> Amounts:
+    """What a stored Pod holds of its namespace's quota: the admission arithmetic on the Pod as persisted."""
+    return amounts(demands(PodEdit(pod), devices))
 
 
 def _totals(device: Device, containers: Sequence[Any], *, peak: bool) -> tuple[int, int, int]:

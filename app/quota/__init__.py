@@ -1,0 +1,12 @@
+"""Namespace device quota (decisions Q1–Q5): demand arithmetic, limits, the Pod/ResourceQuota feed,
+the Lease ledger and the port the review asks through.
+
+Modules: ``demand`` (a Pod's demand per vendor), ``limits`` (ResourceQuota keys, the fit check),
+``feed`` (list + watch, per process), ``ledger`` (compare-and-swap reservations in a Lease),
+``kube`` (the real port and how it is built from settings), ``port`` (the seam, and QuotaOff).
+"""
+
+from app.quota.demand import Demand, demands
+from app.quota.port import FITS, QuotaOff, QuotaPort, QuotaUnavailable, Verdict
+
+__all__ = ["FITS", "Demand", "QuotaOff", "QuotaPort", "QuotaUnavailable", "Verdict", "demands"]

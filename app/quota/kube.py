@@ -1,0 +1,168 @@
+"""The real QuotaPort: limits and usage from the feed, atomic check-and-reserve through the ledger (Q3, Q5).
+
+A Pod is admitted only if used + reserved + requested <= limit for every limited
+resource, decided against the ledger Lease read fresh from the API and written
+back with compare-and-swap. A reservation counts until this process's feed has
+seen its Pod (the Pod's ``hami.io/quota-reservation`` names it; it is usage
+then) or until it expires. Entries are dropped only once expired, so no replica
+can see a Pod as neither reserved nor used while its own feed is still behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.config.config_exception import ConfigException
+
+from app.quota.demand import Demand, amounts
+from app.quota.feed import Feed, describe
+from app.quota.ledger import Conflict, Entry, Ledger
+from app.quota.limits import check, limited
+from app.quota.port import FITS, QuotaOff, QuotaPort, QuotaUnavailable, Verdict
+from app.settings import Settings
+
+ADMIT_BUDGET = 5.0  # seconds for one admission, sync wait included: half the API server's 10 s webhook timeout
+REQUEST_TIMEOUT = 2.0  # seconds for one ledger read or write
+SYNC_WAIT = 3.0  # seconds an admission waits for a just-started worker's first lists
+ATTEMPTS = 16  # compare-and-swap rounds; only admissions write, so a round is lost only to another admission
+log = logging.getLogger("hami_webhook.quota")
+
+
+class QuotaStartError(RuntimeError):
+    """HAMI_QUOTA_ENABLED=true but the Kubernetes API cannot be used."""
+
+
+class KubeQuota:
+    """Namespace device quota enforced across workers and replicas."""
+
+    def __init__(self, feed: Feed, ledger: Ledger, *, ttl: float, stale_after: float) -> None:
+        self.feed = feed
+        self.ledger = ledger
+        self._ttl = ttl
+        self._stale_after = stale_after
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+
+    def admit(self, namespace: str, demands: Sequence[Demand], *, uid: str, dry_run: bool) -> Verdict:
+        requested = amounts(demands)
+        limits = self.feed.limits(namespace)
+        if not requested or not limited(limits, requested):
+            return FITS  # no device quota here: the ledger is never touched
+        deadline = time.monotonic() + ADMIT_BUDGET
+        self._require_fresh()
+        lock = self._lock(namespace)  # this process's threads take turns; other processes meet at the CAS
+        if not lock.acquire(timeout=max(deadline - time.monotonic(), 0)):
+            raise QuotaUnavailable(f"namespace {namespace}: timed out waiting for other admissions in this worker")
+        try:
+            for attempt in range(ATTEMPTS):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    return self._try(namespace, limits, requested, uid, dry_run, min(remaining, REQUEST_TIMEOUT))
+                except Conflict:
+                    time.sleep(min(random.uniform(0, 0.01 * 2**attempt), max(deadline - time.monotonic(), 0)))
+                except Exception as exc:
+                    raise QuotaUnavailable(f"quota ledger {self._where(namespace)}: {describe(exc)}") from exc
+        finally:
+            lock.release()
+        raise QuotaUnavailable(
+            f"quota ledger {self._where(namespace)} stayed contended for {ADMIT_BUDGET:g} s or {ATTEMPTS} attempts"
+        )
+
+    def _try(
+        self, namespace: str, limits: dict[str, int], requested: dict[str, int], uid: str, dry_run: bool, timeout: float
+    ) -> Verdict:
+        snapshot = self.ledger.read(namespace, timeout)
+        now = time.time()
+        live = {u: e for u, e in snapshot.entries.items() if e.expires > now}  # expired entries are pruned here
+        if uid in live:  # the API server sent this very request again: it is already reserved
+            return Verdict(reserved=True)
+        used = self.feed.in_use(namespace, {u: e.amounts for u, e in live.items()})
+        denial = check(namespace, limits, used, requested)
+        if denial or dry_run:  # dry runs check but never reserve (Q3/P3)
+            return Verdict(denial)
+        live[uid] = Entry(now + self._ttl, requested)
+        self.ledger.write(snapshot, live, timeout)
+        return Verdict(reserved=True)
+
+    def _where(self, namespace: str) -> str:
+        return f"{self.ledger.home}/{self.ledger.name(namespace)}"
+
+    def _require_fresh(self) -> None:
+        if not self.feed.synced(wait=SYNC_WAIT):
+            raise QuotaUnavailable("the Pod and ResourceQuota lists have not synced yet")
+        broken = self.feed.broken_for()
+        if broken > self._stale_after:
+            raise QuotaUnavailable(f"the Pod/ResourceQuota watch has been broken for {broken:.0f} s")
+
+    def _lock(self, namespace: str) -> threading.Lock:
+        with self._locks_lock:
+            return self._locks.setdefault(namespace, threading.Lock())
+
+    def status(self) -> dict[str, Any]:
+        feed = self.feed.status()
+        synced = all(feed["synced"].values())
+        ready = synced and feed["broken_seconds"] <= self._stale_after
+        return {"ready": ready, "quota": "on", **feed}
+
+    def start(self) -> None:
+        self.feed.start()
+
+    def stop(self) -> None:
+        self.feed.stop()
+        self.ledger.close()
+
+
+def client_configuration() -> client.Configuration:
+    """In-cluster service account first, else KUBECONFIG / ~/.kube/config; ConfigException when neither works."""
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except ConfigException:
+        # KUBECONFIG read now: the client reads it once at import, before a test or wrapper may set it
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None, client_configuration=configuration)
+    return configuration
+
+
+def open_quota(settings: Settings) -> QuotaPort:
+    """The port HAMI_QUOTA_ENABLED asks for, started (call once per process, after any fork).
+
+    Raises QuotaStartError when quota is required and the API cannot be used.
+    """
+    if settings.quota_enabled == "false":
+        return QuotaOff("HAMI_QUOTA_ENABLED=false")
+    try:
+        configuration = client_configuration()
+    except (ConfigException, OSError) as exc:
+        if settings.quota_enabled == "true":
+            raise QuotaStartError(f"HAMI_QUOTA_ENABLED=true but no Kubernetes API configuration: {exc}") from exc
+        log.warning("namespace device quota is off: no in-cluster config or kubeconfig (%s)", exc)
+        return QuotaOff(f"no in-cluster config or kubeconfig: {exc}")
+    if settings.quota_enabled == "true":
+        _probe(configuration)
+    ttl = settings.quota_reservation_ttl
+    feed = Feed(client.ApiClient(configuration), settings.devices, forget_after=ttl)
+    ledger = Ledger(client.CoordinationV1Api(client.ApiClient(configuration)), settings.namespace)
+    port = KubeQuota(feed, ledger, ttl=ttl, stale_after=settings.quota_stale_after)
+    port.start()
+    log.info("namespace device quota is on: API %s, ledger in namespace %s", configuration.host, settings.namespace)
+    return port
+
+
+def _probe(configuration: client.Configuration) -> None:
+    with client.ApiClient(configuration) as api_client:
+        try:
+            client.CoreV1Api(api_client).list_resource_quota_for_all_namespaces(limit=1, _request_timeout=5)
+        except Exception as exc:
+            where = configuration.host
+            raise QuotaStartError(
+                f"HAMI_QUOTA_ENABLED=true but the Kubernetes API at {where} cannot be used: {describe(exc)}"
+            ) from exc

@@ -1,0 +1,69 @@
+"""Namespace device-quota limits from ResourceQuota objects, and the fit check (decisions Q1, Q4).
+
+Unlike HAMi (only ``limits.<name>``, last writer wins), every key form counts and
+every ResourceQuota in the namespace is enforced: the smallest limit wins, as
+Kubernetes' own quota does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from app import quantity
+from app.devices.base import Device
+from app.quota.demand import Amounts
+
+PREFIXES = ("limits.", "requests.", "")
+
+
+def quota_factors(devices: Sequence[Device]) -> dict[str, int]:
+    """Every vendor's quota resource name -> the factor its limit is scaled by (memory factor, else 1)."""
+    factors: dict[str, int] = {}
+    for device in devices:
+        names = device.quota_names
+        for name, factor in ((names.memory, names.memory_factor), (names.cores, 1), (names.count, 1)):
+            if name:
+                factors[name] = max(factor, 1)
+    return factors
+
+
+def hard_limits(hard: Mapping[str, Any], factors: Mapping[str, int]) -> Amounts:
+    """One ResourceQuota's ``spec.hard`` as device limits in demand units; unparsable values are skipped."""
+    out: Amounts = {}
+    for key, raw in hard.items():
+        name = next((key[len(p) :] for p in PREFIXES if key.startswith(p) and key[len(p) :] in factors), None)
+        if name is None:
+            continue
+        try:
+            limit = int(quantity.parse(raw)) * factors[name]  # a fractional limit rounds down: stricter, never looser
+        except quantity.QuantityError:
+            continue
+        out[name] = min(limit, out.get(name, limit))
+    return out
+
+
+def tightest(limits: Iterable[Amounts]) -> Amounts:
+    """The smallest limit per resource over several quota objects."""
+    out: Amounts = {}
+    for one in limits:
+        for name, limit in one.items():
+            out[name] = min(limit, out.get(name, limit))
+    return out
+
+
+def limited(limits: Mapping[str, int], requested: Mapping[str, int]) -> bool:
+    """The request touches a resource the namespace limits."""
+    return any(name in limits for name in requested)
+
+
+def check(namespace: str, limits: Mapping[str, int], used: Mapping[str, int], requested: Mapping[str, int]) -> str:
+    """The Q4 denial for the first requested resource that does not fit, or "" when all fit (equal fits)."""
+    for name, amount in requested.items():
+        limit = limits.get(name)
+        if limit is not None and used.get(name, 0) + amount > limit:
+            return (
+                f"exceeding resource quota: namespace {namespace} {name} "
+                f"used {used.get(name, 0)} + requested {amount} > limit {limit}"
+            )
+    return ""

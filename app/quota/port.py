@@ -1,0 +1,58 @@
+"""The seam between the pure review and namespace quota: what the review asks, and what it gets back."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from app.quota.demand import Demand
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A quota answer: ``denial`` is the Q4 message when the Pod does not fit; ``reserved`` says a
+    reservation was recorded under the request uid (the patch then names it on the Pod)."""
+
+    denial: str = ""
+    reserved: bool = False
+
+
+FITS = Verdict()
+
+
+class QuotaUnavailable(Exception):
+    """Quota could not be decided (API unreachable, ledger contention, cache not synced).
+
+    The webhook answers HTTP 500 so the configured failurePolicy applies: never admit over quota silently.
+    """
+
+
+class QuotaPort(Protocol):
+    def admit(self, namespace: str, demands: Sequence[Demand], *, uid: str, dry_run: bool) -> Verdict:
+        """Check (and, unless ``dry_run``, reserve) ``demands``; raises QuotaUnavailable when it cannot decide."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """Readiness detail: ``{"ready": bool, ...}`` for /readyz."""
+        ...
+
+    def stop(self) -> None:
+        """Release threads and connections (process shutdown)."""
+        ...
+
+
+class QuotaOff:
+    """No Kubernetes API, no quota: every Pod fits, and /readyz says why."""
+
+    def __init__(self, reason: str = "no Kubernetes API configured") -> None:
+        self.reason = reason
+
+    def admit(self, namespace: str, demands: Sequence[Demand], *, uid: str, dry_run: bool) -> Verdict:
+        return FITS
+
+    def status(self) -> dict[str, Any]:
+        return {"ready": True, "quota": "off", "reason": self.reason}
+
+    def stop(self) -> None:
+        pass

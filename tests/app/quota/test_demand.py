@@ -1,0 +1,45 @@
+"""HAMi's fitResourceQuota demand (spec §3.1), computed on the Pod as admitted and as the feed sees it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.quota.demand import pod_amounts
+from tests.app.reviews import container, pod, run
+
+MEM, CORES, GPU = "nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpu"
+MLU, MLU_MEM, MLU_CORES = "cambricon.com/vmlu", "cambricon.com/mlu.smlu.vmemory", "cambricon.com/mlu.smlu.vcore"
+
+
+def gpu(name: str, memory: int, count: int = 1) -> dict[str, Any]:
+    return container(name, limits={GPU: str(count), MEM: str(memory)})
+
+
+CASES = [
+    # Go-tested init peaks: init containers run one after another
+    pytest.param(pod(gpu("app", 500), init=[gpu("i1", 800), gpu("i2", 800)]), {MEM: 800, GPU: 1}, id="init-800+800"),
+    pytest.param(pod(gpu("app", 100), init=[gpu("i1", 1500)]), {MEM: 1500, GPU: 1}, id="init-1500-app-100"),
+    pytest.param(pod(gpu("app", 10000), init=[gpu("i", 20000)]), {MEM: 20000, GPU: 1}, id="init-20000-app-10000"),
+    pytest.param(pod(gpu("a", 500), gpu("b", 700)), {MEM: 1200, GPU: 2}, id="app-containers-sum"),
+    pytest.param(pod(gpu("a", 1000, count=3)), {MEM: 3000, GPU: 3}, id="times-device-count"),
+    pytest.param(pod(container(limits={GPU: "2"})), {CORES: 200, GPU: 2}, id="whole-card-100-cores-each"),
+    pytest.param(pod(container(limits={MLU: "2", MLU_CORES: "40"})), {MLU_CORES: 80, MLU: 2}, id="2-mlus-x-40-cores"),
+    pytest.param(
+        pod(container(limits={MLU: "1", MLU_MEM: "4"})), {MLU_MEM: 4 * 256, MLU_CORES: 100, MLU: 1}, id="mlu-factor"
+    ),
+    pytest.param(pod(container(limits={"cpu": "1"})), {}, id="no-device"),
+]
+
+
+@pytest.mark.parametrize(("obj", "expected"), CASES)
+def test_demand_of_the_admitted_pod(obj: dict[str, Any], expected: dict[str, int], settings) -> None:
+    """The feed's arithmetic on the Pod as persisted (after our patch) is the admission arithmetic."""
+    patched = run(obj, settings).patched
+    assert pod_amounts(patched, settings.devices) == expected
+
+
+def test_memory_factor(configured) -> None:
+    settings = configured({"nvidia": {"memoryFactor": 2}})
+    assert pod_amounts(run(pod(gpu("a", 1000)), settings).patched, settings.devices)[MEM] == 2000

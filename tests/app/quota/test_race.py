@@ -1,0 +1,132 @@
+"""No over-admission under concurrency (Q3): two gunicorn webhooks, several workers each, one API server.
+
+With headroom for exactly K Pods in a namespace, N >> K admissions fired at once,
+spread over both webhooks, must allow exactly K and deny the rest with the Q4
+message. Several namespaces (rounds) with different K, so a lucky pass is unlikely.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from certgen.pki import LocalFiles, write_local
+from tests.app.quota.conftest import GPU, HOME, MEM, resource_quota
+from tests.app.reviews import admission_review, container, pod
+from tests.app.test_serving import ROOT, client_context, free_port, stop
+from tests.kubeapi import FakeKubeAPI
+
+ROUNDS = {"race-a": 3, "race-b": 5, "race-c": 1, "race-d": 7}  # namespace -> K (Pods of 1000 MiB that fit)
+N = 24  # admissions fired at once per namespace
+WORKERS = "3"
+
+
+@pytest.fixture
+def webhooks(tmp_path: Path, kube_api: FakeKubeAPI) -> Iterator[tuple[list[int], LocalFiles]]:
+    """Two gunicorn webhooks with quota required, sharing ``kube_api``; their logs are checked afterwards."""
+    for name in (HOME, *ROUNDS):
+        kube_api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    for namespace, k in ROUNDS.items():
+        kube_api.put(resource_quota({f"limits.{MEM}": str(k * 1000)}, namespace=namespace))
+    pki = write_local(tmp_path / "tls", ["localhost", "127.0.0.1"])
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    ports, procs = [free_port(), free_port()], []
+    for port in ports:
+        env.update(
+            HAMI_WEBHOOK_BIND=f"127.0.0.1:{port}",
+            HAMI_WEBHOOK_TLS_CERT=str(pki.cert),
+            HAMI_WEBHOOK_TLS_KEY=str(pki.key),
+            HAMI_WEBHOOK_WORKERS=WORKERS,
+            HAMI_WEBHOOK_THREADS="4",
+            HAMI_QUOTA_ENABLED="true",
+            HAMI_NAMESPACE=HOME,
+            KUBECONFIG=kube_api.kubeconfig_path,
+        )
+        command = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"]
+        pipes = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
+        procs.append(subprocess.Popen(command, cwd=ROOT, env=dict(env), text=True, **pipes))
+    try:
+        for port, proc in zip(ports, procs, strict=True):
+            all_workers_ready(port, client_context(pki.ca_cert), proc)
+        yield ports, pki
+    finally:
+        logs = [stop(proc) for proc in procs]
+    for log in logs:
+        assert "Traceback" not in log and "quota undecided" not in log, log
+
+
+def all_workers_ready(port: int, context: ssl.SSLContext, proc: subprocess.Popen[str]) -> None:
+    """Every worker has booted and synced: /readyz (answered by any worker) says 200 many times in a row.
+    Worker boot imports the Kubernetes client, slow on a busy machine: a generous bound."""
+    deadline, streak = time.monotonic() + 120, 0
+    while streak < 20:
+        assert proc.poll() is None, f"webhook exited {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}"
+        assert time.monotonic() < deadline, "webhook workers did not all become ready"
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=5)
+        try:
+            conn.request("GET", "/readyz")
+            streak = streak + 1 if conn.getresponse().status == 200 else 0
+        except OSError:
+            streak = 0
+        finally:
+            conn.close()
+        if not streak:
+            time.sleep(0.2)
+
+
+def fire(ports: list[int], pki: LocalFiles, namespace: str) -> list[tuple[int, dict[str, Any]]]:
+    """N admissions released together, alternating between the webhooks; (HTTP status, response) each."""
+    barrier = threading.Barrier(N, timeout=30)
+    results: list[tuple[int, dict[str, Any]]] = []
+    obj = pod(container(limits={GPU: "1", MEM: "1000"}), namespace=namespace)
+
+    def one(i: int) -> None:
+        body = json.dumps(admission_review(obj, uid=f"{namespace}-{i}"))
+        conn = http.client.HTTPSConnection("127.0.0.1", ports[i % 2], context=client_context(pki.ca_cert), timeout=15)
+        barrier.wait()  # not after connecting: a gthread worker's thread waits on an idle connection's request
+        try:
+            conn.request("POST", "/webhook?timeout=10s", body, {"Content-Type": "application/json"})
+            reply = conn.getresponse()
+            data = json.loads(reply.read())
+            results.append((reply.status, data.get("response") or data))
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(N)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(results) == N
+    return results
+
+
+def test_exactly_k_admitted_across_two_webhooks(webhooks: tuple[list[int], LocalFiles], kube_api: FakeKubeAPI) -> None:
+    ports, pki = webhooks
+    for namespace, k in ROUNDS.items():
+        results = fire(ports, pki, namespace)
+        assert {status for status, _ in results} == {200}, results
+        allowed = [r for _, r in results if r["allowed"]]
+        denied = [r for _, r in results if not r["allowed"]]
+        assert len(allowed) == k, (namespace, len(allowed))
+        message = (
+            f"exceeding resource quota: namespace {namespace} {MEM} used {k * 1000} + requested 1000 > limit {k * 1000}"
+        )
+        assert [(d["status"]["code"], d["status"]["reason"], d["status"]["message"]) for d in denied] == [
+            (403, "GPUQuotaExceeded", message)
+        ] * (N - k)
+        lease = kube_api.get("coordination.k8s.io/v1", "Lease", f"hami-quota-{namespace}", HOME)
+        assert lease is not None
+        entries = json.loads(lease["metadata"]["annotations"]["hami.io/quota-ledger"])
+        assert sorted(entries) == sorted(r["uid"] for r in allowed)

@@ -1,0 +1,110 @@
+"""Render the manifests with the real ``kubectl kustomize``, once per TLS mode.
+
+The overlays for the cert-manager and manual modes are the README's own examples (section "TLS modes"),
+so what the README tells an admin to write is exactly what these tests render.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from certgen.pki import write_local
+from tests.kubeapi.server import kubectl_binary
+
+REPO = Path(__file__).resolve().parents[2]
+MANIFESTS = REPO / "manifests"
+README = REPO / "README.md"
+NAMESPACE = "hami-system"
+# How README examples refer to this repository's manifests/ directory.
+README_MANIFESTS = "../hami-webhook/manifests"
+
+Obj = dict[str, Any]
+
+
+def kustomize(directory: Path) -> list[Obj]:
+    """The objects ``kubectl kustomize directory`` renders; fails the test with kubectl's message."""
+    proc = subprocess.run(
+        [kubectl_binary(), "kustomize", str(directory)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, f"kubectl kustomize {directory} failed:\n{proc.stderr}"
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+
+
+def readme_overlays() -> dict[str, str]:
+    """README's overlay examples: yaml blocks whose first line is ``# <name>/kustomization.yaml``."""
+    blocks = re.findall(r"```yaml\n# ([\w.-]+)/kustomization\.yaml\n(.*?)```", README.read_text(), re.S)
+    return dict(blocks)
+
+
+def write_overlay(directory: Path, name: str) -> Path:
+    """README overlay ``name`` in ``directory``, pointing at this repository's manifests."""
+    overlays = readme_overlays()
+    assert name in overlays, f"README has no overlay example '# {name}/kustomization.yaml' (has {sorted(overlays)})"
+    directory.mkdir(parents=True, exist_ok=True)
+    relative = Path(*[".."] * len(directory.relative_to(directory.anchor).parts)) / MANIFESTS.relative_to(
+        MANIFESTS.anchor
+    )
+    (directory / "kustomization.yaml").write_text(overlays[name].replace(README_MANIFESTS, str(relative)))
+    return directory
+
+
+def manual_overlay(directory: Path) -> Path:
+    """The README's manual-mode overlay with a real CA and serving certificate next to it."""
+    files = write_local(str(directory / "pki"), ("hami-webhook.hami-system.svc",))
+    write_overlay(directory, "hami-manual")
+    for key, source in (("tls.crt", files.cert), ("tls.key", files.key), ("ca.crt", files.ca_cert)):
+        (directory / key).write_bytes(Path(source).read_bytes())
+    return directory
+
+
+@pytest.fixture(scope="session")
+def overlays_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("overlays")
+
+
+@pytest.fixture(scope="session")
+def rendered(overlays_dir: Path) -> dict[str, list[Obj]]:
+    """Every TLS mode's objects: certgen is ``manifests/`` itself, the others the README's overlays."""
+    return {
+        "certgen": kustomize(MANIFESTS),
+        "cert-manager": kustomize(write_overlay(overlays_dir / "hami-cert-manager", "hami-cert-manager")),
+        "manual": kustomize(manual_overlay(overlays_dir / "hami-manual")),
+    }
+
+
+@pytest.fixture(scope="session")
+def base(rendered: dict[str, list[Obj]]) -> list[Obj]:
+    """The default install (``kubectl apply -k manifests``)."""
+    return rendered["certgen"]
+
+
+def find(objects: list[Obj], kind: str, name: str | None = None) -> list[Obj]:
+    return [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+
+
+def one(objects: list[Obj], kind: str, name: str) -> Obj:
+    found = find(objects, kind, name)
+    assert len(found) == 1, f"expected one {kind} {name}, found {len(found)}"
+    return found[0]
+
+
+def pod_specs(objects: list[Obj]) -> dict[str, Obj]:
+    """Every Pod template, by "<kind>/<name>"."""
+    specs = {}
+    for obj in objects:
+        spec = obj.get("spec", {})
+        if obj["kind"] == "CronJob":
+            spec = spec["jobTemplate"]["spec"]
+        if "template" in spec:
+            specs[f"{obj['kind']}/{obj['metadata']['name']}"] = spec["template"]["spec"]
+    return specs
+
+
+def containers(pod: Obj) -> list[Obj]:
+    return [*pod.get("initContainers", []), *pod["containers"]]

@@ -1,0 +1,136 @@
+"""Run a stored Pod template's containers as local processes, doing what the kubelet does for them.
+
+For the install test: the commands, args and env are the manifests' own (``$(VAR)`` expanded like the kubelet,
+``fieldRef: metadata.namespace`` resolved), Secret and ConfigMap volumes become files in a temp dir and paths
+under their mount points are pointed there. There is no ServiceAccount token, so processes get the admin
+kubeconfig through ``KUBECONFIG``; listening addresses are moved to free loopback ports.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.kubeapi import FakeKubeAPI
+
+Obj = dict[str, Any]
+_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """The kubelet's ``$(VAR)`` expansion: defined names are replaced, ``$$`` is a literal ``$``,
+    undefined references stay as written."""
+
+    def one(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        return env.get(match.group(1), match.group(0))
+
+    return _REFERENCE.sub(one, text)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Container:
+    """One container of a Pod template, ready to run here."""
+
+    argv: list[str]
+    env: dict[str, str]
+    ports: dict[str, int] = field(default_factory=dict)  # container port name -> local loopback port
+
+
+def _field_ref(path: str, namespace: str) -> str:
+    if path == "metadata.namespace":
+        return namespace
+    raise AssertionError(f"fieldRef {path} is not modelled by the install test")
+
+
+def _volumes(api: FakeKubeAPI, template: Obj, namespace: str, root: Path) -> dict[str, Path]:
+    """Volume name -> a directory with the Secret's or ConfigMap's keys as files."""
+    paths: dict[str, Path] = {}
+    for volume in template["spec"].get("volumes") or []:
+        directory = root / volume["name"]
+        directory.mkdir(parents=True, exist_ok=True)
+        if "secret" in volume:
+            secret = api.get("v1", "Secret", volume["secret"]["secretName"], namespace)
+            assert secret is not None, f"Secret {volume['secret']['secretName']} is missing"
+            for key, value in (secret.get("data") or {}).items():
+                (directory / key).write_bytes(base64.b64decode(value))
+        elif "configMap" in volume:
+            config_map = api.get("v1", "ConfigMap", volume["configMap"]["name"], namespace)
+            assert config_map is not None, f"ConfigMap {volume['configMap']['name']} is missing"
+            for key, value in (config_map.get("data") or {}).items():
+                (directory / key).write_text(value)
+        paths[volume["name"]] = directory
+    return paths
+
+
+def container(
+    api: FakeKubeAPI, template: Obj, name: str, namespace: str, root: Path, binaries: dict[str, str] | None = None
+) -> Container:
+    """The container ``name`` (init or regular) of a Pod ``template`` as a local process description.
+
+    ``command[0]`` is looked up next to this Python (the venv's console scripts), so ``certgen`` and
+    ``hami-webhook`` are the repository's own; ``binaries`` may name the image's ENTRYPOINT for containers
+    that only give ``args``.
+    """
+    spec = template["spec"]
+    ctr = next(c for c in (spec.get("initContainers") or []) + spec["containers"] if c["name"] == name)
+    volumes = _volumes(api, template, namespace, root / name)
+    mounts = {
+        m["mountPath"].rstrip("/"): volumes[m["name"]] for m in ctr.get("volumeMounts") or [] if m["name"] in volumes
+    }
+    ports = {p.get("name", str(p["containerPort"])): free_port() for p in ctr.get("ports") or []}
+    by_number = {str(p["containerPort"]): ports[p.get("name", str(p["containerPort"]))] for p in ctr.get("ports") or []}
+    env: dict[str, str] = {}
+    for var in ctr.get("env") or []:
+        if "valueFrom" in var:
+            value = _field_ref(var["valueFrom"]["fieldRef"]["fieldPath"], namespace)
+        else:
+            value = expand(var.get("value", ""), env)
+        env[var["name"]] = _localize(value, mounts, by_number)
+    command = ctr.get("command") or [(binaries or {})[ctr["name"]]]
+    argv = [_executable(expand(command[0], env))] + [expand(a, env) for a in command[1:] + (ctr.get("args") or [])]
+    return Container(argv, env, ports)
+
+
+def _localize(value: str, mounts: dict[str, Path], ports: dict[str, int]) -> str:
+    """Paths under a mount point go to its temp dir; ``0.0.0.0:<containerPort>`` to its loopback port."""
+    for mount, directory in mounts.items():
+        if value == mount or value.startswith(mount + "/"):
+            return str(directory) + value[len(mount) :]
+    host, _, port = value.rpartition(":")
+    if host == "0.0.0.0" and port in ports:
+        return f"127.0.0.1:{ports[port]}"
+    return value
+
+
+def _executable(name: str) -> str:
+    beside = Path(sys.executable).with_name(name)
+    assert beside.exists(), f"{name} is not installed next to {sys.executable}"
+    return str(beside)
+
+
+def run(ctr: Container, kubeconfig: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run a container to completion with the admin kubeconfig (no ServiceAccount token here)."""
+    return subprocess.run(
+        ctr.argv, env=process_env(ctr, kubeconfig), capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def process_env(ctr: Container, kubeconfig: str) -> dict[str, str]:
+    """The container's env plus what a process needs here; in-cluster detection is kept off."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "HAMI_"))}
+    return {**base, **ctr.env, "KUBECONFIG": kubeconfig}
