@@ -131,7 +131,7 @@ def over_the_wire(args: argparse.Namespace, wrk: str) -> dict[str, Any]:
             floor_max = out["saturation"]["floor_rps"]["median"]
             out["rates"] = wire.fixed_rates(load, product, floor, floor_max, FRACTIONS, args.rate_seconds)
             out["memory"] = {
-                server.name: wire.soak(load, server, args.soak, time_limit=max(10.0, args.soak / 500))
+                server.name: wire.soak(load, server, args.soak, time_limit=min(75.0, max(10.0, args.soak / 1000)))
                 for server in (product, floor)
             }
     return out
