@@ -255,13 +255,13 @@ def plot(results: dict[str, Any], path: Path) -> Path | None:
     sat = wire_results["saturation"]
     fig, ax = plt.subplots(figsize=(8, 5))
     for name, style in (("product", "-"), ("floor", "--")):
-        rows = [r[name] for r in wire_results["rates"]]
+        points = [(r["offered_rps"], r[name]) for r in wire_results["rates"]]
         pair = min(sat["pairs"], key=lambda p: abs(p[name]["rps"] - sat[f"{name}_rps"]["median"]))[name]
-        rows.append(pair)  # the saturation point: the pair closest to the median throughput
+        points.append((pair["rps"], pair))  # the saturation point: the pair closest to the median throughput
         for pct, colour in (("p50", "tab:blue"), ("p95", "tab:orange"), ("p99", "tab:red")):
-            ax.plot([r["rps"] for r in rows], [r[f"{pct}_us"] / 1000 for r in rows], style, marker="o",
-                    color=colour, label=f"{name} {pct}")  # fmt: skip
-    ax.set_xlabel("offered load, requests/s (last point: saturation, 8 connections)")
+            xs, ys = [x for x, _ in points], [r[f"{pct}_us"] / 1000 for _, r in points]
+            ax.plot(xs, ys, style, marker="o", color=colour, label=f"{name} {pct}")
+    ax.set_xlabel("offered load, requests/s (25/50/75 % of the floor's maximum; last point: saturation)")
     ax.set_ylabel("latency, ms")
     ax.set_yscale("log")
     ax.set_title("hami-webhook vs a bare Flask floor, same gunicorn + TLS (single-GPU review)")
