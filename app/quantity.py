@@ -19,6 +19,7 @@ no fraction, so ``1.5`` and ``500m`` are not whole and ``16Gi`` is 17179869184).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -80,7 +81,20 @@ def parse(raw: object) -> Quantity:
         if not math.isfinite(raw):
             raise QuantityError(f"not a valid quantity: {shown(raw)}")
         return _parse_text(repr(raw), raw)
+    if len(raw) <= _CACHED_LENGTH:
+        return _parse_short(raw)
     return _parse_text(raw, raw)
+
+
+_CACHED_LENGTH = 32
+"""Longer than any sensible quantity; a hostile long string is parsed each time and never kept."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_short(text: str) -> Quantity:
+    """Cached: a review reads each quantity several times (validation, vendors, quota) and Pods repeat a few
+    values. Bounded to 4096 strings of at most 32 characters; refusals raise and are not cached."""
+    return _parse_text(text, text)
 
 
 def _parse_text(text: str, raw: object) -> Quantity:

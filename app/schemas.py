@@ -3,14 +3,24 @@
 Only what the policy reads is validated, so a Pod from a newer Kubernetes with
 fields we don't know passes untouched (unknown fields are kept, not rejected).
 Errors come back as one readable line with the field path, for a 400 answer.
+
+The schemas stay the single source of truth, but running marshmallow's machinery
+on every review costs more than the rest of the review (over 40 ms for a
+200-container Pod). So each schema is also compiled once, at import, into plain
+checks derived from its declared fields; a body they accept is one marshmallow
+accepts, and anything they do not accept goes through marshmallow itself, which
+decides and words the error. Field types the compiler does not know are checked
+by their own marshmallow ``deserialize``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from marshmallow import INCLUDE, Schema, ValidationError, fields, validate
+from marshmallow.validate import Validator
 
 from app import quantity
 
@@ -119,14 +129,120 @@ class AdmissionReviewSchema(_Open):
     request = fields.Nested(AdmissionRequestSchema, required=True)
 
 
+Check = Callable[[Any], bool]
+
+
+@functools.cache
+def accepts(schema: Schema) -> Check:
+    """A check, compiled from ``schema``'s fields, that only says True for data marshmallow accepts."""
+    if schema.unknown != INCLUDE or any(schema._hooks.values()):
+        return lambda data: not schema.validate(data)
+    checks = [
+        (field.data_key or name, field.required, _field_check(field)) for name, field in schema.load_fields.items()
+    ]
+
+    def check(data: Any) -> bool:
+        if not isinstance(data, dict):
+            return False
+        for key, required, ok in checks:
+            if key in data:
+                if not ok(data[key]):
+                    return False
+            elif required:
+                return False
+        return True
+
+    return check
+
+
+def _field_check(field: fields.Field) -> Check:
+    """None per ``allow_none``, then the type's check, then the field's validators."""
+    kind = _type_check(field)
+    allow_none, validators = field.allow_none, list(field.validators)
+    if not validators:
+        return lambda value: allow_none if value is None else kind(value)
+
+    def check(value: Any) -> bool:
+        if value is None:
+            return allow_none
+        return kind(value) and all(_passes(validator, value) for validator in validators)
+
+    return check
+
+
+def _passes(validator: Callable[[Any], Any], value: Any) -> bool:
+    try:
+        return validator(value) is not False or isinstance(validator, Validator)
+    except ValidationError:
+        return False
+
+
+def _type_check(field: fields.Field) -> Check:
+    """The check for a non-null value's type and content; exact types only, so subclasses take the generic path."""
+    kind = type(field)
+    if kind is fields.Raw:
+        return lambda value: True
+    if kind is fields.String:
+        return lambda value: isinstance(value, str)
+    if (
+        isinstance(field, fields.Boolean)
+        and kind is fields.Boolean
+        and field.truthy == {True}
+        and field.falsy == {False}
+    ):
+        return lambda value: value is True or value is False
+    if isinstance(field, fields.Nested) and kind is fields.Nested and not field.many:
+        nested = field.schema
+        if isinstance(nested, Schema):
+            return accepts(nested)
+    if isinstance(field, fields.List) and kind is fields.List:
+        return functools.partial(_list, _field_check(field.inner))
+    if isinstance(field, fields.Dict) and kind is fields.Dict:
+        keys = _field_check(field.key_field) if field.key_field else None
+        values = _field_check(field.value_field) if field.value_field else None
+        return functools.partial(_dict, keys, values)
+    return functools.partial(_deserializes, field)
+
+
+def _list(item: Check, value: Any) -> bool:
+    if not isinstance(value, list):
+        return False
+    for entry in value:
+        if not item(entry):
+            return False
+    return True
+
+
+def _dict(keys: Check | None, values: Check | None, value: Any) -> bool:
+    if not isinstance(value, dict):
+        return False
+    for key, entry in value.items():
+        if (keys is not None and not keys(key)) or (values is not None and not values(entry)):
+            return False
+    return True
+
+
+def _deserializes(field: fields.Field, value: Any) -> bool:
+    """A field type the compiler does not know: its own conversion decides (None was handled before)."""
+    try:
+        field._deserialize(value, None, None)
+    except ValidationError:
+        return False
+    return True
+
+
 REVIEW = AdmissionReviewSchema()
 POD = PodSchema()
+accepts(REVIEW)  # compiled here, once, not on the first review
+accepts(POD)
 
 
 def problems(schema: Schema, data: Any, prefix: str) -> str | None:
     """Validate ``data``; None when valid, else one line naming each bad field by path."""
     if not isinstance(data, Mapping):
         return f"{prefix}: must be a JSON object"
+    if accepts(schema)(data):
+        return None
     errors = schema.validate(data)
     if not errors:
         return None

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Install the project with its test extra, lint it, and run the whole test suite. CI runs exactly this.
+# Install the project with its test and bench extras, lint it, and run the whole test suite. CI runs exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/bootstrap.sh test
+bash scripts/bootstrap.sh test,bench
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy

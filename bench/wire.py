@@ -1,0 +1,302 @@
+"""Part 2 and 3: the product and the floor over TLS under gunicorn, driven by wrk with keep-alive.
+
+Both servers are up at once, on loopback, under the same gunicorn settings (the
+project's gunicorn.conf.py via bench/counted.py). Throughput is compared in short
+alternating bursts and reported as ratios per pair, so the machine's noise (other
+processes on the same cores) hits both sides alike. Every run is bounded in time.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import counted
+
+ROOT = Path(__file__).resolve().parents[1]
+WRK_SCRIPT = Path(__file__).with_name("wrk.lua")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+CONNECTIONS = 8
+
+
+class WireError(RuntimeError):
+    """A server or the load generator did not behave; the message says which and why."""
+
+
+def wrk_path(install: bool) -> str | None:
+    """The wrk binary; with ``install``, run scripts/install-wrk.sh first when it is missing."""
+    found = shutil.which("wrk")
+    if found or not install:
+        return found
+    subprocess.run(["bash", str(ROOT / "scripts" / "install-wrk.sh")], check=False)
+    return shutil.which("wrk")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """One gunicorn master serving ``app`` over TLS on 127.0.0.1."""
+
+    name: str
+    app: str
+    workdir: Path
+    port: int = field(default_factory=_free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def counts_path(self) -> Path:
+        return self.workdir / f"{self.name}.counts"
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}/webhook"
+
+    def start(self, cert: Path, key: Path) -> None:
+        self.counts_path.write_bytes(b"\0" * counted.SLOTS * counted.SLOT.size)
+        env = {
+            **os.environ,
+            "HAMI_WEBHOOK_BIND": f"127.0.0.1:{self.port}",
+            "HAMI_WEBHOOK_TLS_CERT": str(cert),
+            "HAMI_WEBHOOK_TLS_KEY": str(key),
+            "HAMI_BENCH_COUNTS": str(self.counts_path),
+        }
+        log = (self.workdir / f"{self.name}.log").open("wb")  # the product's one line per review goes here
+        command = [sys.executable, "-m", "gunicorn", "-c", "python:bench.counted", self.app]
+        self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
+        log.close()
+
+    def wait_ready(self, workers: int, body: bytes, timeout: float = 30) -> None:
+        """Until every worker has started and a review gets a correct answer (uid echoed, allowed)."""
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise WireError(f"{self.name} exited {self.proc.returncode}; see {self.workdir / self.name}.log")
+            try:
+                answer = _post(self.port, context, body)
+            except OSError:
+                time.sleep(0.2)
+                continue
+            uid = json.loads(body)["request"]["uid"]
+            if answer.get("response", {}).get("uid") != uid or answer["response"].get("allowed") is not True:
+                raise WireError(f"{self.name} answered wrongly: {answer}")
+            if len(self.workers()) >= workers:
+                return
+            time.sleep(0.2)
+        raise WireError(f"{self.name} was not ready within {timeout:.0f} s")
+
+    def workers(self) -> dict[int, int]:
+        """pid -> requests answered, per live worker."""
+        return {pid: n for pid, n in counted.read_counts(self.counts_path).items() if Path(f"/proc/{pid}").exists()}
+
+    def cpu_seconds(self) -> dict[int, float]:
+        """pid -> user+system CPU seconds, per worker."""
+        out = {}
+        for pid in self.workers():
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[pid] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        return out
+
+    def connections(self) -> dict[int, int]:
+        """pid -> established connections on the server port that the worker holds."""
+        port = f"{self.port:04X}"
+        established = set()
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            cols = line.split()
+            if cols[1].endswith(":" + port) and cols[3] == "01":
+                established.add(cols[9])
+        out = {}
+        for pid in self.workers():
+            inodes = set()
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                try:
+                    target = os.readlink(fd)
+                except OSError:
+                    continue
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+            out[pid] = len(inodes & established)
+        return out
+
+    def rss_kib(self) -> dict[int, int]:
+        """pid -> resident set size in KiB, per worker."""
+        out = {}
+        for pid in self.workers():
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    out[pid] = int(line.split()[1])
+        return out
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _post(port: int, context: ssl.SSLContext, body: bytes) -> dict[str, Any]:
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=5)
+    try:
+        conn.request("POST", "/webhook", body, {"Content-Type": "application/json"})
+        return dict(json.loads(conn.getresponse().read()))
+    finally:
+        conn.close()
+
+
+@contextmanager
+def servers(workdir: Path, body: bytes, workers: int) -> Iterator[tuple[Server, Server]]:
+    """The product and the floor, both up, both answering correctly; stopped on the way out."""
+    from certgen.pki import write_local
+
+    pki = write_local(workdir / "tls", ["localhost", "127.0.0.1"])
+    product = Server("product", "wsgi:app", workdir)
+    floor = Server("floor", "bench.floor:app", workdir)
+    try:
+        for server in (product, floor):
+            server.start(pki.cert, pki.key)
+        for server in (product, floor):
+            server.wait_ready(workers, body)
+        yield product, floor
+    finally:
+        for server in (product, floor):
+            server.stop()
+
+
+@dataclass
+class Load:
+    """Runs wrk against a server with the review body; ``pace_ms`` paces each connection."""
+
+    wrk: str
+    body_path: Path
+
+    def run(self, server: Server, seconds: float, pace_ms: float = 0) -> dict[str, Any]:
+        env = {**os.environ, "BENCH_BODY": str(self.body_path), "BENCH_DELAY_MS": str(pace_ms or "")}
+        before_cpu, before_n = server.cpu_seconds(), server.workers()
+        command = [
+            self.wrk, "-t2", f"-c{CONNECTIONS}", f"-d{max(round(seconds), 1)}s", "--timeout", "5s",
+            "-s", str(WRK_SCRIPT), server.url,
+        ]  # fmt: skip
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(seconds / 2)
+        connections = server.connections()
+        try:
+            out, err = proc.communicate(timeout=seconds + 30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise WireError(f"wrk did not finish a {seconds} s run") from None
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        if proc.returncode or not lines:
+            raise WireError(f"wrk failed ({proc.returncode}): {err.strip() or out.strip()}")
+        result: dict[str, Any] = json.loads(lines[-1])
+        after_cpu, after_n = server.cpu_seconds(), server.workers()
+        per_worker = {pid: after_n[pid] - before_n.get(pid, 0) for pid in after_n}
+        cpu = {pid: after_cpu[pid] - before_cpu.get(pid, 0.0) for pid in after_cpu}
+        result["rps"] = result["requests"] / (result["duration_us"] / 1e6)
+        result["per_worker_connections"] = sorted(connections.values(), reverse=True)
+        result["per_worker_requests"] = sorted(per_worker.values(), reverse=True)
+        result["per_worker_cpu_s"] = sorted((round(c, 2) for c in cpu.values()), reverse=True)
+        result["cpu_us_per_request"] = sum(cpu.values()) / max(result["requests"], 1) * 1e6
+        if result["errors"] or result["status_errors"]:
+            raise WireError(f"{server.name}: {result['errors']} socket errors, {result['status_errors']} non-2xx")
+        return result
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def saturation(load: Load, product: Server, floor: Server, pairs: int, seconds: float) -> dict[str, Any]:
+    """Alternating bursts at saturation (8 keep-alive connections): ratios per pair, then their median."""
+    rows = []
+    for index in range(pairs):
+        order = (product, floor) if index % 2 == 0 else (floor, product)
+        runs = {server.name: load.run(server, seconds) for server in order}
+        rows.append(
+            {
+                "product": runs["product"],
+                "floor": runs["floor"],
+                "throughput_ratio": runs["product"]["rps"] / runs["floor"]["rps"],
+                "cpu_ratio": runs["product"]["cpu_us_per_request"] / max(runs["floor"]["cpu_us_per_request"], 1e-9),
+            }
+        )
+    return {
+        "pairs": rows,
+        "throughput_ratio": spread([r["throughput_ratio"] for r in rows]),
+        "cpu_per_request_ratio": spread([r["cpu_ratio"] for r in rows]),
+        "product_rps": spread([r["product"]["rps"] for r in rows]),
+        "floor_rps": spread([r["floor"]["rps"] for r in rows]),
+        "product_cpu_us": spread([r["product"]["cpu_us_per_request"] for r in rows]),
+        "floor_cpu_us": spread([r["floor"]["cpu_us_per_request"] for r in rows]),
+        "product_p99_us": spread([r["product"]["p99_us"] for r in rows]),
+        "floor_p99_us": spread([r["floor"]["p99_us"] for r in rows]),
+    }
+
+
+def fixed_rates(
+    load: Load, product: Server, floor: Server, floor_max: float, fractions: list[float], seconds: float
+) -> list[dict[str, Any]]:
+    """Latency at offered rates that are fractions of the floor's maximum, both servers at each rate.
+
+    wrk paces each connection by a delay after each answer, so the delay is the
+    interval less the measured time per request (one calibration run per server).
+    """
+    overhead = {}
+    for server in (product, floor):
+        interval = CONNECTIONS / (floor_max * fractions[0])
+        probe = load.run(server, 1, pace_ms=interval * 1000)
+        overhead[server.name] = max(0.0, CONNECTIONS / max(probe["rps"], 1e-9) - interval)
+    rows = []
+    for index, fraction in enumerate(fractions):
+        rate = floor_max * fraction
+        row: dict[str, Any] = {"fraction": fraction, "offered_rps": rate}
+        for server in (product, floor) if index % 2 == 0 else (floor, product):
+            pace = max(0.0, CONNECTIONS / rate - overhead[server.name]) * 1000
+            row[server.name] = load.run(server, seconds, pace_ms=pace)
+        row["p99_ratio"] = row["product"]["p99_us"] / max(row["floor"]["p99_us"], 1)
+        rows.append(row)
+    return rows
+
+
+def soak(load: Load, server: Server, requests: int, time_limit: float) -> dict[str, Any]:
+    """RSS per worker after warm-up, then after ``requests`` more requests (bounded by ``time_limit``)."""
+    before = server.rss_kib()
+    start_count = sum(server.workers().values())
+    deadline = time.monotonic() + time_limit
+    rate = None
+    while sum(server.workers().values()) - start_count < requests and time.monotonic() < deadline:
+        left = requests - (sum(server.workers().values()) - start_count)
+        seconds = min(deadline - time.monotonic(), left / rate * 1.05 + 0.2 if rate else 2.0)
+        rate = load.run(server, max(seconds, 1))["rps"]
+    after = server.rss_kib()
+    done = sum(server.workers().values()) - start_count
+    growth = {pid: after.get(pid, 0) - before[pid] for pid in before}
+    return {
+        "requests": done,
+        "rss_kib_warm": sorted(before.values()),
+        "rss_kib_after": sorted(after.values()),
+        "growth_kib": sorted(growth.values()),
+        "complete": done >= requests,
+    }

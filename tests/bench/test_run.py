@@ -1,0 +1,41 @@
+"""Smoke run of ``python -m bench``: every part, tiny counts, no timing assertions, so the benchmark never rots."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_smoke_run_prints_every_part_and_writes_results(tmp_path: Path) -> None:
+    if shutil.which("wrk") is None and os.geteuid() != 0 and os.environ.get("CI") != "true":
+        pytest.skip("wrk is not installed (sudo scripts/install-wrk.sh)")
+    command = [sys.executable, "-m", "bench", "--smoke", "--require-wire", "--out", str(tmp_path)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr
+    for heading in ("1. in process", "2. over TLS", "3. RSS per worker", "4. quota path", "targets (issue 11)"):
+        assert heading in done.stdout
+
+    results = json.loads((tmp_path / "results.json").read_text())
+    timed = results["inprocess"]
+    assert set(timed) == {"cpu-only", "single-gpu", "multi-vendor", "200-containers", "denied"}
+    assert all(row["median_us"] > 0 and row["p99_us"] >= row["median_us"] for row in timed.values())
+
+    wire = results["wire"]
+    pair = wire["saturation"]["pairs"][0]
+    for side in ("product", "floor"):
+        assert pair[side]["requests"] > 0 and pair[side]["errors"] == 0
+        assert sum(pair[side]["per_worker_requests"]) > 0
+        assert wire["memory"][side]["requests"] > 0
+    assert [row["fraction"] for row in wire["rates"]] == [0.25, 0.5, 0.75]
+    assert len(results["targets"]) == 6
+    assert (tmp_path / "latency.png").stat().st_size > 0
+    if "quota" in results:  # bench/quota.py is in this build: it ran and succeeded
+        assert results["quota"]["exit_code"] == 0, results["quota"]["output"]
