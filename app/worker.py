@@ -40,6 +40,8 @@ from app.http import MAX_BODY
 from app.serving import settings
 from app.tls import ServingCertificate
 
+ACCEPT_PAUSE = 0.002  # seconds a worker waits before its next accept, per connection it already holds
+ACCEPT_PAUSE_MAX = 0.05
 STOP_LINGER = 5.0  # seconds a stopping worker still answers (with Connection: close) before closing idle connections
 DRAIN_BYTES = 2 * MAX_BODY  # what a refused or closed connection may still send us before we stop reading it
 MAX_CHUNK_LINE = 8192
@@ -179,6 +181,7 @@ class WebhookWorker(gthread.ThreadWorker):
             self.cfg.certfile, self.cfg.keyfile, on_loaded=certificate_loaded, on_rejected=certificate_rejected
         )
         self.watched: dict[Connection, Callable[[Connection], None]] = {}
+        self.accept_after = 0.0
         super().init_process()
 
     def handle_exit(self, sig: int, frame: Any) -> None:
@@ -213,8 +216,9 @@ class WebhookWorker(gthread.ThreadWorker):
 
     def _tick(self, accepting: bool) -> None:
         self.notify()
-        self.set_accept_enabled(accepting and self.nr_conns < self.worker_connections)
-        self.wait_for_and_dispatch_events(timeout=1.0)
+        pause = self.accept_after - time.monotonic()
+        self.set_accept_enabled(accepting and self.nr_conns < self.worker_connections and pause <= 0)
+        self.wait_for_and_dispatch_events(timeout=min(1.0, pause) if accepting and pause > 0 else 1.0)
         self.certificate.poll()
         now = time.monotonic()
         for conn in [c for c in self.watched if c.deadline <= now]:
@@ -247,7 +251,12 @@ class WebhookWorker(gthread.ThreadWorker):
             pass
 
     def accept(self, listener: Any) -> None:
+        """One connection, then a pause that grows with the connections held: the listener is shared, and
+        without it the worker that wakes first takes a whole burst (kube-apiserver opens its connections
+        together and keeps them), leaving one worker hot and the other idle. The pause lets the less
+        loaded workers take the next ones; a lone worker only delays a new connection by the pause."""
         self._accept_all(listener, limit=1)
+        self.accept_after = time.monotonic() + min(ACCEPT_PAUSE * self.nr_conns, ACCEPT_PAUSE_MAX)
 
     def _accept_all(self, listener: Any, limit: int = 1 << 30) -> None:
         for _ in range(limit):

@@ -7,7 +7,9 @@ import json
 import socket
 import ssl
 import sys
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +17,7 @@ import pytest
 from app.http import MAX_BODY
 from certgen.pki import LocalFiles, write_local
 from tests.app.reviews import admission_review, container, pod
+from tests.app.served import serve
 from tests.app.tlsserver import Server, client_context, free_port, stop, wait_ready
 
 REVIEW = json.dumps(admission_review(pod(container(limits={"nvidia.com/gpu": "1"})), uid="u1")).encode()
@@ -176,3 +179,28 @@ def test_too_large_body_gets_a_readable_413(server: int, pki: LocalFiles, chunke
     assert (reply.status, reply.getheader("Connection")) == (413, "close")
     assert answer["response"]["status"]["reason"] == "RequestEntityTooLarge"
     assert time.monotonic() - started < 10
+
+
+def test_a_burst_of_connections_is_spread_over_workers(pki: LocalFiles) -> None:
+    """kube-apiserver opens its keep-alive connections together: no worker may take the whole burst."""
+    with serve(pki, HAMI_WEBHOOK_WORKERS="2", HAMI_LOG_FORMAT="json", HAMI_METRICS_BIND="") as served:
+        for round_ in range(3):
+            conns = [served.connection() for _ in range(8)]
+            barrier = threading.Barrier(len(conns))
+
+            def connect(conn: http.client.HTTPSConnection) -> None:
+                barrier.wait(10)
+                conn.connect()
+
+            threads = [threading.Thread(target=connect, args=(conn,)) for conn in conns]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(20)
+            uids = [f"r{round_}-{i}" for i in range(len(conns))]
+            for conn, uid in zip(conns, uids, strict=True):
+                body = admission_review(pod(container(limits={"nvidia.com/gpu": "1"})), uid=uid)
+                assert served.post(body, conn)[0] == 200
+                conn.close()
+            pids = Counter(served.wait_for(rf'"pid":(\d+),"msg":"review","uid":"{uid}"').group(1) for uid in uids)
+            assert len(pids) == 2 and max(pids.values()) <= 5, f"round {round_}: connections per worker {pids}"
