@@ -40,7 +40,7 @@ from app.http import MAX_BODY
 from app.serving import settings
 from app.tls import ServingCertificate
 
-ACCEPT_PAUSE = 0.002  # seconds a worker waits before its next accept, per connection it already holds
+ACCEPT_PAUSE = 0.005  # seconds a worker waits before its next accept, per connection it already holds
 ACCEPT_PAUSE_MAX = 0.05
 STOP_LINGER = 5.0  # seconds a stopping worker still answers (with Connection: close) before closing idle connections
 DRAIN_BYTES = 2 * MAX_BODY  # what a refused or closed connection may still send us before we stop reading it
@@ -193,6 +193,7 @@ class WebhookWorker(gthread.ThreadWorker):
     def run(self) -> None:
         self.poller.register(self.method_queue.fileno(), selectors.EVENT_READ, self.method_queue.run_callbacks)
         self.set_accept_enabled(True)
+        self.log.info("worker ready: app loaded, accepting connections")
         while self.alive and self.is_parent_alive():
             self._tick(accepting=True)
         linger = time.monotonic() + STOP_LINGER

@@ -181,18 +181,22 @@ def test_too_large_body_gets_a_readable_413(server: int, pki: LocalFiles, chunke
     assert time.monotonic() - started < 10
 
 
+def connect(conn: http.client.HTTPSConnection, barrier: threading.Barrier) -> None:
+    barrier.wait(10)
+    conn.connect()
+
+
 def test_a_burst_of_connections_is_spread_over_workers(pki: LocalFiles) -> None:
     """kube-apiserver opens its keep-alive connections together: no worker may take the whole burst."""
     with serve(pki, HAMI_WEBHOOK_WORKERS="2", HAMI_LOG_FORMAT="json", HAMI_METRICS_BIND="") as served:
+        deadline = time.monotonic() + 60
+        while served.log().count("worker ready") < 2:  # both workers have loaded the app
+            assert time.monotonic() < deadline, served.log()
+            time.sleep(0.05)
         for round_ in range(3):
             conns = [served.connection() for _ in range(8)]
             barrier = threading.Barrier(len(conns))
-
-            def connect(conn: http.client.HTTPSConnection) -> None:
-                barrier.wait(10)
-                conn.connect()
-
-            threads = [threading.Thread(target=connect, args=(conn,)) for conn in conns]
+            threads = [threading.Thread(target=connect, args=(conn, barrier)) for conn in conns]
             for thread in threads:
                 thread.start()
             for thread in threads:
