@@ -47,7 +47,7 @@ def collectors() -> Collectors:
     """The process's collectors, created on first use (after the multiprocess directory is known)."""
     from prometheus_client import Counter, Gauge, Histogram
 
-    return Collectors(
+    found = Collectors(
         # controller-runtime's names, labels and (default) buckets, so its dashboards and alerts apply.
         requests=Counter(
             "controller_runtime_webhook_requests", "Total number of admission requests by HTTP status code.",
@@ -89,6 +89,10 @@ def collectors() -> Collectors:
             "else 0; the minimum across worker processes.", ["resource"], multiprocess_mode="livemin",
         ),
     )  # fmt: skip
+    # Exported from the start (0 in flight, an empty histogram), not only after a worker's first request.
+    found.in_flight.labels(WEBHOOK)
+    found.latency.labels(WEBHOOK)
+    return found
 
 
 # --- hooks other parts call ------------------------------------------------------------------------

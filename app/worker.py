@@ -42,6 +42,7 @@ from app.tls import ServingCertificate
 
 ACCEPT_PAUSE = 0.005  # seconds a worker waits before its next accept, per connection it already holds
 ACCEPT_PAUSE_MAX = 0.05
+FIRST_REQUEST_WAIT = 1.0  # seconds a connection accepted just before the listener closed has to send its request
 STOP_LINGER = 5.0  # seconds a stopping worker still answers (with Connection: close) before closing idle connections
 DRAIN_BYTES = 2 * MAX_BODY  # what a refused or closed connection may still send us before we stop reading it
 MAX_CHUNK_LINE = 8192
@@ -143,6 +144,7 @@ class Connection(gthread.TConn):
         )
         self.too_large: int | None = None
         self.drained = 0
+        self.served = 0
 
     def init(self) -> None:
         """Called by gthread's handle() in the thread: the socket is already wrapped and the bytes buffered."""
@@ -205,7 +207,10 @@ class WebhookWorker(gthread.ThreadWorker):
             listener.close()
         for conn, step in list(self.watched.items()):
             if step == self._read and not conn.buf:
-                self._drain(conn)
+                if conn.served:  # idle between requests: the client reads our half-close as "reconnect"
+                    self._drain(conn)
+                else:  # just connected: its first request is on the way, answer it (Connection: close)
+                    conn.deadline = min(conn.deadline, time.monotonic() + FIRST_REQUEST_WAIT)
         deadline = time.monotonic() + self.cfg.graceful_timeout - STOP_LINGER
         while self.nr_conns > 0 and time.monotonic() < deadline and self.is_parent_alive():
             self._tick(accepting=False)
@@ -321,6 +326,7 @@ class WebhookWorker(gthread.ThreadWorker):
             keep = False
         if not keep:
             return self._drain(conn)
+        conn.served += 1
         conn.sock.setblocking(False)
         conn.buf = bytearray(conn.parser.unreader.take_buffered())  # a pipelined next request
         conn.deadline = time.monotonic() + (settings.request_timeout if conn.buf else self.cfg.keepalive)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import shutil
@@ -34,6 +35,14 @@ def served_certificate(port: int, context: ssl.SSLContext) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
         with context.wrap_socket(raw, server_hostname="localhost") as tls:
             return tls.getpeercert(binary_form=True) or b""
+
+
+def certificates_held(port: int, context: ssl.SSLContext, count: int = 8) -> list[bytes]:
+    """The certificates of ``count`` connections held open together, so they spread over the workers."""
+    with contextlib.ExitStack() as stack:
+        raws = [stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=5)) for _ in range(count)]
+        socks = [stack.enter_context(context.wrap_socket(raw, server_hostname="localhost")) for raw in raws]
+        return [sock.getpeercert(binary_form=True) or b"" for sock in socks]
 
 
 def pem_der(path: Path) -> bytes:
@@ -86,15 +95,15 @@ def test_certificate_rotation_under_load(tmp_path: Path) -> None:
         time.sleep(1)
         publish(volume, second)
         swapped = time.monotonic()
-        while served_certificate(port, context) != pem_der(second.cert):
+        # Every worker polls on its own: 8 connections held together (both workers) must all get the new one.
+        while certificates_held(port, context) != [pem_der(second.cert)] * 8:
             assert time.monotonic() - swapped < 15, "new connections still get the old certificate after 15 s"
             time.sleep(0.2)
 
         # A pair whose key belongs to another certificate does not replace the good one.
         publish(volume, first, key=second.key)
         time.sleep(12)  # two reload periods of each worker
-        for _ in range(4):
-            assert served_certificate(port, context) == pem_der(second.cert)
+        assert certificates_held(port, context) == [pem_der(second.cert)] * 8
         done.set()
         for thread in threads:
             thread.join(15)

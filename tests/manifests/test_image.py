@@ -155,7 +155,7 @@ def test_entry_points_config_and_chart_defaults_come_from_the_wheel(image_venv: 
     )
     seen = json.loads(run(bin_dir / "python", "-c", probe, cwd=srv, env={**env, **tls}).stdout)
     assert Path(seen["file"]).is_relative_to(image_venv), "imported the source tree, not the wheel"
-    assert seen["worker_class"] == "gthread"
+    assert seen["worker_class"] == "app.worker.WebhookWorker"
     assert seen["defaults"] == yaml.safe_load((REPO / "app/devices/chart-defaults.yaml").read_text())
 
     pod = tmp_path / "pod.yaml"
