@@ -6,12 +6,12 @@ be read from the body (decision P2), otherwise HTTP 400/413 with a JSON error.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from flask import Blueprint, Flask, Response, current_app, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
@@ -45,7 +45,7 @@ def install(app: Flask, webhook: Webhook) -> None:
 
 
 def _json(body: Any, status: int = 200) -> Response:
-    return Response(json.dumps(body, separators=(",", ":")), status=status, mimetype="application/json")
+    return Response(orjson.dumps(body), status=status, mimetype="application/json")
 
 
 def _error(status: int, message: str) -> Response:

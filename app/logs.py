@@ -19,6 +19,10 @@ LEVELS = ("debug", "info", "warning", "error")
 FIELD_LIMIT = 1024  # characters per field value: a uid, a name, a denial message
 MESSAGE_LIMIT = 4096  # the message itself (gunicorn's and ours, after %-formatting)
 TRACEBACK_LIMIT = 16384
+# Neither format prints the caller's file or line, so logging need not walk the stack for them on every
+# record (the logging HOWTO's "Optimization"); nor look up multiprocessing's process name.
+logging._srcfile = None
+logging.logMultiprocessing = False
 _SAFE = re.compile(r"[\w.:/@*+,-]+")  # text values made only of these print bare; others are quoted
 
 

@@ -50,6 +50,9 @@ class KubeQuota:
         self._locks: dict[str, threading.Lock] = {}
         self._locks_lock = threading.Lock()
 
+    def governs(self, namespace: str) -> bool:
+        return bool(self.feed.limits(namespace))
+
     def admit(self, namespace: str, demands: Sequence[Demand], *, uid: str, dry_run: bool) -> Verdict:
         requested = amounts(demands)
         limits = self.feed.limits(namespace)

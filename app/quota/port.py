@@ -29,6 +29,10 @@ class QuotaUnavailable(Exception):
 
 
 class QuotaPort(Protocol):
+    def governs(self, namespace: str) -> bool:
+        """Whether ``namespace`` has a device quota at all; when not, the review skips the demand arithmetic."""
+        ...
+
     def admit(self, namespace: str, demands: Sequence[Demand], *, uid: str, dry_run: bool) -> Verdict:
         """Check (and, unless ``dry_run``, reserve) ``demands``; raises QuotaUnavailable when it cannot decide."""
         ...
@@ -47,6 +51,9 @@ class QuotaOff:
 
     def __init__(self, reason: str = "no Kubernetes API configured") -> None:
         self.reason = reason
+
+    def governs(self, namespace: str) -> bool:
+        return False
 
     def admit(self, namespace: str, demands: Sequence[Demand], *, uid: str, dry_run: bool) -> Verdict:
         return FITS

@@ -23,6 +23,9 @@ class RecordingQuota:
         self.denial = denial
         self.calls: list[tuple[str, list[Demand], bool]] = []
 
+    def governs(self, namespace: str) -> bool:
+        return True
+
     def admit(self, namespace: str, demands: Sequence[Demand], *, uid: str, dry_run: bool) -> Verdict:
         self.calls.append((namespace, list(demands), dry_run))
         return Verdict(self.denial or "")

@@ -51,11 +51,13 @@ def test_namespace_without_quota_never_touches_the_ledger(cluster: FakeKubeAPI, 
     outcome = admit(port, settings, 4000, "u-1")
     assert outcome.response["allowed"] and QUOTA_RESERVATION_ANNOTATION not in json.dumps(outcome.ops)
     assert ledger_requests(cluster) == []
+    assert not port.governs(QUOTA_NS)  # so the review does not even compute the Pod's demand
 
 
 def test_reserve_until_full_then_deny_with_q4_message(cluster: FakeKubeAPI, start_quota) -> None:
     cluster.put(resource_quota({f"limits.{MEM}": "10000"}))
     port, settings = start_quota()
+    assert port.governs(QUOTA_NS) and not port.governs("elsewhere")
     first, second = admit(port, settings, 4000, "u-1"), admit(port, settings, 6000, "u-2")  # 10000: equal fits
     for outcome, uid in ((first, "u-1"), (second, "u-2")):
         assert outcome.response["allowed"]
