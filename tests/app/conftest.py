@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from app.settings import Settings
+from certgen.pki import LocalFiles, write_local
 
 
 @pytest.fixture
@@ -30,3 +31,9 @@ def configured(tmp_path) -> Callable[..., Settings]:
         return Settings.from_env({"HAMI_DEVICE_CONFIG": str(path), **env})
 
     return build
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory) -> LocalFiles:
+    """A CA and a serving pair for localhost/127.0.0.1, shared by a module's gunicorn tests."""
+    return write_local(tmp_path_factory.mktemp("tls"), ["localhost", "127.0.0.1"])

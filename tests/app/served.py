@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.client
 import json
 import re
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -14,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from certgen.pki import LocalFiles
-from tests.app.tlsserver import ROOT, Server, client_context, free_port, stop, wait_ready
+from tests.app.tlsserver import Server, client_context, free_port, gunicorn, stop, wait_ready
 
 METRICS_LINE = re.compile(r"metrics: serving http://([\d.]+):(\d+)/metrics")
 
@@ -72,14 +71,7 @@ class Served:
 def serve(pki: LocalFiles, **env: str) -> Iterator[Served]:
     """gunicorn with ``env`` over the settings (HAMI_METRICS_BIND defaults to a free loopback port)."""
     port = free_port()
-    settings = {
-        "HAMI_WEBHOOK_BIND": f"127.0.0.1:{port}",
-        "HAMI_WEBHOOK_TLS_CERT": str(pki.cert),
-        "HAMI_WEBHOOK_TLS_KEY": str(pki.key),
-        "HAMI_METRICS_BIND": "127.0.0.1:0",
-        **env,
-    }
-    proc = Server([sys.executable, "-m", "gunicorn", "-c", str(ROOT / "gunicorn.conf.py"), "wsgi:app"], settings)
+    proc = gunicorn(port, pki.cert, pki.key, **env)
     try:
         wait_ready(port, client_context(pki.ca_cert), proc)
         yield Served(port, pki, proc)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.logs import FIELD_LIMIT, MESSAGE_LIMIT, JsonFormatter, TextFormatter, bound
-from certgen.pki import LocalFiles, write_local
+from certgen.pki import LocalFiles
 from tests.app.reviews import admission_review, container, pod
 from tests.app.served import Served, serve
 
@@ -74,11 +74,6 @@ def test_bound_says_how_much_was_cut() -> None:
 
 
 # --- a real gunicorn -------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory) -> LocalFiles:
-    return write_local(tmp_path_factory.mktemp("tls"), ["localhost", "127.0.0.1"])
 
 
 @pytest.fixture(scope="module")

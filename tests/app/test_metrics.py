@@ -17,16 +17,11 @@ from cryptography import x509
 from prometheus_client import REGISTRY
 
 from app import metrics
-from certgen.pki import LocalFiles, write_local
+from certgen.pki import LocalFiles
 from tests.app.reviews import admission_review, container, pod
 from tests.app.served import Served, sample, serve
 
 GPU = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory) -> LocalFiles:
-    return write_local(tmp_path_factory.mktemp("tls"), ["localhost", "127.0.0.1"])
 
 
 @pytest.fixture(scope="module")

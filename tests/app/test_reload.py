@@ -8,14 +8,13 @@ import os
 import shutil
 import socket
 import ssl
-import sys
 import threading
 import time
 from pathlib import Path
 
 from certgen.pki import LocalFiles, write_local
 from tests.app.test_transport import REVIEW
-from tests.app.tlsserver import Server, free_port, stop, wait_ready
+from tests.app.tlsserver import free_port, gunicorn, stop, wait_ready
 
 
 def publish(volume: Path, source: LocalFiles, key: Path | None = None) -> None:
@@ -58,13 +57,7 @@ def test_certificate_rotation_under_load(tmp_path: Path) -> None:
     context = ssl.create_default_context(cafile=str(first.ca_cert))
     context.load_verify_locations(str(second.ca_cert))
     port = free_port()
-    env = {
-        "HAMI_WEBHOOK_BIND": f"127.0.0.1:{port}",
-        "HAMI_WEBHOOK_TLS_CERT": str(volume / "tls.crt"),
-        "HAMI_WEBHOOK_TLS_KEY": str(volume / "tls.key"),
-        "HAMI_WEBHOOK_WORKERS": "2",
-    }
-    proc = Server([sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"], env)
+    proc = gunicorn(port, volume / "tls.crt", volume / "tls.key", HAMI_WEBHOOK_WORKERS="2")
     failures: list[str] = []
     answered = [0]
     stop_at = time.monotonic() + 40

@@ -16,26 +16,15 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from certgen.pki import LocalFiles, write_local
+from certgen.pki import LocalFiles
 from tests.app.reviews import admission_review, container, pod, redirected
-from tests.app.tlsserver import Server, client_context, free_port, stop, wait_ready
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory) -> LocalFiles:
-    return write_local(tmp_path_factory.mktemp("tls"), ["localhost", "127.0.0.1"])
+from tests.app.tlsserver import Server, client_context, free_port, gunicorn, stop, wait_ready
 
 
 @pytest.fixture(scope="module")
 def server(pki: LocalFiles) -> Iterator[int]:
     port = free_port()
-    env = {
-        "HAMI_WEBHOOK_BIND": f"127.0.0.1:{port}",
-        "HAMI_WEBHOOK_TLS_CERT": str(pki.cert),
-        "HAMI_WEBHOOK_TLS_KEY": str(pki.key),
-        "HAMI_WEBHOOK_WORKERS": "1",
-    }
-    proc = Server([sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"], env)
+    proc = gunicorn(port, pki.cert, pki.key, HAMI_WEBHOOK_WORKERS="1")
     wait_ready(port, client_context(pki.ca_cert), proc)
     yield port
     log = stop(proc)

@@ -5,26 +5,19 @@ from __future__ import annotations
 import http.client
 import json
 import signal
-import sys
 import threading
 import time
 
 from certgen.pki import write_local
 from tests.app.test_transport import REVIEW
-from tests.app.tlsserver import Server, client_context, free_port, wait_ready
+from tests.app.tlsserver import client_context, free_port, gunicorn, wait_ready
 
 
 def test_sigterm_under_load_answers_every_request(tmp_path) -> None:
     pki = write_local(tmp_path, ["localhost", "127.0.0.1"])
     context = client_context(pki.ca_cert)
     port = free_port()
-    env = {
-        "HAMI_WEBHOOK_BIND": f"127.0.0.1:{port}",
-        "HAMI_WEBHOOK_TLS_CERT": str(pki.cert),
-        "HAMI_WEBHOOK_TLS_KEY": str(pki.key),
-        "HAMI_WEBHOOK_WORKERS": "2",
-    }
-    proc = Server([sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"], env)
+    proc = gunicorn(port, pki.cert, pki.key, HAMI_WEBHOOK_WORKERS="2")
     wait_ready(port, context, proc)
     failures: list[str] = []
     counts = {"answered": 0, "closing": 0, "refused": 0}

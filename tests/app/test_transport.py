@@ -6,7 +6,6 @@ import http.client
 import json
 import socket
 import ssl
-import sys
 import threading
 import time
 from collections import Counter
@@ -15,32 +14,26 @@ from collections.abc import Iterator
 import pytest
 
 from app.http import MAX_BODY
-from certgen.pki import LocalFiles, write_local
+from certgen.pki import LocalFiles
 from tests.app.reviews import admission_review, container, pod
 from tests.app.served import serve
-from tests.app.tlsserver import Server, client_context, free_port, stop, wait_ready
+from tests.app.tlsserver import client_context, free_port, gunicorn, stop, wait_ready
 
 REVIEW = json.dumps(admission_review(pod(container(limits={"nvidia.com/gpu": "1"})), uid="u1")).encode()
 HEAD = b"POST /webhook HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory) -> LocalFiles:
-    return write_local(tmp_path_factory.mktemp("tls"), ["localhost", "127.0.0.1"])
-
-
-@pytest.fixture(scope="module")
 def server(pki: LocalFiles) -> Iterator[int]:
     port = free_port()
-    env = {
-        "HAMI_WEBHOOK_BIND": f"127.0.0.1:{port}",
-        "HAMI_WEBHOOK_TLS_CERT": str(pki.cert),
-        "HAMI_WEBHOOK_TLS_KEY": str(pki.key),
-        "HAMI_WEBHOOK_WORKERS": "1",
-        "HAMI_WEBHOOK_REQUEST_TIMEOUT": "2",
-        "HAMI_WEBHOOK_HANDSHAKE_TIMEOUT": "2",
-    }
-    proc = Server([sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"], env)
+    proc = gunicorn(
+        port,
+        pki.cert,
+        pki.key,
+        HAMI_WEBHOOK_WORKERS="1",
+        HAMI_WEBHOOK_REQUEST_TIMEOUT="2",
+        HAMI_WEBHOOK_HANDSHAKE_TIMEOUT="2",
+    )
     wait_ready(port, client_context(pki.ca_cert), proc)
     yield port
     log = stop(proc)

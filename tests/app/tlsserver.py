@@ -7,6 +7,7 @@ import os
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -43,6 +44,18 @@ class Server(subprocess.Popen[str]):
             self.reader.join(10)
             self.stderr.close()
         return "".join(self.lines)
+
+
+def gunicorn(port: int, cert: Path, key: Path, **env: str) -> Server:
+    """The webhook under the project's gunicorn.conf.py on 127.0.0.1:``port``, metrics on a free loopback port."""
+    settings = {
+        "HAMI_WEBHOOK_BIND": f"127.0.0.1:{port}",
+        "HAMI_WEBHOOK_TLS_CERT": str(cert),
+        "HAMI_WEBHOOK_TLS_KEY": str(key),
+        "HAMI_METRICS_BIND": "127.0.0.1:0",
+        **env,
+    }
+    return Server([sys.executable, "-m", "gunicorn", "-c", str(ROOT / "gunicorn.conf.py"), "wsgi:app"], settings)
 
 
 def wait_ready(port: int, context: ssl.SSLContext, proc: subprocess.Popen[str], timeout: float = 20) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import ssl
-import sys
 import threading
 import time
 import uuid
@@ -21,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from certgen import pki
-from tests.app.tlsserver import Server, free_port, stop, wait_ready
+from tests.app.tlsserver import free_port, gunicorn, stop, wait_ready
 from tests.certgen.helpers import issue
 from tests.kubeapi import FakeKubeAPI
 
@@ -579,13 +578,7 @@ def product(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, pki
     """hami-webhook under gunicorn with a certificate for hami-webhook.hami-system.svc."""
     files = pki.write_local(tmp_path_factory.mktemp("product-tls"), ["hami-webhook.hami-system.svc"])
     port = free_port()
-    env = {
-        "HAMI_WEBHOOK_BIND": f"127.0.0.1:{port}",
-        "HAMI_WEBHOOK_TLS_CERT": str(files.cert),
-        "HAMI_WEBHOOK_TLS_KEY": str(files.key),
-        "HAMI_WEBHOOK_WORKERS": "1",
-    }
-    proc = Server([sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"], env)
+    proc = gunicorn(port, files.cert, files.key, HAMI_WEBHOOK_WORKERS="1")
     context = ssl.create_default_context(cafile=str(files.ca_cert))
     context.check_hostname = False
     wait_ready(port, context, proc, timeout=60)
