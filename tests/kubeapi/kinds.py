@@ -13,7 +13,8 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from tests.kubeapi.errors import ApiError, FieldError, bad_request, invalid, not_supported, required
+from tests.kubeapi import quantity
+from tests.kubeapi.errors import ApiError, FieldError, invalid, not_supported, required
 
 Obj = dict[str, Any]
 
@@ -51,10 +52,29 @@ MAX_SECRET_BYTES = 1024 * 1024
 MAX_ANNOTATION_BYTES = 256 * 1024
 
 
-def undecodable(obj: Obj, detail: str) -> ApiError:
-    """400 for a body the real server's JSON decoder would refuse (wrong types, bad base64)."""
-    kind, version = obj.get("kind", "object"), obj.get("apiVersion", "v1")
-    return bad_request(f'{kind} in version "{version}" cannot be handled as a {kind}: {detail}')
+class Undecodable(ApiError):
+    """400 for a body the real server's JSON decoder would refuse (wrong types, bad base64, bad quantities);
+    ``detail`` is the decoder's own text, which is all a 500 shows when a webhook's patch causes it."""
+
+    def __init__(self, obj: Obj, detail: str):
+        kind, version = obj.get("kind", "object"), obj.get("apiVersion", "v1")
+        super().__init__(400, f'{kind} in version "{version}" cannot be handled as a {kind}: {detail}')
+        self.detail = detail
+
+
+def undecodable(obj: Obj, detail: str) -> Undecodable:
+    return Undecodable(obj, detail)
+
+
+def canonical_quantities(obj: Obj, amounts: Any) -> None:
+    """Rewrite a ``ResourceList`` in place in canonical form (``4000`` -> ``4k``), as decoding does."""
+    if not isinstance(amounts, dict):
+        return
+    for name, value in amounts.items():
+        try:
+            amounts[name] = quantity.canonical(value if isinstance(value, str) else str(value))
+        except quantity.QuantityError as exc:
+            raise undecodable(obj, str(exc)) from None
 
 
 def _b64decode(obj: Obj, value: Any, field: str) -> bytes:
@@ -177,10 +197,12 @@ def _pull_policy(image: str) -> str:
 
 def prepare_pod(obj: Obj, old: Obj | None) -> None:
     """The decode-time defaults a Pod has before admission webhooks see it (a subset of ``SetDefaults_Pod``):
-    spec-level defaults, per-container defaults, and ``requests`` copied from ``limits`` where unset."""
+    spec-level defaults, per-container defaults, quantities in canonical form, and ``requests`` copied from
+    ``limits`` where unset."""
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         return
+    canonical_quantities(obj, spec.get("overhead"))
     for key, value in _POD_DEFAULTS.items():
         _default(spec, key, copy.deepcopy(value))
     for field in ("initContainers", "containers"):
@@ -195,9 +217,21 @@ def prepare_pod(obj: Obj, old: Obj | None) -> None:
                 if isinstance(port, dict):
                     _default(port, "protocol", "TCP")
             resources = ctr.get("resources")
+            if isinstance(resources, dict):
+                canonical_quantities(obj, resources.get("limits"))
+                canonical_quantities(obj, resources.get("requests"))
             if isinstance(resources, dict) and isinstance(resources.get("limits"), dict):
                 requests = resources.get("requests") if isinstance(resources.get("requests"), dict) else {}
                 resources["requests"] = {**resources["limits"], **requests}
+
+
+def prepare_resource_quota(obj: Obj, old: Obj | None) -> None:
+    """Quantities in ``spec.hard`` and ``status`` are stored in canonical form."""
+    for part, fields in (("spec", ("hard",)), ("status", ("hard", "used"))):
+        section = obj.get(part)
+        if isinstance(section, dict):
+            for field in fields:
+                canonical_quantities(obj, section.get(field))
 
 
 def prepare_secret(obj: Obj, old: Obj | None) -> None:
