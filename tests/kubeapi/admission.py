@@ -541,8 +541,8 @@ def _decode_answer(status: int, content_type: str | None, body: bytes) -> Obj:
     except ValueError:
         document = None
     if not 200 <= status <= 206:
-        if isinstance(document, dict) and document.get("kind") == "Status" and document.get("message"):
-            raise CallingError(f"failed to call webhook: {document['message']}")
+        if isinstance(document, dict) and document.get("kind") == "Status" and document.get("status") == "Failure":
+            raise CallingError(f"failed to call webhook: {document.get('message', '')}")
         text = body[:2048].decode("utf-8", "replace").strip() if _is_text(content_type) else "unknown"
         message = _GENERIC_ERRORS.get(status)
         if message is None or status >= 500:

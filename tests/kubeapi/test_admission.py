@@ -34,10 +34,10 @@ Answer = Callable[[dict[str, Any]], tuple[int, Any]]
 
 
 class Webhook:
-    """An HTTPS server on 127.0.0.1 answering with ``answer(review) -> (status, body)`` (JSON, or text/plain for
-    a str body); records what it got."""
+    """An HTTPS server on ``address`` (a loopback one) answering with ``answer(review) -> (status, body)`` (JSON,
+    or text/plain for a str body); records what it got."""
 
-    def __init__(self, material: pki.Material, tmp: Path):
+    def __init__(self, material: pki.Material, tmp: Path, address: tuple[str, int] = ("127.0.0.1", 0)):
         cert, key = tmp / "hook.crt", tmp / "hook.key"
         cert.write_bytes(material.cert)
         key.write_bytes(material.key)
@@ -67,7 +67,7 @@ class Webhook:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(address, Handler)
         self.httpd.daemon_threads = True
         self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
         self.port = self.httpd.server_address[1]

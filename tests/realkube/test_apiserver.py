@@ -6,18 +6,25 @@ cannot drift from the real server unnoticed. See tests/realkube/README.md for th
 
 from __future__ import annotations
 
+import base64
+import ipaddress
 import json
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from tests.certgen.helpers import issue
+from tests.kubeapi.test_admission import Webhook
 from tests.kubeapi.test_quantity import CANONICAL
-from tests.realkube.cluster import RealKube
+from tests.realkube.cluster import LOOPBACK, RealKube
 
 Obj = dict[str, Any]
 
@@ -141,3 +148,77 @@ def test_paged_lists_read_a_snapshot_until_it_is_compacted(api: client.ApiClient
         core.list_namespaced_config_map(ns, limit=1, _continue="garbage")
     assert bad.value.status == 400
     assert status(bad.value)["message"].startswith("invalid continue token: continue key is not valid: ")
+
+
+@pytest.fixture
+def hook(api: client.ApiClient, ns: str, tmp_path: Path) -> Iterator[Webhook]:
+    """A small HTTPS webhook behind a Service in `ns` (bound on its ClusterIP, a loopback address), called
+    for Pods labelled with the namespace's name only, so no other test's Pods meet it."""
+    core = client.CoreV1Api(api)
+    core.create_namespaced_service(ns, {"metadata": {"name": "hook"}, "spec": {"ports": [{"port": 8443}]}})
+    ip = core.read_namespaced_service("hook", ns).spec.cluster_ip
+    assert ipaddress.ip_address(ip) in LOOPBACK
+    material = issue(f"hook.{ns}.svc", now=datetime.now(UTC))
+    server = Webhook(material, tmp_path, (ip, 8443))
+    spec = {
+        "name": "pods.kdiff.io",
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "timeoutSeconds": 5,
+        "objectSelector": {"matchLabels": {"hooked": ns}},
+        "clientConfig": {
+            "service": {"name": "hook", "namespace": ns, "path": "/mutate", "port": 8443},
+            "caBundle": base64.b64encode(material.ca_cert).decode(),
+        },
+        "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+    }
+    configurations = client.AdmissionregistrationV1Api(api)
+    configurations.create_mutating_webhook_configuration({"metadata": {"name": ns}, "webhooks": [spec]})
+    try:
+        deadline = time.monotonic() + 30
+        while not server.requests:  # the API server picks configurations up from an informer
+            assert time.monotonic() < deadline, "kube-apiserver never called the webhook"
+            core.create_namespaced_pod(ns, hooked_pod(ns), dry_run="All")
+            time.sleep(0.2)
+        yield server
+    finally:
+        configurations.delete_mutating_webhook_configuration(ns)
+        server.close()
+
+
+def hooked_pod(ns: str) -> Obj:
+    container = {"name": "c", "image": "x"}
+    return {"metadata": {"name": "p", "labels": {"hooked": ns}}, "spec": {"containers": [container]}}
+
+
+@pytest.mark.parametrize(
+    ("answer", "shown"),
+    [
+        (
+            (500, b'{"error": "quota undecided", "code": 500}'),
+            'an error on the server ("unknown") has prevented the request from succeeding',
+        ),
+        (
+            (500, "quota undecided\n"),
+            'an error on the server ("quota undecided") has prevented the request from succeeding',
+        ),
+        (
+            (500, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "quota undecided"}),
+            "quota undecided",
+        ),
+    ],
+    ids=["json", "text", "status"],
+)
+def test_webhook_error_bodies_as_the_client_shows_them(
+    api: client.ApiClient, ns: str, hook: Webhook, answer: tuple[int, Any], shown: str
+) -> None:
+    """client-go shows a webhook's error body only if it is text or a failure Status; tests/kubeapi does the
+    same (test_admission.py::test_calling_failures_follow_failure_policy), with newer servers' wording
+    ("failed to call webhook: " after the webhook's name)."""
+    hook.answer = lambda review: answer
+    with pytest.raises(ApiException) as failed:
+        client.CoreV1Api(api).create_namespaced_pod(ns, hooked_pod(ns))
+    body = status(failed.value)
+    cause = f'failed calling webhook "pods.kdiff.io": {shown}'
+    assert (failed.value.status, body["reason"]) == (500, "InternalError")
+    assert (body["message"], body["details"]) == (f"Internal error occurred: {cause}", {"causes": [{"message": cause}]})
