@@ -62,10 +62,6 @@ class Undecodable(ApiError):
         self.detail = detail
 
 
-def undecodable(obj: Obj, detail: str) -> Undecodable:
-    return Undecodable(obj, detail)
-
-
 def canonical_quantities(obj: Obj, amounts: Any) -> None:
     """Rewrite a ``ResourceList`` in place in canonical form (``4000`` -> ``4k``), as decoding does."""
     if not isinstance(amounts, dict):
@@ -74,19 +70,19 @@ def canonical_quantities(obj: Obj, amounts: Any) -> None:
         try:
             amounts[name] = quantity.canonical(value if isinstance(value, str) else str(value))
         except quantity.QuantityError as exc:
-            raise undecodable(obj, str(exc)) from None
+            raise Undecodable(obj, str(exc)) from None
 
 
 def _b64decode(obj: Obj, value: Any, field: str) -> bytes:
     if not isinstance(value, str):
-        raise undecodable(
+        raise Undecodable(
             obj, f"json: cannot unmarshal {type(value).__name__} into Go struct field {field} of type []uint8"
         )
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         bad = next((i for i, c in enumerate(value) if not (c.isalnum() or c in "+/=")), len(value))
-        raise undecodable(obj, f"illegal base64 data at input byte {bad}") from None
+        raise Undecodable(obj, f"illegal base64 data at input byte {bad}") from None
 
 
 # --- generic metadata -----------------------------------------------------------------------------
@@ -96,14 +92,14 @@ def check_metadata_types(obj: Obj) -> None:
     """Reject label/annotation values that Go could not decode into ``map[string]string``."""
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
-        raise undecodable(obj, "metadata must be an object")
+        raise Undecodable(obj, "metadata must be an object")
     for field in ("labels", "annotations"):
         values = meta.get(field) or {}
         if not isinstance(values, dict):
-            raise undecodable(obj, f"json: cannot unmarshal into Go struct field ObjectMeta.metadata.{field}")
+            raise Undecodable(obj, f"json: cannot unmarshal into Go struct field ObjectMeta.metadata.{field}")
         for value in values.values():
             if not isinstance(value, str):
-                raise undecodable(
+                raise Undecodable(
                     obj,
                     f"json: cannot unmarshal {type(value).__name__} into Go struct field "
                     f"ObjectMeta.metadata.{field} of type string",
@@ -244,7 +240,7 @@ def prepare_secret(obj: Obj, old: Obj | None) -> None:
     string_data = obj.pop("stringData", None) or {}
     for key, value in string_data.items():
         if not isinstance(value, str):
-            raise undecodable(obj, "json: cannot unmarshal into Go struct field Secret.stringData of type string")
+            raise Undecodable(obj, "json: cannot unmarshal into Go struct field Secret.stringData of type string")
         data[key] = base64.b64encode(value.encode()).decode()
     if data:
         obj["data"] = data
@@ -310,7 +306,7 @@ def _prepare_webhooks(obj: Obj, mutating: bool) -> None:
     """Apply the v1 ``SetDefaults_*Webhook`` defaults; ``caBundle`` must only be valid base64."""
     for hook in obj.get("webhooks") or []:
         if not isinstance(hook, dict):
-            raise undecodable(obj, "json: cannot unmarshal into Go struct field webhooks of type object")
+            raise Undecodable(obj, "json: cannot unmarshal into Go struct field webhooks of type object")
         _default(hook, "failurePolicy", "Fail")
         _default(hook, "matchPolicy", "Equivalent")
         _default(hook, "namespaceSelector", {})

@@ -118,7 +118,7 @@ class Store:
     def list(self, rt: ResourceType, namespace: str, matches: Matcher, at: int | None = None) -> tuple[list[Obj], int]:
         """Matching objects sorted by namespace/name (like etcd keys) and the list resourceVersion; ``at`` reads
         the state as of that resourceVersion (etcd's snapshot read, as later pages of a paged list do), or
-        raises ``errors.Compacted`` if the history no longer reaches back that far."""
+        raises ``Compacted`` if the history no longer reaches back that far."""
         with self._lock:
             objects = self._objects[rt.key]
             if at is not None and at < self._rv:
