@@ -39,6 +39,7 @@ from cryptography import x509
 
 from tests.kubeapi import cel, errors
 from tests.kubeapi.errors import ApiError
+from tests.kubeapi.kinds import Undecodable
 from tests.kubeapi.resources import NAMESPACES, ResourceRegistry, ResourceType
 from tests.kubeapi.selectors import matches_label_selector
 from tests.kubeapi.store import Store, decode
@@ -280,8 +281,6 @@ class Admission:
         before = attrs.obj
         attrs.obj = _apply_patch(hook.name, attrs.rt, before, response["operations"])
         record.patched = attrs.obj != before
-        if attrs.rt.prepare:
-            attrs.rt.prepare(attrs.obj, None)  # defaulting runs again on the patched object
         return record.patched
 
     def _exchange(self, hook: _Hook, attrs: _Attributes, record: WebhookCall) -> Obj:
@@ -298,9 +297,9 @@ class Admission:
         record.review = review
         target = self._target(hook)
         record.url = target.url
-        status, body = target.post(json.dumps(review).encode())
+        status, content_type, body = target.post(json.dumps(review).encode())
         record.status = status
-        answer = _decode_answer(status, body)
+        answer = _decode_answer(status, content_type, body)
         record.answer = answer
         return _verify(answer, version, uid)
 
@@ -419,8 +418,8 @@ class _Target:
     context: ssl.SSLContext
     resolve: Callable[[], Address]  # may raise _DialError
 
-    def post(self, body: bytes) -> tuple[int, bytes]:
-        """POST within ``timeout`` seconds; CallingError worded like client-go's."""
+    def post(self, body: bytes) -> tuple[int, str | None, bytes]:
+        """POST within ``timeout`` seconds: status, Content-Type and body; CallingError worded like client-go's."""
         try:
             address = self.resolve()
         except _DialError as exc:
@@ -439,7 +438,7 @@ class _Target:
                 conn.putheader("Content-Length", str(len(body)))
                 conn.endheaders(body)
                 reply = conn.getresponse()
-                outcome["result"] = (reply.status, reply.read())
+                outcome["result"] = (reply.status, reply.getheader("Content-Type"), reply.read())
             except BaseException as exc:  # reported to the caller below
                 outcome["error"] = exc
 
@@ -454,8 +453,8 @@ class _Target:
             if "error" in outcome:
                 reason = self._describe(outcome["error"], address)
                 raise CallingError(f'failed to call webhook: Post "{self.url}": {reason}')
-            status, data = outcome["result"]
-            return status, data
+            status, content_type, data = outcome["result"]
+            return status, content_type, data
         finally:
             conn.close()
 
@@ -528,16 +527,23 @@ _GENERIC_ERRORS = {
 }
 
 
-def _decode_answer(status: int, body: bytes) -> Obj:
+def _is_text(content_type: str | None) -> bool:
+    """client-go's ``isTextResponse``: only a text/* (or missing) Content-Type lets an error body be shown."""
+    if not content_type:
+        return True
+    return content_type.split(";")[0].strip().lower().startswith("text/")
+
+
+def _decode_answer(status: int, content_type: str | None, body: bytes) -> Obj:
     """client-go's ``Do().Into()``: 200-206 decode into an AdmissionReview, anything else is an error."""
     try:
         document = json.loads(body) if body else None
     except ValueError:
         document = None
     if not 200 <= status <= 206:
-        if isinstance(document, dict) and document.get("kind") == "Status" and document.get("message"):
-            raise CallingError(f"failed to call webhook: {document['message']}")
-        text = body[:2048].decode("utf-8", "replace")
+        if isinstance(document, dict) and document.get("kind") == "Status" and document.get("status") == "Failure":
+            raise CallingError(f"failed to call webhook: {document.get('message', '')}")
+        text = body[:2048].decode("utf-8", "replace").strip() if _is_text(content_type) else "unknown"
         message = _GENERIC_ERRORS.get(status)
         if message is None or status >= 500:
             message = f'an error on the server ("{text}") has prevented the request from succeeding'
@@ -637,14 +643,35 @@ def _apply_patch(webhook: str, rt: ResourceType, obj: Obj, operations: list[Obj]
             unknown = "unknown" in str(exc).lower()
             raise errors.internal(f"Unexpected kind: {op.get('op')}" if unknown else str(exc)) from None
         except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException):
-            missing = f'doc is missing path: "{op.get("path")}"'
-            raise errors.internal(f"{op.get('op')} operation does not apply: {missing}") from None
+            raise errors.internal(_patch_failure(op, patched)) from None
     if not isinstance(patched, dict):
         raise errors.internal(f"admission webhook {webhook!r} patched the object into a non-object")
     try:
-        return decode(rt, patched)
+        obj = decode(rt, patched)
+        if rt.prepare:
+            rt.prepare(obj, None)  # decoding the patched object defaults it again (and canonicalizes quantities)
+        return obj
+    except Undecodable as exc:
+        raise errors.internal(exc.detail) from None
     except ApiError as exc:
         raise errors.internal(exc.message) from None
+
+
+def _patch_failure(op: Obj, doc: Any) -> str:
+    """evanphx/json-patch's words for an operation whose path is missing (each wraps ErrMissing)."""
+    name, path = op.get("op"), str(op.get("path"))
+    parent, _, key = path.rpartition("/")
+    try:
+        container = jsonpointer.resolve_pointer(doc, parent)
+    except jsonpointer.JsonPointerException:
+        container = None
+    found = isinstance(container, (dict, list))
+    if name == "replace":
+        return f"replace operation does not apply: doc is missing {'key' if found else 'path'}: {path}: missing value"
+    if name == "remove" and isinstance(container, dict):
+        key = key.replace("~1", "/").replace("~0", "~")
+        return f"error in remove for path: '{path}': Unable to remove nonexistent key: {key}: missing value"
+    return f'{name} operation does not apply: doc is missing path: "{path}": missing value'
 
 
 def _limit_warnings(warnings: list[str]) -> list[str]:

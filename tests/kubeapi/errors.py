@@ -32,18 +32,26 @@ REASONS: dict[int, str] = {
 class ApiError(Exception):
     """An error the server answers as a ``Status`` object (also raised by seeding helpers)."""
 
-    def __init__(self, code: int, message: str, reason: str | None = None, details: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        code: int,
+        message: str,
+        reason: str | None = None,
+        details: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ):
         super().__init__(message)
         self.code = code
         self.message = message
         self.reason = reason or REASONS.get(code, "Unknown")
         self.details = details
+        self.metadata = metadata or {}
 
     def status(self) -> dict[str, Any]:
         status: dict[str, Any] = {
             "kind": "Status",
             "apiVersion": "v1",
-            "metadata": {},
+            "metadata": dict(self.metadata),
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,
@@ -85,9 +93,12 @@ def conflict(plural: str, group: str, name: str, why: str) -> ApiError:
     )
 
 
-def forbidden(plural: str, group: str, name: str, why: str) -> ApiError:
+def forbidden(plural: str, group: str, name: str, why: str, causes: list[dict[str, str]] | None = None) -> ApiError:
     message = f'{qualified(plural, group)} "{name}" is forbidden: {why}'
-    return ApiError(403, message, details=_details(name, group, plural))
+    details = _details(name, group, plural)
+    if causes:
+        details["causes"] = causes
+    return ApiError(403, message, details=details)
 
 
 STALE = "the object has been modified; please apply your changes to the latest version and try again"
@@ -98,11 +109,24 @@ def bad_request(message: str) -> ApiError:
 
 
 def internal(message: str) -> ApiError:
-    return ApiError(500, f"Internal error occurred: {message}")
+    """``errors.NewInternalError``: the cause is repeated in ``details.causes``."""
+    return ApiError(500, f"Internal error occurred: {message}", details={"causes": [{"message": message}]})
 
 
 def expired(message: str) -> ApiError:
     return ApiError(410, message)
+
+
+def continue_expired(token: str) -> ApiError:
+    """etcd3 store's answer to a continue token whose snapshot was compacted: 410 with a token to go on."""
+    message = (
+        "The provided continue parameter is too old to display a consistent list result. You can start a new "
+        "list without the continue parameter, or use the continue token in this response to retrieve the "
+        "remainder of the results. Continuing with the provided token results in an inconsistent list - "
+        "objects that were created, modified, or deleted between the time the first chunk was returned and "
+        "now may show up in the list."
+    )
+    return ApiError(410, message, metadata={"continue": token})
 
 
 def resource_not_found() -> ApiError:
@@ -119,8 +143,14 @@ def unsupported_media_type(accepted: list[str]) -> ApiError:
     )
 
 
+class GoValue(str):
+    """A bad value already spelled as Go prints it (``0x0`` for a uint64 zero)."""
+
+
 def go_repr(value: Any) -> str:
     """Format a bad value the way Go's field errors print it (``"x"``, ``31``, ``[]string{"a"}``)."""
+    if isinstance(value, GoValue):
+        return str(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):

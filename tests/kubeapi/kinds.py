@@ -13,7 +13,8 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from tests.kubeapi.errors import ApiError, FieldError, bad_request, invalid, not_supported, required
+from tests.kubeapi import quantity
+from tests.kubeapi.errors import ApiError, FieldError, invalid, not_supported, required
 
 Obj = dict[str, Any]
 
@@ -51,22 +52,37 @@ MAX_SECRET_BYTES = 1024 * 1024
 MAX_ANNOTATION_BYTES = 256 * 1024
 
 
-def undecodable(obj: Obj, detail: str) -> ApiError:
-    """400 for a body the real server's JSON decoder would refuse (wrong types, bad base64)."""
-    kind, version = obj.get("kind", "object"), obj.get("apiVersion", "v1")
-    return bad_request(f'{kind} in version "{version}" cannot be handled as a {kind}: {detail}')
+class Undecodable(ApiError):
+    """400 for a body the real server's JSON decoder would refuse (wrong types, bad base64, bad quantities);
+    ``detail`` is the decoder's own text, which is all a 500 shows when a webhook's patch causes it."""
+
+    def __init__(self, obj: Obj, detail: str):
+        kind, version = obj.get("kind", "object"), obj.get("apiVersion", "v1")
+        super().__init__(400, f'{kind} in version "{version}" cannot be handled as a {kind}: {detail}')
+        self.detail = detail
+
+
+def canonical_quantities(obj: Obj, amounts: Any) -> None:
+    """Rewrite a ``ResourceList`` in place in canonical form (``4000`` -> ``4k``), as decoding does."""
+    if not isinstance(amounts, dict):
+        return
+    for name, value in amounts.items():
+        try:
+            amounts[name] = quantity.canonical(value if isinstance(value, str) else str(value))
+        except quantity.QuantityError as exc:
+            raise Undecodable(obj, str(exc)) from None
 
 
 def _b64decode(obj: Obj, value: Any, field: str) -> bytes:
     if not isinstance(value, str):
-        raise undecodable(
+        raise Undecodable(
             obj, f"json: cannot unmarshal {type(value).__name__} into Go struct field {field} of type []uint8"
         )
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         bad = next((i for i, c in enumerate(value) if not (c.isalnum() or c in "+/=")), len(value))
-        raise undecodable(obj, f"illegal base64 data at input byte {bad}") from None
+        raise Undecodable(obj, f"illegal base64 data at input byte {bad}") from None
 
 
 # --- generic metadata -----------------------------------------------------------------------------
@@ -76,14 +92,14 @@ def check_metadata_types(obj: Obj) -> None:
     """Reject label/annotation values that Go could not decode into ``map[string]string``."""
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
-        raise undecodable(obj, "metadata must be an object")
+        raise Undecodable(obj, "metadata must be an object")
     for field in ("labels", "annotations"):
         values = meta.get(field) or {}
         if not isinstance(values, dict):
-            raise undecodable(obj, f"json: cannot unmarshal into Go struct field ObjectMeta.metadata.{field}")
+            raise Undecodable(obj, f"json: cannot unmarshal into Go struct field ObjectMeta.metadata.{field}")
         for value in values.values():
             if not isinstance(value, str):
-                raise undecodable(
+                raise Undecodable(
                     obj,
                     f"json: cannot unmarshal {type(value).__name__} into Go struct field "
                     f"ObjectMeta.metadata.{field} of type string",
@@ -177,10 +193,12 @@ def _pull_policy(image: str) -> str:
 
 def prepare_pod(obj: Obj, old: Obj | None) -> None:
     """The decode-time defaults a Pod has before admission webhooks see it (a subset of ``SetDefaults_Pod``):
-    spec-level defaults, per-container defaults, and ``requests`` copied from ``limits`` where unset."""
+    spec-level defaults, per-container defaults, quantities in canonical form, and ``requests`` copied from
+    ``limits`` where unset."""
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         return
+    canonical_quantities(obj, spec.get("overhead"))
     for key, value in _POD_DEFAULTS.items():
         _default(spec, key, copy.deepcopy(value))
     for field in ("initContainers", "containers"):
@@ -195,9 +213,21 @@ def prepare_pod(obj: Obj, old: Obj | None) -> None:
                 if isinstance(port, dict):
                     _default(port, "protocol", "TCP")
             resources = ctr.get("resources")
+            if isinstance(resources, dict):
+                canonical_quantities(obj, resources.get("limits"))
+                canonical_quantities(obj, resources.get("requests"))
             if isinstance(resources, dict) and isinstance(resources.get("limits"), dict):
                 requests = resources.get("requests") if isinstance(resources.get("requests"), dict) else {}
                 resources["requests"] = {**resources["limits"], **requests}
+
+
+def prepare_resource_quota(obj: Obj, old: Obj | None) -> None:
+    """Quantities in ``spec.hard`` and ``status`` are stored in canonical form."""
+    for part, fields in (("spec", ("hard",)), ("status", ("hard", "used"))):
+        section = obj.get(part)
+        if isinstance(section, dict):
+            for field in fields:
+                canonical_quantities(obj, section.get(field))
 
 
 def prepare_secret(obj: Obj, old: Obj | None) -> None:
@@ -210,7 +240,7 @@ def prepare_secret(obj: Obj, old: Obj | None) -> None:
     string_data = obj.pop("stringData", None) or {}
     for key, value in string_data.items():
         if not isinstance(value, str):
-            raise undecodable(obj, "json: cannot unmarshal into Go struct field Secret.stringData of type string")
+            raise Undecodable(obj, "json: cannot unmarshal into Go struct field Secret.stringData of type string")
         data[key] = base64.b64encode(value.encode()).decode()
     if data:
         obj["data"] = data
@@ -276,7 +306,7 @@ def _prepare_webhooks(obj: Obj, mutating: bool) -> None:
     """Apply the v1 ``SetDefaults_*Webhook`` defaults; ``caBundle`` must only be valid base64."""
     for hook in obj.get("webhooks") or []:
         if not isinstance(hook, dict):
-            raise undecodable(obj, "json: cannot unmarshal into Go struct field webhooks of type object")
+            raise Undecodable(obj, "json: cannot unmarshal into Go struct field webhooks of type object")
         _default(hook, "failurePolicy", "Fail")
         _default(hook, "matchPolicy", "Equivalent")
         _default(hook, "namespaceSelector", {})

@@ -28,7 +28,9 @@ class ResourceType:
     ``generation_fields`` are the top-level fields whose change bumps ``metadata.generation``
     (empty: the kind has no generation).  ``merge_keys`` override the strategic-merge-patch
     list keys of ``patch.DEFAULT_MERGE_KEYS`` for this kind. ``schema`` lists the known fields
-    (see ``schemas``); None keeps every field, as for custom resources here.
+    (see ``schemas``); None keeps every field, as for custom resources here. Without
+    ``allow_unconditional_update`` a PUT must carry ``metadata.resourceVersion`` (422 otherwise);
+    with ``allow_create_on_update`` a PUT of a missing object creates it.
     """
 
     group: str
@@ -44,6 +46,8 @@ class ResourceType:
     merge_keys: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     strategic_merge: bool = True
     return_deleted_object: bool = False
+    allow_unconditional_update: bool = True
+    allow_create_on_update: bool = False
     prepare: Prepare | None = None
     validate: Validate | None = None
     schema: Schema = field(default_factory=lambda: schemas.SPEC_STATUS)
@@ -145,7 +149,7 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
     _core(
         "ServiceAccount", "serviceaccounts", short_names=("sa",), generation_fields=(), schema=schemas.SERVICE_ACCOUNT
     ),
-    _core("ResourceQuota", "resourcequotas", short_names=("quota",)),
+    _core("ResourceQuota", "resourcequotas", short_names=("quota",), prepare=kinds.prepare_resource_quota),
     _core(
         "Event",
         "events",
@@ -197,7 +201,16 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
     ResourceType(
         "networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", short_names=("netpol",), schema=schemas.SPEC_ONLY
     ),
-    ResourceType("coordination.k8s.io", "v1", "Lease", "leases", generation_fields=(), schema=schemas.SPEC_ONLY),
+    ResourceType(
+        "coordination.k8s.io",
+        "v1",
+        "Lease",
+        "leases",
+        generation_fields=(),
+        schema=schemas.SPEC_ONLY,
+        allow_unconditional_update=False,
+        allow_create_on_update=True,
+    ),
 )
 
 
@@ -225,6 +238,7 @@ def custom_resource(
         short_names=tuple(short_names),
         strategic_merge=False,
         schema=None,
+        allow_unconditional_update=False,
     )
 
 

@@ -17,7 +17,7 @@ from tests.kubeapi.patch import patcher
 from tests.kubeapi.resources import ResourceRegistry, ResourceType
 from tests.kubeapi.schemas import unknown_fields
 from tests.kubeapi.selectors import field_selector, label_selector
-from tests.kubeapi.store import Event, Matcher, Store, Watcher
+from tests.kubeapi.store import Compacted, Event, Matcher, Store, Watcher
 
 Obj = dict[str, Any]
 BODY_TYPES = ["application/json", "application/yaml"]
@@ -158,19 +158,21 @@ class Router:
         return obj
 
     def _list(self, route: Route, req: RecordedRequest) -> Response:
-        """List with ``limit``/``continue`` paging (later pages read the current state, not a snapshot)."""
+        """List with ``limit``/``continue`` paging: later pages read the first page's snapshot; once that is
+        compacted, 410 with a token that continues from the current state (as etcd3's store answers)."""
         rt = route.rt
-        items, rv = self.store.list(rt, route.namespace, self._matcher(route, req))
         token = req.param("continue")
-        if token:
-            rv, start = _decode_continue(token)
-            items = [o for o in items if _sort_key(o) > start]
+        rv, start = _decode_continue(token) if token else (-1, "")
+        try:
+            items, rv = self.store.list(rt, route.namespace, self._matcher(route, req), rv if rv >= 0 else None)
+        except Compacted:
+            raise errors.continue_expired(_encode_continue(-1, start)) from None
+        items = [o for o in items if _sort_key(o) > start]
         meta: Obj = {"resourceVersion": str(rv)}
         limit = int(_number(req, "limit"))
         if 0 < limit < len(items):
             items, rest = items[:limit], items[limit:]
-            last = json.dumps({"rv": rv, "start": _sort_key(items[-1])})
-            meta.update({"continue": base64.urlsafe_b64encode(last.encode()).decode(), "remainingItemCount": len(rest)})
+            meta.update({"continue": _encode_continue(rv, _sort_key(items[-1])), "remainingItemCount": len(rest)})
         if rt.strategic_merge:  # built-in list items carry no apiVersion/kind; custom resources do
             for item in items:
                 item.pop("apiVersion", None)
@@ -206,8 +208,8 @@ class Router:
     def _update(self, route: Route, name: str, req: RecordedRequest) -> Response:
         warnings: list[str] = []
         body = _check_fields(route.rt, req, self._decode(req), warnings)
-        updated = self.store.update(route.rt, route.namespace, name, body, dry_run=_dry_run(req))
-        return Response(200, updated, warnings=tuple(warnings))
+        updated, created = self.store.update(route.rt, route.namespace, name, body, dry_run=_dry_run(req))
+        return Response(201 if created else 200, updated, warnings=tuple(warnings))
 
     def _patch(self, route: Route, name: str, req: RecordedRequest) -> Response:
         rt = route.rt
@@ -294,9 +296,14 @@ def _sort_key(obj: Obj) -> str:
     return f"{meta.get('namespace', '')}/{meta['name']}"
 
 
+def _encode_continue(rv: int, start: str) -> str:
+    """A token for the items after ``start`` as of ``rv`` (-1: the current state)."""
+    return base64.urlsafe_b64encode(json.dumps({"rv": rv, "start": start}).encode()).decode()
+
+
 def _decode_continue(token: str) -> tuple[int, str]:
     try:
         state = json.loads(base64.urlsafe_b64decode(token.encode()))
         return int(state["rv"]), str(state["start"])
-    except (ValueError, KeyError, TypeError, binascii.Error):
-        raise errors.bad_request(f"continue key is not valid: {token}") from None
+    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+        raise errors.bad_request(f"invalid continue token: continue key is not valid: {exc}") from None

@@ -85,6 +85,10 @@ class Watcher:
         return ("DELETED", change.obj) if was_matching else None
 
 
+class Compacted(Exception):
+    """The resourceVersion asked for is older than the history kept (etcd compacted it)."""
+
+
 class Store:
     """All objects of all kinds. Stored dicts are never mutated after commit; readers get deep copies."""
 
@@ -111,15 +115,32 @@ class Store:
             obj = self._objects[rt.key].get((namespace, name))
             return copy.deepcopy(obj)
 
-    def list(self, rt: ResourceType, namespace: str, matches: Matcher) -> tuple[list[Obj], int]:
-        """Matching objects sorted by namespace/name (like etcd keys) and the list resourceVersion."""
+    def list(self, rt: ResourceType, namespace: str, matches: Matcher, at: int | None = None) -> tuple[list[Obj], int]:
+        """Matching objects sorted by namespace/name (like etcd keys) and the list resourceVersion; ``at`` reads
+        the state as of that resourceVersion (etcd's snapshot read, as later pages of a paged list do), or
+        raises ``Compacted`` if the history no longer reaches back that far."""
         with self._lock:
+            objects = self._objects[rt.key]
+            if at is not None and at < self._rv:
+                if at < self._compacted:
+                    raise Compacted()
+                objects = dict(objects)
+                for change in reversed(self._history):
+                    if change.rv <= at:
+                        break
+                    if change.key == rt.key:
+                        slot = (change.namespace, change.obj["metadata"]["name"])
+                        before = change.obj if change.type == "DELETED" else change.old
+                        if before is None:
+                            objects.pop(slot, None)
+                        else:
+                            objects[slot] = before
             items = [
                 copy.deepcopy(obj)
-                for (ns, _), obj in sorted(self._objects[rt.key].items())
+                for (ns, _), obj in sorted(objects.items())
                 if (not namespace or ns == namespace) and matches(obj)
             ]
-            return items, self._rv
+            return items, self._rv if at is None else at
 
     # --- writes ----------------------------------------------------------------------------------
 
@@ -136,10 +157,36 @@ class Store:
                 raise errors.already_exists(rt.plural, rt.group, name)
             return new if dry_run else self._commit(rt.key, namespace, name, new, None)
 
-    def update(self, rt: ResourceType, namespace: str, name: str, obj: Obj, *, dry_run: bool = False) -> Obj:
-        """PUT semantics: optimistic concurrency when ``metadata.resourceVersion`` is set, no-ops skipped."""
+    def update(
+        self, rt: ResourceType, namespace: str, name: str, obj: Obj, *, dry_run: bool = False
+    ) -> tuple[Obj, bool]:
+        """PUT semantics: optimistic concurrency when ``metadata.resourceVersion`` is set (required for kinds
+        without unconditional updates), a ``metadata.uid`` precondition, no-ops skipped; a missing object is
+        created if the kind allows it. The object and whether it was created."""
         with self._lock:
-            return self._replace(rt, namespace, name, obj, self._existing(rt, namespace, name), dry_run)
+            meta = _metadata(obj)
+            old = self._objects[rt.key].get((namespace, name))
+            if old is None and meta.get("uid"):  # the body's uid is a precondition the missing object fails
+                key = "/".join(p for p in ("/registry", rt.plural, namespace, name) if p)
+                why = (
+                    f"StorageError: invalid object, Code: 4, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: "
+                    f"Precondition failed: UID in precondition: {meta['uid']}, UID in object meta: "
+                )
+                raise errors.conflict(rt.plural, rt.group, name, why)
+            if old is None and rt.allow_create_on_update:
+                if meta.get("name") != name:
+                    raise errors.bad_request(
+                        f"the name of the object ({meta.get('name', '')}) does not match the name on the URL ({name})"
+                    )
+                fresh = {**obj, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}
+                return self.create(rt, namespace, fresh, dry_run=dry_run), True
+            old = self._existing(rt, namespace, name)
+            if not rt.allow_unconditional_update and not meta.get("resourceVersion"):
+                error = errors.invalid(
+                    "metadata.resourceVersion", errors.GoValue("0x0"), "must be specified for an update"
+                )
+                raise errors.invalid_object(rt.plural, rt.group, name, [error])
+            return self._replace(rt, namespace, name, obj, old, dry_run), False
 
     def patch(
         self, rt: ResourceType, namespace: str, name: str, apply: Callable[[Obj], Any], *, dry_run: bool = False
@@ -291,7 +338,12 @@ class Store:
             raise errors.not_found("namespaces", "", namespace)
         if creating and ns["metadata"].get("deletionTimestamp"):
             why = f"unable to create new content in namespace {namespace} because it is being terminated"
-            raise errors.forbidden(rt.plural, rt.group, name, why)
+            cause = {
+                "reason": "NamespaceTerminating",
+                "message": f"namespace {namespace} is being terminated",
+                "field": "metadata.namespace",
+            }
+            raise errors.forbidden(rt.plural, rt.group, name, why, [cause])
 
     def _terminate_namespace(self, namespace: Obj) -> Obj:
         name, uid = namespace["metadata"]["name"], namespace["metadata"]["uid"]

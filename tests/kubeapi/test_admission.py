@@ -33,9 +33,10 @@ Answer = Callable[[dict[str, Any]], tuple[int, Any]]
 
 
 class Webhook:
-    """An HTTPS server on 127.0.0.1 answering with ``answer(review) -> (status, body)``; records what it got."""
+    """An HTTPS server on ``address`` (a loopback one) answering with ``answer(review) -> (status, body)`` (JSON,
+    or text/plain for a str body); records what it got."""
 
-    def __init__(self, material: pki.Material, tmp: Path):
+    def __init__(self, material: pki.Material, tmp: Path, address: tuple[str, int] = ("127.0.0.1", 0)):
         cert, key = tmp / "hook.crt", tmp / "hook.key"
         cert.write_bytes(material.cert)
         key.write_bytes(material.key)
@@ -57,14 +58,15 @@ class Webhook:
                 review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 hook.requests.append((self.path, dict(self.headers.items()), review))
                 status, body = hook.answer(review)
-                data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                text = isinstance(body, str)  # a str answer goes out as text/plain, anything else as JSON
+                data = body.encode() if text else body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", "text/plain; charset=utf-8" if text else "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(address, Handler)
         self.httpd.daemon_threads = True
         self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
         self.port = self.httpd.server_address[1]
@@ -319,12 +321,20 @@ def test_denials_are_returned_as_kube_apiserver_words_them(
             "received undecodable patch in webhook response: "
             "json: cannot unmarshal into Go value of type jsonpatch.Patch",
         ),
-        (
+        (  # client-go shows an error body only if it is text: a JSON one that is no Status is "unknown"
             lambda r: (500, b"boom"),
+            'failed to call webhook: an error on the server ("unknown") has prevented the request from succeeding',
+        ),
+        (
+            lambda r: (500, "boom\n"),
             'failed to call webhook: an error on the server ("boom") has prevented the request from succeeding',
         ),
+        (
+            lambda r: (500, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "no quota"}),
+            "failed to call webhook: no quota",
+        ),
     ],
-    ids=["no-kind", "wrong-uid", "patch-without-type", "patch-not-a-list", "http-500"],
+    ids=["no-kind", "wrong-uid", "patch-without-type", "patch-not-a-list", "http-500-json", "http-500-text", "status"],
 )
 def test_calling_failures_follow_failure_policy(
     hooked: FakeKubeAPI,
@@ -347,18 +357,50 @@ def test_calling_failures_follow_failure_policy(
     assert [c.failed_open for c in hooked.admission.calls] == [False, True]
 
 
+@pytest.mark.parametrize(
+    ("operation", "why"),
+    [  # the texts kube-apiserver 1.20.2 answered (evanphx/json-patch wraps ErrMissing: ": missing value")
+        (
+            {"op": "add", "path": "/metadata/annotations/x", "value": "1"},
+            'add operation does not apply: doc is missing path: "/metadata/annotations/x": missing value',
+        ),
+        (
+            {"op": "replace", "path": "/spec/nope/x", "value": "1"},
+            "replace operation does not apply: doc is missing path: /spec/nope/x: missing value",
+        ),
+        (
+            {"op": "replace", "path": "/spec/nope", "value": "1"},
+            "replace operation does not apply: doc is missing key: /spec/nope: missing value",
+        ),
+        (
+            {"op": "remove", "path": "/spec/nope"},
+            "error in remove for path: '/spec/nope': Unable to remove nonexistent key: nope: missing value",
+        ),
+        (
+            {"op": "test", "path": "/spec/schedulerName", "value": "zzz"},
+            "testing value /spec/schedulerName failed: test failed",
+        ),
+        (  # the patched object is decoded again, and a quantity that does not parse stops it
+            {"op": "add", "path": "/spec/containers/0/resources/limits/cpu", "value": "1x"},
+            "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+        ),
+    ],
+    ids=["add", "replace-path", "replace-key", "remove", "test", "quantity"],
+)
 def test_a_patch_that_does_not_apply_is_a_500_even_under_ignore(
-    hooked: FakeKubeAPI, webhook: Webhook, material: pki.Material, core: client.CoreV1Api
+    hooked: FakeKubeAPI,
+    webhook: Webhook,
+    material: pki.Material,
+    core: client.CoreV1Api,
+    operation: dict[str, Any],
+    why: str,
 ) -> None:
     register(hooked, hook_spec(material.ca_cert, failurePolicy="Ignore"))
-    webhook.answer = patch_answer({"op": "add", "path": "/metadata/annotations/x", "value": "1"})
+    webhook.answer = patch_answer(operation)
     with pytest.raises(ApiException) as failed:
         core.create_namespaced_pod("default", gpu_pod(name="p"))
-    assert failure(failed) == (
-        500,
-        "InternalError",
-        'Internal error occurred: add operation does not apply: doc is missing path: "/metadata/annotations/x"',
-    )
+    assert failure(failed) == (500, "InternalError", f"Internal error occurred: {why}")
+    assert json.loads(failed.value.body)["details"] == {"causes": [{"message": why}]}
 
 
 def test_warnings_reach_the_client(hooked: FakeKubeAPI, webhook: Webhook, material: pki.Material) -> None:

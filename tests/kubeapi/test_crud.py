@@ -235,6 +235,13 @@ def test_namespace_deletion_terminates_then_purges(core: client.CoreV1Api, kube_
     assert status(forbidden.value)["message"] == (
         'secrets "t" is forbidden: unable to create new content in namespace doomed because it is being terminated'
     )
+    assert status(forbidden.value)["details"]["causes"] == [
+        {
+            "reason": "NamespaceTerminating",
+            "message": "namespace doomed is being terminated",
+            "field": "metadata.namespace",
+        }
+    ]
     kube_api.delete("v1", "Namespace", "doomed")  # the seeding helper purges at once
     assert kube_api.get("v1", "Secret", "s", "doomed") is None and kube_api.get("v1", "Namespace", "doomed") is None
 
@@ -291,3 +298,103 @@ def test_global_client_configuration(kubeconfig: str) -> None:
 def test_unroutable_requests(kube_api: FakeKubeAPI, method: str, path: str, code: int) -> None:
     response = requests.request(method, kube_api.url + path, json={}, timeout=5)
     assert response.status_code == code and response.json()["code"] == code
+
+
+def lease(name: str, **metadata: object) -> dict[str, object]:
+    meta = {"name": name, "namespace": "default", **metadata}
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": {}}
+
+
+def test_lease_updates_need_a_resource_version(kube_client: client.ApiClient) -> None:
+    """Leases allow no unconditional update (the quota ledger's compare-and-swap depends on it); Secrets
+    and ConfigMaps do (test_stale_resource_version_conflicts). Texts as kube-apiserver 1.20.2 answers."""
+    leases = client.CoordinationV1Api(kube_client)
+    created = kube_client.sanitize_for_serialization(leases.create_namespaced_lease("default", lease("l")))
+    unconditional = {**created, "metadata": {k: v for k, v in created["metadata"].items() if k != "resourceVersion"}}
+    with pytest.raises(ApiException) as invalid:
+        leases.replace_namespaced_lease("l", "default", unconditional)
+    assert invalid.value.status == 422
+    assert status(invalid.value)["message"] == (
+        'leases.coordination.k8s.io "l" is invalid: metadata.resourceVersion: Invalid value: 0x0: '
+        "must be specified for an update"
+    )
+    assert status(invalid.value)["details"]["causes"] == [
+        {
+            "reason": "FieldValueInvalid",
+            "message": "Invalid value: 0x0: must be specified for an update",
+            "field": "metadata.resourceVersion",
+        }
+    ]
+    leases.replace_namespaced_lease("l", "default", created)  # with its resourceVersion: fine
+
+
+def test_update_of_a_deleted_lease(kube_client: client.ApiClient) -> None:
+    """A PUT carrying the uid of an object deleted meanwhile fails its uid precondition (409, retry), not 404."""
+    leases = client.CoordinationV1Api(kube_client)
+    created = kube_client.sanitize_for_serialization(leases.create_namespaced_lease("default", lease("l")))
+    leases.delete_namespaced_lease("l", "default")
+    with pytest.raises(ApiException) as conflict:
+        leases.replace_namespaced_lease("l", "default", created)
+    uid = created["metadata"]["uid"]
+    assert (conflict.value.status, status(conflict.value)["reason"]) == (409, "Conflict")
+    assert status(conflict.value)["message"] == (
+        'Operation cannot be fulfilled on leases.coordination.k8s.io "l": StorageError: invalid object, Code: 4, '
+        "Key: /registry/leases/default/l, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: "
+        f"UID in precondition: {uid}, UID in object meta: "
+    )
+    # Without a uid the PUT creates the Lease (Leases allow create on update; Secrets do not: 404 above).
+    recreated = leases.replace_namespaced_lease("l", "default", lease("l", resourceVersion="1"), _preload_content=False)
+    assert recreated.status == 201 and json.loads(recreated.data)["metadata"]["uid"] != uid
+
+
+def test_later_pages_read_the_first_page_snapshot(core: client.CoreV1Api, kube_api: FakeKubeAPI) -> None:
+    for name in ("a", "b", "c"):
+        core.create_namespaced_config_map("default", {"metadata": {"name": name}})
+    page = core.list_namespaced_config_map("default", limit=1)
+    core.create_namespaced_config_map("default", {"metadata": {"name": "aa"}})
+    core.delete_namespaced_config_map("c", "default")
+    core.patch_namespaced_config_map("b", "default", {"data": {"x": "1"}})
+    rest = core.list_namespaced_config_map("default", limit=10, _continue=page.metadata._continue)
+    assert [(cm.metadata.name, cm.data) for cm in rest.items] == [("b", None), ("c", None)]
+    assert rest.metadata.resource_version == page.metadata.resource_version
+
+
+def test_continue_token_of_a_compacted_snapshot_is_410(core: client.CoreV1Api, kube_api: FakeKubeAPI) -> None:
+    """The answer carries a token that goes on from the current state (inconsistent, said so)."""
+    for name in ("a", "b", "c"):
+        core.create_namespaced_config_map("default", {"metadata": {"name": name}})
+    page = core.list_namespaced_config_map("default", limit=1)
+    core.create_namespaced_config_map("default", {"metadata": {"name": "aa"}})
+    core.delete_namespaced_config_map("c", "default")
+    kube_api.compact()
+    with pytest.raises(ApiException) as gone:
+        core.list_namespaced_config_map("default", limit=1, _continue=page.metadata._continue)
+    body = status(gone.value)
+    assert (gone.value.status, body["reason"]) == (410, "Expired")
+    assert body["message"].startswith("The provided continue parameter is too old to display a consistent list")
+    rest = core.list_namespaced_config_map("default", _continue=body["metadata"]["continue"])
+    assert [cm.metadata.name for cm in rest.items] == ["aa", "b"]  # after "a", as things are now
+    with pytest.raises(ApiException) as bad:
+        core.list_namespaced_config_map("default", limit=1, _continue="garbage")
+    assert bad.value.status == 400
+    assert status(bad.value)["message"].startswith("invalid continue token: continue key is not valid: ")
+
+
+def test_quantities_are_stored_in_canonical_form(core: client.CoreV1Api) -> None:
+    container = {"name": "c", "image": "x", "resources": {"limits": {"cpu": "0.5", "memory": "1024Mi", "x/m": "4000"}}}
+    created = core.create_namespaced_pod("default", {"metadata": {"name": "p"}, "spec": {"containers": [container]}})
+    canonical = {"cpu": "500m", "memory": "1Gi", "x/m": "4k"}
+    assert created.spec.containers[0].resources.limits == canonical
+    assert created.spec.containers[0].resources.requests == canonical
+    quota = core.create_namespaced_resource_quota(
+        "default", {"metadata": {"name": "q"}, "spec": {"hard": {"requests.x/m": "8000"}}}
+    )
+    assert quota.spec.hard == {"requests.x/m": "8k"}
+    container["resources"]["limits"]["cpu"] = "1x"
+    with pytest.raises(ApiException) as bad:
+        core.create_namespaced_pod("default", {"metadata": {"name": "q"}, "spec": {"containers": [container]}})
+    assert bad.value.status == 400
+    assert status(bad.value)["message"] == (
+        'Pod in version "v1" cannot be handled as a Pod: '
+        "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+    )

@@ -70,6 +70,7 @@ class RealKube:
     run_dir: Path
     service_cidr: ipaddress.IPv4Network = field(default_factory=random_service_cidr)
     port: int = 0
+    etcd_url: str = ""  # its v3 JSON gateway lets a test compact the history, as etcd's own schedule would
     _procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
@@ -93,6 +94,7 @@ class RealKube:
         (certs / "tokens.csv").write_text(f"{ADMIN_TOKEN},admin,admin,system:masters\n")
         client_port, peer_port = free_port(), free_port()
         etcd_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
+        self.etcd_url = etcd_url
         self._spawn(
             "etcd",
             [
