@@ -49,7 +49,9 @@ def _json(body: Any, status: int = 200) -> Response:
 
 
 def _error(status: int, message: str) -> Response:
-    return _json({"error": message, "code": status}, status)
+    """A Kubernetes Status (kube-apiserver shows a webhook's non-2xx message only in that shape), plus ``error``."""
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message}
+    return _json({**body, "code": status, "error": message}, status)
 
 
 def _http_error(exc: HTTPException) -> Response:

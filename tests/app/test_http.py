@@ -95,7 +95,15 @@ def test_wrong_content_type_with_uid_is_a_denied_review(client) -> None:
 def test_unreadable_bodies_get_400_json(client, body: bytes, message: str) -> None:
     reply = post(client, body)
     assert reply.status_code == 400
-    assert reply.get_json() == {"error": message, "code": 400}
+    assert reply.get_json() == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "code": 400,
+        "error": message,
+    }
 
 
 def test_oversized_body_is_413(client) -> None:

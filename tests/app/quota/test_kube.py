@@ -216,11 +216,18 @@ def test_webhook_answers_http_500_when_quota_cannot_be_decided(cluster: FakeKube
     cluster.fail_next("GET", f"/leases/{LEDGER}$", 500, message="etcd is down")
     reply = client.post("/webhook", json=admission_review(gpu_pod(1000), uid="u-1"))
     assert reply.status_code == 500
-    assert reply.get_json() == {
-        "code": 500,
-        "error": "namespace quota could not be decided: "
-        "quota ledger hami-system/hami-quota-ai: HTTP 500 Internal Server Error: etcd is down",
-    }
+    message = (
+        "namespace quota could not be decided: "
+        "quota ledger hami-system/hami-quota-ai: HTTP 500 Internal Server Error: etcd is down"
+    )
+    body = reply.get_json()
+    assert (body["kind"], body["status"], body["code"], body["message"], body["error"]) == (
+        "Status",
+        "Failure",
+        500,
+        message,
+        message,
+    )
     cluster.stop()
     eventually(lambda: client.get("/readyz").status_code == 503, 10, "/readyz to fail")
     assert client.get("/readyz").get_json()["quota"]["ready"] is False
