@@ -51,15 +51,19 @@ class KubeQuota:
         self._locks_lock = threading.Lock()
 
     def governs(self, namespace: str) -> bool:
-        return bool(self.feed.limits(namespace))
+        """Also true while the feed cannot tell (not synced, broken too long): admit() must then refuse,
+        or a fresh worker would admit everything before its first ResourceQuota list arrives."""
+        return not self._fresh() or bool(self.feed.limits(namespace))
 
     def admit(self, namespace: str, demands: Sequence[Demand], *, uid: str, dry_run: bool) -> Verdict:
         requested = amounts(demands)
-        limits = self.feed.limits(namespace)
-        if not requested or not limited(limits, requested):
-            return FITS  # no device quota here: the ledger is never touched
+        if not requested:
+            return FITS  # no device resource: nothing to count
         deadline = time.monotonic() + ADMIT_BUDGET
-        self._require_fresh()
+        self._require_fresh()  # before reading limits: an unsynced feed knows of no quota at all
+        limits = self.feed.limits(namespace)
+        if not limited(limits, requested):
+            return FITS  # no device quota here: the ledger is never touched
         lock = self._lock(namespace)  # this process's threads take turns; other processes meet at the CAS
         if not lock.acquire(timeout=max(deadline - time.monotonic(), 0)):
             raise QuotaUnavailable(f"namespace {namespace}: timed out waiting for other admissions in this worker")
@@ -105,6 +109,9 @@ class KubeQuota:
         broken = self.feed.broken_for()
         if broken > self._stale_after:
             raise QuotaUnavailable(f"the Pod/ResourceQuota watch has been broken for {broken:.0f} s")
+
+    def _fresh(self) -> bool:
+        return self.feed.synced() and self.feed.broken_for() <= self._stale_after
 
     def _lock(self, namespace: str) -> threading.Lock:
         with self._locks_lock:

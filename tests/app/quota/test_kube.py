@@ -170,6 +170,24 @@ def test_ledger_failure_is_an_error_not_an_admission(cluster: FakeKubeAPI, start
     assert set(ledger(cluster)) == {"u-2"}
 
 
+def test_a_worker_whose_feed_has_not_synced_admits_no_device_pod(cluster: FakeKubeAPI) -> None:
+    """Before its first ResourceQuota list a worker cannot know a namespace's quota: it must not admit."""
+    cluster.put(resource_quota({f"limits.{MEM}": "4000"}))
+    cluster.fail_next("GET", "^/api/v1/pods$", 500, times=1000, message="etcd is down")
+    settings = Settings.from_env({"HAMI_QUOTA_ENABLED": "true", "HAMI_NAMESPACE": HOME})
+    port = open_quota(settings)
+    assert isinstance(port, KubeQuota)
+    try:
+        assert not port.status()["ready"] and port.governs(QUOTA_NS) and port.governs("no-quota-here")
+        with pytest.raises(QuotaUnavailable, match="the Pod and ResourceQuota lists have not synced yet"):
+            admit(port, settings, 1000, "u-1")
+        cpu_only = run(pod(container(limits={"cpu": "1"}), namespace=QUOTA_NS), settings, port, uid="u-2")
+        assert cpu_only.response["allowed"]
+        assert ledger_requests(cluster) == []
+    finally:
+        port.stop()
+
+
 def test_readiness_follows_the_feed(cluster: FakeKubeAPI, start_quota) -> None:
     port, _ = start_quota(HAMI_QUOTA_STALE_AFTER="1")
     status = port.status()
