@@ -14,6 +14,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 FORMATS = ("json", "text")
 LEVELS = ("debug", "info", "warning", "error")
 FIELD_LIMIT = 1024  # characters per field value: a uid, a name, a denial message
@@ -72,7 +74,19 @@ class JsonFormatter(logging.Formatter):
             line.setdefault(str(key), _value(value))
         if record.exc_info:
             line["exc"] = bound(self.formatException(record.exc_info), TRACEBACK_LIMIT)
-        return json.dumps(line, separators=(",", ":"))
+        return _json_line(line)
+
+
+def _json_line(line: dict[str, Any]) -> str:
+    """orjson for the common all-ASCII line (a review's, ~10 µs less than ``json.dumps``); the standard
+    encoder, which escapes every non-ASCII character, for the rest and for integers orjson refuses."""
+    try:
+        out = orjson.dumps(line)
+        if out.isascii():
+            return out.decode()
+    except orjson.JSONEncodeError:
+        pass
+    return json.dumps(line, separators=(",", ":"))
 
 
 class TextFormatter(logging.Formatter):

@@ -44,6 +44,21 @@ def test_json_line_keeps_a_forged_uid_inside_its_field() -> None:
     assert (parsed["uid"], parsed["allowed"], parsed["code"], parsed["msg"]) == (FORGED, False, 403, "review")
 
 
+@pytest.mark.parametrize(
+    ("fields", "escaped"),
+    [
+        ({"pod": "p\x1b[2J\u202eevil"}, '"pod":"p\\u001b[2J\\u202eevil"'),  # terminal and bidi controls
+        ({"pod": "gpu-\u00e9"}, '"pod":"gpu-\\u00e9"'),  # any non-ASCII character
+        ({"n": 2**70}, f'"n":{2**70}'),  # beyond 64 bits
+    ],
+    ids=["controls", "non-ascii", "big-int"],
+)
+def test_json_line_is_ascii_and_escapes_what_a_terminal_would_act_on(fields: dict, escaped: str) -> None:
+    line = JsonFormatter().format(record("review", fields=fields))
+    assert line.isascii() and escaped in line
+    assert json.loads(line)[next(iter(fields))] == next(iter(fields.values()))
+
+
 def test_text_line_quotes_and_escapes_a_forged_uid() -> None:
     line = TextFormatter().format(record("review", fields={"uid": FORGED, "allowed": False}))
     assert "\n" not in line
