@@ -77,6 +77,9 @@ class Server:
             "HAMI_WEBHOOK_TLS_CERT": str(cert),
             "HAMI_WEBHOOK_TLS_KEY": str(key),
             "HAMI_BENCH_COUNTS": str(self.counts_path),
+            # as the shipped manifests run it: JSON logs, metrics in multiprocess mode served by the master
+            "HAMI_LOG_FORMAT": "json",
+            "HAMI_METRICS_BIND": "127.0.0.1:0",
         }
         log = (self.workdir / f"{self.name}.log").open("wb")  # the product's one line per review goes here
         command = [sys.executable, "-m", "gunicorn", "-c", "python:bench.counted", self.app]
