@@ -13,6 +13,7 @@ from app import metrics
 from tests.manifests.conftest import REPO, Obj, kustomize, one, write_overlay
 
 DASHBOARD = REPO / "docs" / "grafana-dashboard.json"
+APISERVER = {"apiserver_admission_webhook_fail_open_count"}  # the API server's own, named in README "Alerts"
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 
 
@@ -77,12 +78,14 @@ def test_alerts_cover_the_issue_thresholds(monitoring: list[Obj]) -> None:
     assert "> 0.01" in by_name["HamiWebhookErrorRate"]["expr"]
     assert "7 * 86400" in by_name["HamiWebhookCertificateExpiresSoon"]["expr"]
     assert "hami_webhook_quota_feed_synced" in by_name["HamiWebhookQuotaFeedOutOfSync"]["expr"]
+    [hook] = one(monitoring, "MutatingWebhookConfiguration", "hami-webhook")["webhooks"]
+    assert f'fail_open_count{{name="{hook["name"]}"}}' in by_name["HamiWebhookFailedOpen"]["expr"]
     for rule in by_name.values():
         assert rule["labels"]["severity"] in ("warning", "critical") and rule["annotations"]["summary"]
 
 
 def test_rule_expressions_parse_and_use_exported_metrics(monitoring: list[Obj]) -> None:
-    names = exported()
+    names = exported() | APISERVER
     for rule in rules(monitoring):
         used = selectors(rule["expr"])
         assert used and used <= names, f"{rule['alert']}: {sorted(used - names)} not exported"
