@@ -48,10 +48,15 @@ def _json(body: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status=status, mimetype="application/json")
 
 
-def _error(status: int, message: str) -> Response:
-    """A Kubernetes Status (kube-apiserver shows a webhook's non-2xx message only in that shape), plus ``error``."""
+def error_body(status: int, message: str) -> bytes:
+    """Every error answer's body, the app's and the worker's: a Kubernetes Status (kube-apiserver shows a
+    webhook's non-2xx message only in that shape), with the same text in ``error``."""
     body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message}
-    return _json({**body, "code": status, "error": message}, status)
+    return orjson.dumps({**body, "code": status, "error": message})
+
+
+def _error(status: int, message: str) -> Response:
+    return Response(error_body(status, message), status=status, mimetype="application/json")
 
 
 def _http_error(exc: HTTPException) -> Response:

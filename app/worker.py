@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import html
 import io
-import json
 import logging
 import re
 import selectors
@@ -36,7 +35,7 @@ from gunicorn.http.body import Body
 from gunicorn.workers import gthread
 
 from app import lifecycle, metrics
-from app.http import MAX_BODY
+from app.http import MAX_BODY, error_body
 from app.serving import settings
 from app.tls import ServingCertificate
 
@@ -62,8 +61,8 @@ def certificate_rejected(reason: str) -> None:
 
 
 def error_response(status: int, reason: str, message: str) -> bytes:
-    """A complete HTTP/1.1 answer carrying the app's JSON error shape, closing the connection."""
-    body = json.dumps({"error": message, "code": status}, separators=(",", ":")).encode()
+    """A complete HTTP/1.1 answer carrying the app's error body, closing the connection."""
+    body = error_body(status, message)
     head = f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
     return f"{head}Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body
 
@@ -144,7 +143,7 @@ class Connection(gthread.TConn):
         )
         self.too_large: int | None = None
         self.drained = 0
-        self.served = 0
+        self.served = False  # a request has been answered on it
 
     def init(self) -> None:
         """Called by gthread's handle() in the thread: the socket is already wrapped and the bytes buffered."""
@@ -326,7 +325,7 @@ class WebhookWorker(gthread.ThreadWorker):
             keep = False
         if not keep:
             return self._drain(conn)
-        conn.served += 1
+        conn.served = True
         conn.sock.setblocking(False)
         conn.buf = bytearray(conn.parser.unreader.take_buffered())  # a pipelined next request
         conn.deadline = time.monotonic() + (settings.request_timeout if conn.buf else self.cfg.keepalive)

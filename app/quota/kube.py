@@ -53,14 +53,16 @@ class KubeQuota:
     def governs(self, namespace: str) -> bool:
         """Also true while the feed cannot tell (not synced, broken too long): admit() must then refuse,
         or a fresh worker would admit everything before its first ResourceQuota list arrives."""
-        return not self._fresh() or bool(self.feed.limits(namespace))
+        return bool(self._unfit()) or bool(self.feed.limits(namespace))
 
     def admit(self, namespace: str, demands: Sequence[Demand], *, uid: str, dry_run: bool) -> Verdict:
         requested = amounts(demands)
         if not requested:
             return FITS  # no device resource: nothing to count
         deadline = time.monotonic() + ADMIT_BUDGET
-        self._require_fresh()  # before reading limits: an unsynced feed knows of no quota at all
+        unfit = self._unfit(wait=SYNC_WAIT)  # before reading limits: an unsynced feed knows of no quota at all
+        if unfit:
+            raise QuotaUnavailable(unfit)
         limits = self.feed.limits(namespace)
         if not limited(limits, requested):
             return FITS  # no device quota here: the ledger is never touched
@@ -103,15 +105,14 @@ class KubeQuota:
     def _where(self, namespace: str) -> str:
         return f"{self.ledger.home}/{self.ledger.name(namespace)}"
 
-    def _require_fresh(self) -> None:
-        if not self.feed.synced(wait=SYNC_WAIT):
-            raise QuotaUnavailable("the Pod and ResourceQuota lists have not synced yet")
+    def _unfit(self, wait: float = 0) -> str:
+        """Why the feed cannot be trusted now ("" when it can); waits up to ``wait`` s for a first sync."""
+        if not self.feed.synced(wait=wait):
+            return "the Pod and ResourceQuota lists have not synced yet"
         broken = self.feed.broken_for()
         if broken > self._stale_after:
-            raise QuotaUnavailable(f"the Pod/ResourceQuota watch has been broken for {broken:.0f} s")
-
-    def _fresh(self) -> bool:
-        return self.feed.synced() and self.feed.broken_for() <= self._stale_after
+            return f"the Pod/ResourceQuota watch has been broken for {broken:.0f} s"
+        return ""
 
     def _lock(self, namespace: str) -> threading.Lock:
         with self._locks_lock:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 import pytest
 import requests
@@ -22,8 +23,8 @@ def secret(name: str, **fields: object) -> dict[str, object]:
     return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, **fields}
 
 
-def status(exc: ApiException) -> dict[str, object]:
-    return json.loads(exc.body)
+def status(exc: ApiException) -> dict[str, Any]:
+    return json.loads(exc.body)  # type: ignore[no-any-return]
 
 
 def b64(text: str) -> str:
@@ -300,8 +301,8 @@ def test_unroutable_requests(kube_api: FakeKubeAPI, method: str, path: str, code
     assert response.status_code == code and response.json()["code"] == code
 
 
-def lease(name: str, **metadata: object) -> dict[str, object]:
-    meta = {"name": name, "namespace": "default", **metadata}
+def lease(name: str, namespace: str = "default", **metadata: object) -> dict[str, object]:
+    meta = {"name": name, "namespace": namespace, **metadata}
     return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": {}}
 
 
@@ -347,12 +348,19 @@ def test_update_of_a_deleted_lease(kube_client: client.ApiClient) -> None:
     assert recreated.status == 201 and json.loads(recreated.data)["metadata"]["uid"] != uid
 
 
-def test_later_pages_read_the_first_page_snapshot(core: client.CoreV1Api, kube_api: FakeKubeAPI) -> None:
+def first_page_then_changes(core: client.CoreV1Api, namespace: str = "default") -> client.V1ConfigMapList:
+    """ConfigMaps a, b, c; the first page of a one-item list; then aa created and c deleted (here and in
+    tests/realkube/test_apiserver.py, so both servers answer the same sequence)."""
     for name in ("a", "b", "c"):
-        core.create_namespaced_config_map("default", {"metadata": {"name": name}})
-    page = core.list_namespaced_config_map("default", limit=1)
-    core.create_namespaced_config_map("default", {"metadata": {"name": "aa"}})
-    core.delete_namespaced_config_map("c", "default")
+        core.create_namespaced_config_map(namespace, {"metadata": {"name": name}})
+    page = core.list_namespaced_config_map(namespace, limit=1)
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "aa"}})
+    core.delete_namespaced_config_map("c", namespace)
+    return page
+
+
+def test_later_pages_read_the_first_page_snapshot(core: client.CoreV1Api, kube_api: FakeKubeAPI) -> None:
+    page = first_page_then_changes(core)
     core.patch_namespaced_config_map("b", "default", {"data": {"x": "1"}})
     rest = core.list_namespaced_config_map("default", limit=10, _continue=page.metadata._continue)
     assert [(cm.metadata.name, cm.data) for cm in rest.items] == [("b", None), ("c", None)]
@@ -361,11 +369,7 @@ def test_later_pages_read_the_first_page_snapshot(core: client.CoreV1Api, kube_a
 
 def test_continue_token_of_a_compacted_snapshot_is_410(core: client.CoreV1Api, kube_api: FakeKubeAPI) -> None:
     """The answer carries a token that goes on from the current state (inconsistent, said so)."""
-    for name in ("a", "b", "c"):
-        core.create_namespaced_config_map("default", {"metadata": {"name": name}})
-    page = core.list_namespaced_config_map("default", limit=1)
-    core.create_namespaced_config_map("default", {"metadata": {"name": "aa"}})
-    core.delete_namespaced_config_map("c", "default")
+    page = first_page_then_changes(core)
     kube_api.compact()
     with pytest.raises(ApiException) as gone:
         core.list_namespaced_config_map("default", limit=1, _continue=page.metadata._continue)

@@ -23,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.certgen.helpers import issue
 from tests.kubeapi.test_admission import Webhook
+from tests.kubeapi.test_crud import first_page_then_changes, lease, status
 from tests.kubeapi.test_quantity import CANONICAL
 from tests.realkube.cluster import LOOPBACK, RealKube
 
@@ -42,14 +43,6 @@ def ns(api: client.ApiClient) -> str:
     name = f"api-{uuid.uuid4().hex[:8]}"
     client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
     return name
-
-
-def status(exc: ApiException) -> Obj:
-    return json.loads(exc.body)  # type: ignore[no-any-return]
-
-
-def lease(name: str, ns: str) -> Obj:
-    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name, "namespace": ns}}
 
 
 def test_quantities_are_stored_in_canonical_form(api: client.ApiClient, ns: str) -> None:
@@ -96,8 +89,7 @@ def test_update_of_a_deleted_lease(api: client.ApiClient, ns: str) -> None:
         f"UID in precondition: {created['metadata']['uid']}, UID in object meta: "
     )
     # Without a uid the PUT creates the Lease (Leases allow create on update; ConfigMaps do not).
-    body = lease("l", ns) | {"metadata": {"name": "l", "resourceVersion": "1"}}
-    recreated = leases.replace_namespaced_lease("l", ns, body, _preload_content=False)
+    recreated = leases.replace_namespaced_lease("l", ns, lease("l", ns, resourceVersion="1"), _preload_content=False)
     assert recreated.status == 201 and json.loads(recreated.data)["metadata"]["uid"] != created["metadata"]["uid"]
     with pytest.raises(ApiException) as missing:
         client.CoreV1Api(api).replace_namespaced_config_map("nope", ns, {"metadata": {"name": "nope"}})
@@ -120,11 +112,7 @@ def compact(real_kube: RealKube) -> None:
 
 def test_paged_lists_read_a_snapshot_until_it_is_compacted(api: client.ApiClient, ns: str, real_kube: RealKube) -> None:
     core = client.CoreV1Api(api)
-    for name in ("a", "b", "c"):
-        core.create_namespaced_config_map(ns, {"metadata": {"name": name}})
-    page = core.list_namespaced_config_map(ns, limit=1)
-    core.create_namespaced_config_map(ns, {"metadata": {"name": "aa"}})
-    core.delete_namespaced_config_map("c", ns)
+    page = first_page_then_changes(core, ns)
     core.patch_namespaced_config_map("b", ns, {"data": {"x": "1"}})
     rest = core.list_namespaced_config_map(ns, limit=10, _continue=page.metadata._continue)
     assert [(cm.metadata.name, cm.data) for cm in rest.items] == [("b", None), ("c", None)]

@@ -38,6 +38,11 @@ def resource_quota(hard: dict[str, str], name: str = "gpu", namespace: str = QUO
     }
 
 
+def quota_settings(**env: str) -> Settings:
+    """Quota required, the ledger in HOME, plus ``env``."""
+    return Settings.from_env({"HAMI_QUOTA_ENABLED": "true", "HAMI_NAMESPACE": HOME, **env})
+
+
 @pytest.fixture
 def cluster(kube_api: FakeKubeAPI, kubeconfig: str, monkeypatch: pytest.MonkeyPatch) -> FakeKubeAPI:
     """The fake API server as the webhook's kubeconfig, with namespaces hami-system and ai."""
@@ -54,7 +59,7 @@ def start_quota(cluster: FakeKubeAPI) -> Iterator[Callable[..., tuple[KubeQuota,
     ports: list[KubeQuota] = []
 
     def start(**env: str) -> tuple[KubeQuota, Settings]:
-        settings = Settings.from_env({"HAMI_QUOTA_ENABLED": "true", "HAMI_NAMESPACE": HOME, **env})
+        settings = quota_settings(**env)
         port = open_quota(settings)
         assert isinstance(port, KubeQuota)
         ports.append(port)

@@ -14,7 +14,7 @@ from app.quota.kube import KubeQuota, QuotaStartError, open_quota
 from app.quota.ledger import LEDGER_ANNOTATION
 from app.review import QUOTA_RESERVATION_ANNOTATION
 from app.settings import Settings, SettingsError
-from tests.app.quota.conftest import GPU, HOME, MEM, QUOTA_NS, eventually, resource_quota
+from tests.app.quota.conftest import GPU, HOME, MEM, QUOTA_NS, eventually, quota_settings, resource_quota
 from tests.app.reviews import Outcome, admission_review, container, pod, run
 from tests.kubeapi import FakeKubeAPI
 
@@ -174,7 +174,7 @@ def test_a_worker_whose_feed_has_not_synced_admits_no_device_pod(cluster: FakeKu
     """Before its first ResourceQuota list a worker cannot know a namespace's quota: it must not admit."""
     cluster.put(resource_quota({f"limits.{MEM}": "4000"}))
     cluster.fail_next("GET", "^/api/v1/pods$", 500, times=1000, message="etcd is down")
-    settings = Settings.from_env({"HAMI_QUOTA_ENABLED": "true", "HAMI_NAMESPACE": HOME})
+    settings = quota_settings()
     port = open_quota(settings)
     assert isinstance(port, KubeQuota)
     try:
