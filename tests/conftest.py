@@ -1,8 +1,17 @@
-"""Fixtures every test may use: the Kubernetes-like API server of tests/kubeapi."""
+"""Fixtures every test may use: the real Kubernetes control plane of tests/realkube."""
 
 import os
 
-from tests.kubeapi.fixtures import kube_api, kube_client, kubeconfig  # noqa: F401
+from tests.realkube.fixtures import (  # noqa: F401
+    any_installed,
+    any_kube,
+    api,
+    bare_kube,
+    clusters,
+    installed,
+    real_kube,
+    webhook,
+)
 
 # A gunicorn a test starts serves /metrics on a free loopback port unless the test names one: never
 # 0.0.0.0:9090, where parallel servers would fight over one port.

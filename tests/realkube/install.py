@@ -1,25 +1,26 @@
-"""Install hami-webhook into a RealKube the way a user does, and run its server on the Service's ClusterIP.
+"""Install hami-webhook into a RealKube the way a user does: `kubectl apply -k`, then what the kubelet would run.
 
-The API server resolves a webhook Service to ClusterIP:port itself (no Endpoints, no kube-proxy), so
-binding `hami-webhook serve` on that loopback address is all the "cluster networking" needed.
+The controller-manager turns the rendered Deployment and Job into Pods; with no kubelet they stay Pending, so the
+test runs their containers here (tests/realkube/kubelet.py): the certgen Job's Pod to completion, and the
+webhook Deployment's container bound on the Service's ClusterIP and port. The API server resolves a webhook
+Service to ClusterIP:port itself (no Endpoints, no kube-proxy), so that address is all the networking needed.
 """
 
 from __future__ import annotations
 
-import base64
 import ipaddress
 import json
-import os
 import socket
 import ssl
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tests.manifests.conftest import MANIFESTS, kustomize
 from tests.realkube.cluster import LOOPBACK, RealKube, python_tool
+from tests.realkube.kubelet import Container, container, process_env, run
 
 NAMESPACE = "hami-system"
 SERVICE = "hami-webhook"
@@ -27,30 +28,16 @@ SECRET = "hami-webhook-tls"
 CA_SECRET = "hami-webhook-tls-ca"
 CONFIGURATION = "hami-webhook"
 WEBHOOK = "pods.hami.io"
+CERTGEN = "hami-webhook-certgen"
 SERVICE_HOST = f"{SERVICE}.{NAMESPACE}.svc"
 IGNORE_LABEL = {"hami.io/webhook": "ignore"}
-# What `kubectl kustomize manifests` renders that an API server alone can use. Deployment and Job need
-# controllers that do not run here (the test runs their commands itself); policy/v1 PodDisruptionBudget
-# and batch/v1 CronJob do not exist in 1.20 (1.21+); NetworkPolicy needs a network plugin.
-APPLIED_KINDS = (
-    "Namespace",
-    "ServiceAccount",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "Role",
-    "RoleBinding",
-    "ConfigMap",
-    "Service",
-    "MutatingWebhookConfiguration",
-)
-NOT_IN_1_20 = (("policy/v1", "PodDisruptionBudget"), ("batch/v1", "CronJob"))
 
 Obj = dict[str, Any]
 
 
-def rendered() -> list[Obj]:
-    """The shipped install: `kubectl kustomize manifests` (certgen TLS mode)."""
-    return kustomize(MANIFESTS)
+def rendered(directory: Path = MANIFESTS) -> list[Obj]:
+    """The install `kubectl kustomize directory` renders (default: the shipped certgen mode)."""
+    return kustomize(directory)
 
 
 def one(objects: list[Obj], kind: str, name: str | None = None) -> Obj:
@@ -82,55 +69,87 @@ def run_certgen(kubeconfig: str, *args: str, timeout: float = 90) -> subprocess.
     )
 
 
-def apply(kube: RealKube, *objects: Obj, validate: bool = True) -> None:
-    flags = [] if validate else ["--validate=false"]
-    kube.kubectl("apply", *flags, "-f", "-", stdin="\n---\n".join(json.dumps(o) for o in objects))
+def apply(kube: RealKube, *objects: Obj) -> str:
+    """`kubectl apply -f -` of `objects`; kubectl's stderr (the server's warnings)."""
+    return kube.kubectl("apply", "-f", "-", stdin="\n---\n".join(json.dumps(o) for o in objects)).stderr
 
 
 def get(kube: RealKube, *what: str, namespace: str | None = None) -> Obj:
-    scope = ["-n", namespace] if namespace else []
-    return json.loads(kube.kubectl("get", *what, *scope, "-o", "json").stdout)  # type: ignore[no-any-return]
+    return kube.get(*what, namespace=namespace)
 
 
-def token(kube: RealKube, service_account: str) -> str:
-    """A bound token for `service_account` in hami-system from the TokenRequest API (what a Pod would mount)."""
-    return kube.kubectl("create", "token", service_account, "-n", NAMESPACE).stdout.strip()
+def token(kube: RealKube, service_account: str, ns: str = NAMESPACE) -> str:
+    """A bound token for `service_account` from the TokenRequest API (what the kubelet would project)."""
+    return kube.kubectl("create", "token", service_account, "-n", ns).stdout.strip()
+
+
+def pod_of(kube: RealKube, selector: str, timeout: float = 60) -> Obj:
+    """The first Pod in hami-system matching the label `selector`, once a controller has created it."""
+
+    def found() -> Obj | None:
+        items = kube.get("pods", "-l", selector, namespace=NAMESPACE)["items"]
+        return items[0] if items else None
+
+    return kube.wait_for(found, timeout)  # type: ignore[no-any-return]
+
+
+def run_pod(kube: RealKube, pod: Obj, work: Path) -> list[subprocess.CompletedProcess[str]]:
+    """Run a stored Pod's containers in order (init first) with its ServiceAccount's token, as the kubelet
+    would; then record the outcome in its status, so its Job controller sees it finish."""
+    account = pod["spec"].get("serviceAccountName", "default")
+    work.mkdir(parents=True, exist_ok=True)
+    kubeconfig = kube.kubeconfig_for(token(kube, account), work / f"{account}.kubeconfig")
+    spec = pod["spec"]
+    done = []
+    for ctr in (spec.get("initContainers") or []) + spec["containers"]:
+        done.append(run(container(kube, pod, ctr["name"], NAMESPACE, work / pod["metadata"]["name"]), kubeconfig))
+        if done[-1].returncode != 0:
+            break
+    phase = "Succeeded" if all(d.returncode == 0 for d in done) else "Failed"
+    kube.kubectl(
+        "patch", "pod", pod["metadata"]["name"], "-n", NAMESPACE, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": {"phase": phase}}),
+    )  # fmt: skip
+    return done
+
+
+def run_job(kube: RealKube, work: Path, name: str = CERTGEN) -> list[subprocess.CompletedProcess[str]]:
+    """Run the Pod the Job controller made for Job `name` (as the rendered manifests spell its commands)."""
+    pod = pod_of(kube, f"batch.kubernetes.io/job-name={name}")
+    done = run_pod(kube, pod, work)
+    for step in done:
+        if step.returncode != 0:
+            raise AssertionError(f"{step.args} exited {step.returncode}:\n{step.stdout}\n{step.stderr}")
+        assert "PRIVATE KEY" not in step.stdout + step.stderr
+    return done
 
 
 @dataclass
 class WebhookServer:
-    """`hami-webhook serve` on `host`:`port`, with the serving certificate certgen stored."""
+    """The Deployment's webhook container as a local process, listening on `host`:`port`."""
 
+    ctr: Container
+    kubeconfig: str
     host: str
     port: int
-    cert: Path
-    key: Path
     ca: Path
     log: Path
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # on top of the container's own
     _proc: subprocess.Popen[bytes] | None = None
 
     @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    def with_address(self, host: str, port: int, log: Path) -> WebhookServer:
+        """Another replica of the same container, listening elsewhere."""
+        return replace(self, host=host, port=port, log=log, _proc=None)
+
     def start(self, timeout: float = 120) -> WebhookServer:
-        env = os.environ | {
-            "HAMI_WEBHOOK_BIND": f"{self.host}:{self.port}",
-            "HAMI_WEBHOOK_TLS_CERT": str(self.cert),
-            "HAMI_WEBHOOK_TLS_KEY": str(self.key),
-            "HAMI_WEBHOOK_WORKERS": "1",
-            # No metrics listener: its default, 0.0.0.0:9090, is off loopback and shared by every instance.
-            "HAMI_METRICS_BIND": "",
-        }
+        env = process_env(self.ctr, self.kubeconfig) | {"HAMI_WEBHOOK_BIND": f"{self.host}:{self.port}"} | self.env
         with open(self.log, "ab") as log:
             self._proc = subprocess.Popen(
-                [python_tool("hami-webhook"), "serve"],
-                env=env | self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
+                self.ctr.argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
             )
         deadline = time.monotonic() + timeout
         while self.status("/readyz") != 200:  # with quota on: after the first Pod/ResourceQuota list
@@ -165,13 +184,14 @@ class WebhookServer:
 @dataclass
 class Installed:
     kube: RealKube
-    objects: list[Obj]  # what was applied from the rendered manifests
+    objects: list[Obj]  # what `kubectl apply -k` applied
     cluster_ip: str
     ca_bundle: str  # base64, as in the Secret and caBundle
     certgen_kubeconfig: str  # authenticates as ServiceAccount hami-webhook-certgen
     webhook_kubeconfig: str  # authenticates as ServiceAccount hami-webhook
     webhook: WebhookServer
     work: Path
+    apply_warnings: str  # what `kubectl apply -k` printed on stderr
 
 
 def cluster_ip(kube: RealKube) -> str:
@@ -182,39 +202,33 @@ def cluster_ip(kube: RealKube) -> str:
     return str(ip)
 
 
-def mounted(kube: RealKube, kind: str, name: str, directory: Path) -> Path:
-    """A Secret's or ConfigMap's keys as files, as a volume mount would hold them."""
-    data = get(kube, kind, name, namespace=NAMESPACE)["data"]
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    for key, value in data.items():
-        (directory / key).write_bytes(base64.b64decode(value) if kind == "secret" else value.encode())
-    return directory
-
-
-def install(kube: RealKube, work: Path) -> Installed:
-    """Apply the rendered manifests, run the certgen Job's commands with its ServiceAccount's token, and
-    start the webhook on the Service's ClusterIP with its own ServiceAccount's token."""
-    objects = [o for o in rendered() if o["kind"] in APPLIED_KINDS]
-    first = [o for o in objects if o["kind"] != "MutatingWebhookConfiguration"]
-    apply(kube, *first)
-    # kubectl checks objects against the server's schema, and 1.20's has no matchConditions (1.27+):
-    # sent without that check, the server drops the field (see test_webhook).
-    apply(kube, one(objects, "MutatingWebhookConfiguration"), validate=False)
+def webhook_server(kube: RealKube, work: Path) -> WebhookServer:
+    """The webhook container of a Pod the Deployment made, bound where the Service sends the API server."""
+    pod = pod_of(kube, "app.kubernetes.io/component=webhook")
+    (port,) = get(kube, "service", SERVICE, namespace=NAMESPACE)["spec"]["ports"]
     ip = cluster_ip(kube)
-    certgen = kube.kubeconfig_for(token(kube, "hami-webhook-certgen"), work / "certgen.kubeconfig")
-    for argv in job_commands(rendered()):
-        assert argv[0] == "certgen", argv
-        done = run_certgen(certgen, *argv[1:])
-        if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr}")
-    tls = mounted(kube, "secret", SECRET, work / "tls")
-    config = mounted(kube, "configmap", "hami-device-config", work / "config")
-    webhook_kubeconfig = kube.kubeconfig_for(token(kube, "hami-webhook"), work / "webhook.kubeconfig")
-    env = {
-        "HAMI_NAMESPACE": NAMESPACE,
-        "HAMI_DEVICE_CONFIG": str(config / "device-config.yaml"),
-        "KUBECONFIG": webhook_kubeconfig,
-    }
-    server = WebhookServer(ip, 443, tls / "tls.crt", tls / "tls.key", tls / "ca.crt", work / "webhook.log", env)
+    ctr = container(
+        kube, pod, "webhook", NAMESPACE, work / "webhook", binaries={"webhook": "hami-webhook"},
+        listen={port["targetPort"]: (ip, port["port"])},
+    )  # fmt: skip
+    kubeconfig = kube.kubeconfig_for(token(kube, pod["spec"]["serviceAccountName"]), work / "webhook.kubeconfig")
+    secret_dir = Path(ctr.env["HAMI_WEBHOOK_TLS_CERT"]).parent
+    return WebhookServer(ctr, kubeconfig, ip, port["port"], secret_dir / "ca.crt", work / "webhook.log")
+
+
+def install(kube: RealKube, work: Path, directory: Path = MANIFESTS) -> Installed:
+    """`kubectl apply -k directory`, the certgen Job's Pod run to completion, and the webhook started."""
+    work.mkdir(parents=True, exist_ok=True)
+    warnings = kube.kubectl("apply", "-k", str(directory)).stderr
+    run_job(kube, work / "certgen-job")
+    server = webhook_server(kube, work)
+    certgen = kube.kubeconfig_for(token(kube, CERTGEN), work / "certgen.kubeconfig")
     bundle = get(kube, "secret", SECRET, namespace=NAMESPACE)["data"]["ca.crt"]
-    return Installed(kube, objects, ip, bundle, certgen, webhook_kubeconfig, server.start(), work)
+    objects = rendered(directory)
+    return Installed(
+        kube, objects, server.host, bundle, certgen, server.kubeconfig, server.start(), work, warnings
+    )  # fmt: skip
+
+
+def wait_gone(kube: RealKube, *what: str, timeout: float = 60) -> None:
+    kube.wait_for(lambda: not kube.exists(*what), timeout)

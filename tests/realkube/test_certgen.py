@@ -1,4 +1,4 @@
-"""certgen against kube-apiserver 1.20: idempotent create/patch, waiting for a late configuration, failure policy."""
+"""certgen against the real kube-apiserver: idempotent create/patch, a late configuration, failure policy."""
 
 from __future__ import annotations
 

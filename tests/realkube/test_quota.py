@@ -8,14 +8,13 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 
 import pytest
 
-from tests.realkube.cluster import free_port
 from tests.realkube.forwarder import RoundRobin
 from tests.realkube.install import NAMESPACE, Installed, WebhookServer, apply, get, namespace
 from tests.realkube.pods import pod
+from tests.support import free_port
 
 N, K = 10, 4  # Pods asked for at once, Pods of 1000 MiB that fit
 MEM = "nvidia.com/gpumem"
@@ -29,7 +28,7 @@ def two_webhooks(installed: Installed, webhook: WebhookServer) -> Iterator[tuple
     forwarder = None
     try:
         for i in range(2):
-            servers.append(replace(webhook, host="127.0.0.1", port=free_port(), log=installed.work / f"quota-{i}.log"))
+            servers.append(webhook.with_address("127.0.0.1", free_port(), installed.work / f"quota-{i}.log"))
             servers[-1].start()
         forwarder = RoundRobin((installed.cluster_ip, 443), [(s.host, s.port) for s in servers]).start()
         yield servers, forwarder

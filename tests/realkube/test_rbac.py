@@ -18,7 +18,6 @@ from tests.realkube.install import (
     CA_SECRET,
     CONFIGURATION,
     NAMESPACE,
-    NOT_IN_1_20,
     SECRET,
     Installed,
     get,
@@ -39,17 +38,6 @@ def forbidden(call: Callable[[], Any]) -> str:
 def as_webhook(installed: Installed) -> Iterator[client.ApiClient]:
     with config.new_client_from_config(config_file=installed.webhook_kubeconfig) as api:
         yield api
-
-
-def test_kinds_1_20_cannot_serve(installed: Installed) -> None:
-    """The rendered kinds the install leaves out because kube-apiserver 1.20 has no such API."""
-    kinds = {(o["apiVersion"], o["kind"]) for o in rendered()}
-    for api_version, kind in NOT_IN_1_20:
-        assert (api_version, kind) in kinds
-        obj = next(o for o in rendered() if (o["apiVersion"], o["kind"]) == (api_version, kind))
-        done = installed.kube.kubectl("apply", "--dry-run=server", "-f", "-", stdin=json.dumps(obj), check=False)
-        assert done.returncode == 1
-        assert f'no matches for kind "{kind}" in version "{api_version}"' in done.stderr
 
 
 def test_certgen_account_recreates_and_updates_its_secrets(installed: Installed) -> None:

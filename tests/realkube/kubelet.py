@@ -1,9 +1,10 @@
 """Run a stored Pod template's containers as local processes, doing what the kubelet does for them.
 
-For the install test: the commands, args and env are the manifests' own (``$(VAR)`` expanded like the kubelet,
-``fieldRef: metadata.namespace`` resolved), Secret and ConfigMap volumes become files in a temp dir and paths
-under their mount points are pointed there. There is no ServiceAccount token, so processes get the admin
-kubeconfig through ``KUBECONFIG``; listening addresses are moved to free loopback ports.
+There is no kubelet in the test cluster (tests/realkube/cluster.py), so the install tests run what it would:
+the commands, args and env of a Pod (or Pod template) as stored by the API server (``$(VAR)`` expanded like the
+kubelet, ``fieldRef: metadata.namespace`` resolved), its Secret and ConfigMap volumes as files in a temp dir with
+paths under their mount points pointed there, and a kubeconfig carrying a TokenRequest token of the Pod's own
+ServiceAccount in place of the projected token. Listening addresses are moved to loopback addresses.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ from __future__ import annotations
 import base64
 import os
 import re
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.kubeapi import FakeKubeAPI
+from tests.realkube.cluster import RealKube
+from tests.support import free_port
 
 Obj = dict[str, Any]
 _REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
@@ -36,19 +37,13 @@ def expand(text: str, env: dict[str, str]) -> str:
     return _REFERENCE.sub(one, text)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class Container:
     """One container of a Pod template, ready to run here."""
 
     argv: list[str]
     env: dict[str, str]
-    ports: dict[str, int] = field(default_factory=dict)  # container port name -> local loopback port
+    ports: dict[str, tuple[str, int]] = field(default_factory=dict)  # container port name -> loopback address
 
 
 def _field_ref(path: str, namespace: str) -> str:
@@ -57,20 +52,18 @@ def _field_ref(path: str, namespace: str) -> str:
     raise AssertionError(f"fieldRef {path} is not modelled by the install test")
 
 
-def _volumes(api: FakeKubeAPI, template: Obj, namespace: str, root: Path) -> dict[str, Path]:
+def _volumes(kube: RealKube, template: Obj, namespace: str, root: Path) -> dict[str, Path]:
     """Volume name -> a directory with the Secret's or ConfigMap's keys as files."""
     paths: dict[str, Path] = {}
     for volume in template["spec"].get("volumes") or []:
         directory = root / volume["name"]
         directory.mkdir(parents=True, exist_ok=True)
         if "secret" in volume:
-            secret = api.get("v1", "Secret", volume["secret"]["secretName"], namespace)
-            assert secret is not None, f"Secret {volume['secret']['secretName']} is missing"
+            secret = kube.get("secret", volume["secret"]["secretName"], namespace=namespace)
             for key, value in (secret.get("data") or {}).items():
                 (directory / key).write_bytes(base64.b64decode(value))
         elif "configMap" in volume:
-            config_map = api.get("v1", "ConfigMap", volume["configMap"]["name"], namespace)
-            assert config_map is not None, f"ConfigMap {volume['configMap']['name']} is missing"
+            config_map = kube.get("configmap", volume["configMap"]["name"], namespace=namespace)
             for key, value in (config_map.get("data") or {}).items():
                 (directory / key).write_text(value)
         paths[volume["name"]] = directory
@@ -78,7 +71,13 @@ def _volumes(api: FakeKubeAPI, template: Obj, namespace: str, root: Path) -> dic
 
 
 def container(
-    api: FakeKubeAPI, template: Obj, name: str, namespace: str, root: Path, binaries: dict[str, str] | None = None
+    kube: RealKube,
+    template: Obj,
+    name: str,
+    namespace: str,
+    root: Path,
+    binaries: dict[str, str] | None = None,
+    listen: dict[str, tuple[str, int]] | None = None,
 ) -> Container:
     """The container ``name`` (init or regular) of a Pod ``template`` as a local process description.
 
@@ -88,11 +87,15 @@ def container(
     """
     spec = template["spec"]
     ctr = next(c for c in (spec.get("initContainers") or []) + spec["containers"] if c["name"] == name)
-    volumes = _volumes(api, template, namespace, root / name)
+    volumes = _volumes(kube, template, namespace, root / name)
     mounts = {
         m["mountPath"].rstrip("/"): volumes[m["name"]] for m in ctr.get("volumeMounts") or [] if m["name"] in volumes
     }
-    ports = {p.get("name", str(p["containerPort"])): free_port() for p in ctr.get("ports") or []}
+    chosen = listen or {}
+    ports = {
+        p.get("name", str(p["containerPort"])): chosen.get(p.get("name", ""), ("127.0.0.1", free_port()))
+        for p in ctr.get("ports") or []
+    }
     by_number = {str(p["containerPort"]): ports[p.get("name", str(p["containerPort"]))] for p in ctr.get("ports") or []}
     env: dict[str, str] = {}
     for var in ctr.get("env") or []:
@@ -106,14 +109,14 @@ def container(
     return Container(argv, env, ports)
 
 
-def _localize(value: str, mounts: dict[str, Path], ports: dict[str, int]) -> str:
-    """Paths under a mount point go to its temp dir; ``0.0.0.0:<containerPort>`` to its loopback port."""
+def _localize(value: str, mounts: dict[str, Path], ports: dict[str, tuple[str, int]]) -> str:
+    """Paths under a mount point go to its temp dir; ``0.0.0.0:<containerPort>`` to its loopback address."""
     for mount, directory in mounts.items():
         if value == mount or value.startswith(mount + "/"):
             return str(directory) + value[len(mount) :]
     host, _, port = value.rpartition(":")
     if host == "0.0.0.0" and port in ports:
-        return f"127.0.0.1:{ports[port]}"
+        return "{}:{}".format(*ports[port])
     return value
 
 
@@ -124,7 +127,7 @@ def _executable(name: str) -> str:
 
 
 def run(ctr: Container, kubeconfig: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run a container to completion with the admin kubeconfig (no ServiceAccount token here)."""
+    """Run a container to completion, authenticated by `kubeconfig` (its ServiceAccount's token)."""
     return subprocess.run(
         ctr.argv, env=process_env(ctr, kubeconfig), capture_output=True, text=True, timeout=timeout, check=False
     )

@@ -1,0 +1,186 @@
+"""A reverse proxy in front of the real kube-apiserver that records requests and injects faults.
+
+What a test cannot make a healthy API server do on cue — answer 500 or 409 to the next request, let another
+writer slip in between a client's read and its write, drop every watch — this proxy does, and forwards every
+other request to the real server untouched (same path, headers and body; the client's token authenticates
+there). It listens on plain HTTP on 127.0.0.1: clients reach it through `kubeconfig()`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import socket
+import ssl
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from tests.realkube.cluster import ADMIN_TOKEN, RealKube, kubeconfig
+
+READS = ("GET", "HEAD", "OPTIONS")
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "proxy-connection"}
+REASONS = {400: "BadRequest", 404: "NotFound", 409: "Conflict", 410: "Expired", 422: "Invalid", 429: "TooManyRequests"}
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str  # without the query
+    query: str
+
+
+@dataclass
+class _Rule:
+    method: str
+    path: re.Pattern[str]
+    times: int
+    status: int = 0  # answer this instead of forwarding
+    message: str = ""
+    callback: Callable[[RealKube], None] | None = None  # run, then forward
+
+    def matches(self, request: Request) -> bool:
+        return self.times > 0 and request.method == self.method and self.path.search(request.path) is not None
+
+
+@dataclass
+class FaultyProxy:
+    kube: RealKube
+    port: int = 0
+    requests: list[Request] = field(default_factory=list)
+    _rules: list[_Rule] = field(default_factory=list)
+    _watches: set[socket.socket] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def kubeconfig(self, path: Path, token: str = ADMIN_TOKEN) -> str:
+        path.write_text(kubeconfig(self.url, None, token))
+        return str(path)
+
+    def fail_next(self, method: str, path_regex: str, status: int, times: int = 1, message: str = "") -> None:
+        """Answer the next `times` matching requests with a Status of `status` instead of forwarding them."""
+        with self._lock:
+            self._rules.append(_Rule(method, re.compile(path_regex), times, status, message or f"injected {status}"))
+
+    def before(self, method: str, path_regex: str, callback: Callable[[RealKube], None], times: int = 1) -> None:
+        """Run `callback(kube)` just before each of the next `times` matching requests is forwarded."""
+        with self._lock:
+            self._rules.append(_Rule(method, re.compile(path_regex), times, callback=callback))
+
+    def writes(self) -> list[Request]:
+        with self._lock:
+            return [r for r in self.requests if r.method not in READS]
+
+    def drop_watches(self) -> int:
+        """Close every open watch stream, as an API server restart or a load balancer would."""
+        with self._lock:
+            dropped, self._watches = self._watches, set()
+        for sock in dropped:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        return len(dropped)
+
+    def start(self) -> FaultyProxy:
+        proxy = self
+        context = ssl.create_default_context(cafile=str(self.kube.ca_path))
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            upstream: http.client.HTTPSConnection | None = None
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def _any(self) -> None:
+                parts = urlsplit(self.path)
+                request = Request(self.command, parts.path, parts.query)
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                rule = proxy._take(request)
+                if rule is not None and rule.status:
+                    return self._status(rule.status, rule.message)
+                if rule is not None and rule.callback is not None:
+                    rule.callback(proxy.kube)
+                if self.upstream is None:
+                    self.upstream = http.client.HTTPSConnection("127.0.0.1", proxy.kube.port, context=context)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
+                self.upstream.request(self.command, self.path, body=body or None, headers=headers)
+                answer = self.upstream.getresponse()
+                query = parse_qs(parts.query)
+                if query.get("watch", [""])[0] in ("true", "1") or "/watch/" in parts.path:
+                    return self._stream(answer)
+                data = answer.read()
+                self.send_response(answer.status)
+                for key, value in answer.getheaders():
+                    if key.lower() not in HOP_BY_HOP:
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _stream(self, answer: http.client.HTTPResponse) -> None:
+                self.send_response(answer.status)
+                for key, value in answer.getheaders():
+                    if key.lower() not in HOP_BY_HOP:
+                        self.send_header(key, value)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                with proxy._lock:
+                    proxy._watches.add(self.connection)
+                try:
+                    while chunk := answer.read1(65536):
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                except OSError:
+                    pass
+                finally:
+                    with proxy._lock:
+                        proxy._watches.discard(self.connection)
+                    self.close_connection = True
+                    if self.upstream is not None:
+                        self.upstream.close()
+                        self.upstream = None
+
+            def _status(self, code: int, message: str) -> None:
+                reason = REASONS.get(code, "InternalError" if code >= 500 else "")
+                status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure"}
+                data = json.dumps(status | {"message": message, "reason": reason, "code": code}).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _any
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self.drop_watches()
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def _take(self, request: Request) -> _Rule | None:
+        with self._lock:
+            self.requests.append(request)
+            for rule in self._rules:
+                if rule.matches(request):
+                    rule.times -= 1
+                    return rule
+        return None

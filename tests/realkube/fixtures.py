@@ -1,0 +1,136 @@
+"""Fixtures for tests against a real Kubernetes control plane (tests/realkube/cluster.py), for every suite.
+
+`real_kube` (session): the newest pinned version; `any_kube`: each pinned version in turn (newest and the
+oldest the manifests support), for what must hold on both. Binaries are built by scripts/kube-binaries.sh the
+first time unless KUBE_APISERVER_BIN, KUBE_CONTROLLER_MANAGER_BIN and ETCD_BIN point at binaries (then only one
+version runs). With no Go toolchain the tests skip, except under CI=true, where they run or fail.
+`installed` / `any_installed` (session): the webhook installed the way a user does it (tests/realkube/install.py).
+`bare_kube` (session): a second cluster of the newest version with nothing installed, and `api` a FaultyProxy in
+front of it (tests/realkube/faults.py), for certgen's and the quota's own tests; after each test the
+MutatingWebhookConfigurations it made are deleted, so none is left to block another test's Pods.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.realkube.cluster import Binaries, RealKube, binaries_from_env, build_binaries, pinned_versions
+from tests.realkube.faults import FaultyProxy
+from tests.realkube.install import Installed, WebhookServer, install
+
+CI = os.environ.get("CI") == "true"
+VERSIONS = pinned_versions()
+NEWEST, OLDEST = VERSIONS[-1], VERSIONS[0]
+
+
+class Clusters:
+    """Started clusters by version, made on first use and kept for the session."""
+
+    def __init__(self, pytestconfig: pytest.Config, tmp: pytest.TempPathFactory):
+        self._config, self._tmp = pytestconfig, tmp
+        self.kubes: dict[str, RealKube] = {}
+        self.installs: dict[str, Installed] = {}
+
+    def kube(self, version: str, purpose: str = "") -> RealKube:
+        key = f"{version}{purpose}"
+        if key not in self.kubes:
+            kube = RealKube(self._binaries(version), self._tmp.mktemp(f"kube-{key}"))
+            self.kubes[key] = kube  # stopped at the end even if start() fails half-way
+            kube.start()
+        return self.kubes[key]
+
+    def installed(self, version: str) -> Installed:
+        if version not in self.installs:
+            if os.geteuid() != 0 and not CI:
+                pytest.skip("the webhook binds port 443 on the Service's ClusterIP: run as root")
+            self.installs[version] = install(self.kube(version), self._tmp.mktemp(f"webhook-{version}"))
+        return self.installs[version]
+
+    def stop(self) -> None:
+        for done in self.installs.values():
+            done.webhook.stop()
+        for kube in self.kubes.values():
+            kube.stop()
+
+    def _binaries(self, version: str) -> Binaries:
+        from_env = binaries_from_env()
+        if from_env is not None:
+            return from_env
+        # Cached binaries come back at once; the first build takes minutes: let its progress through.
+        capture = self._config.pluginmanager.getplugin("capturemanager")
+        with capture.global_and_fixture_disabled():
+            try:
+                return build_binaries(version)
+            except FileNotFoundError as exc:
+                if CI:
+                    pytest.fail(str(exc))
+                pytest.skip(f"no Kubernetes binaries (install Go, or set KUBE_APISERVER_BIN...): {exc}")
+            except RuntimeError as exc:
+                pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
+def clusters(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
+    made = Clusters(pytestconfig, tmp_path_factory)
+    try:
+        yield made
+    finally:
+        made.stop()
+
+
+@pytest.fixture(scope="session")
+def real_kube(clusters: Clusters) -> RealKube:
+    """The newest pinned Kubernetes, started (RBAC, static admin token, controllers, service CIDR in 127/8)."""
+    return clusters.kube(NEWEST)
+
+
+@pytest.fixture(scope="session", params=sorted({NEWEST, OLDEST}, reverse=True))
+def any_kube(request: pytest.FixtureRequest, clusters: Clusters) -> RealKube:
+    """Each pinned version that must hold the test: the newest, then the oldest the manifests support."""
+    if binaries_from_env() is not None and request.param != NEWEST:
+        pytest.skip("binaries from KUBE_APISERVER_BIN etc.: one version only")
+    return clusters.kube(request.param)
+
+
+@pytest.fixture(scope="session")
+def installed(clusters: Clusters) -> Installed:
+    """The webhook installed on the newest version; the API server reaches it through the Service's ClusterIP."""
+    return clusters.installed(NEWEST)
+
+
+@pytest.fixture(scope="session")
+def any_installed(any_kube: RealKube, clusters: Clusters) -> Installed:
+    """The webhook installed on each version of `any_kube`."""
+    return clusters.installed(next(v for v, k in clusters.kubes.items() if k is any_kube))
+
+
+@pytest.fixture(scope="session")
+def bare_kube(clusters: Clusters) -> RealKube:
+    """The newest version with nothing installed."""
+    return clusters.kube(NEWEST, "-bare")
+
+
+@pytest.fixture
+def api(bare_kube: RealKube, tmp_path: Path) -> Iterator[FaultyProxy]:
+    """A FaultyProxy in front of `bare_kube`; webhook configurations the test made are deleted after it."""
+    before = set(bare_kube.kubectl("get", "mutatingwebhookconfigurations", "-o", "name").stdout.split())
+    proxy = FaultyProxy(bare_kube).start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+        after = set(bare_kube.kubectl("get", "mutatingwebhookconfigurations", "-o", "name").stdout.split())
+        if after - before:
+            bare_kube.kubectl("delete", "--wait=false", *sorted(after - before))
+
+
+@pytest.fixture
+def webhook(installed: Installed) -> Iterator[WebhookServer]:
+    """The running webhook; restarted after a test that stopped it."""
+    yield installed.webhook
+    if not installed.webhook.running:
+        installed.webhook.start()
