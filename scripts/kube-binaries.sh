@@ -5,6 +5,9 @@
 #   scripts/kube-binaries.sh [VERSION]      # stdout: the bin directory; progress on stderr. Default: the newest pinned
 #   scripts/kube-binaries.sh --versions     # the pinned versions, oldest first
 #   scripts/kube-binaries.sh --pin VERSION  # (maintainers) write tests/realkube/kube/vVERSION/ from the module proxy
+#   scripts/kube-binaries.sh --cert-manager              # stdout: the directory holding cert-manager-controller,
+#                                                        # cert-manager-cainjector and crds/ (the pinned version)
+#   scripts/kube-binaries.sh --pin-cert-manager VERSION  # (maintainers) write tests/realkube/certmanager/go.mod
 #
 # Each pinned version is a small Go module under tests/realkube/kube/vX.Y.Z/: its go.mod requires
 # k8s.io/kubernetes vX.Y.Z and replaces every staging module (k8s.io/api, k8s.io/apiserver, ...; the `replace`
@@ -13,12 +16,25 @@
 # Beside it, etcd/ is a second module whose main calls etcdmain.Main, at the etcd version that Kubernetes release
 # pins in build/dependencies.yaml (kept apart so etcd's dependency versions never move Kubernetes' own).
 #
-# Cache: $HAMI_KUBE_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/hami-webhook)/kube-vX.Y.Z/bin, stamped when
-# complete; Go's own module and build caches are used as configured (GOMODCACHE, GOCACHE). A lock makes parallel
-# callers wait for one build. Exit 3: no Go toolchain (tests skip off CI, fail with CI=true).
+# cert-manager (for the manifests' cert-manager component): tests/realkube/certmanager/ is one module requiring
+# github.com/cert-manager/cert-manager, with `tool` lines for its cmd/controller and cmd/cainjector. v1.11 is the
+# last release whose commands live in that module: from v1.12 each command is a nested module whose path
+# (github.com/cert-manager/cert-manager/controller-binary, ...) does not match its directory, so no module proxy
+# serves it, and the root module's zip leaves those directories out. crds/ holds the release's
+# deploy/crds/crd-*.yaml with their Helm label templates filled in as the release's cert-manager.crds.yaml has them;
+# they declare no conversion webhook, so they apply without cert-manager's webhook. Tests take
+# CERT_MANAGER_CONTROLLER_BIN, CERT_MANAGER_CAINJECTOR_BIN and CERT_MANAGER_CRDS (a directory) instead, when set.
+#
+# Cache: $HAMI_KUBE_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/hami-webhook)/kube-vX.Y.Z/bin (cert-manager:
+# cert-manager-vX.Y.Z/bin), stamped when complete; Go's own module and build caches are used as configured
+# (GOMODCACHE, GOCACHE). A lock makes parallel callers wait for one build. Exit 3: no Go toolchain (tests skip off
+# CI, fail with CI=true).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PINS=$ROOT/tests/realkube/kube
+CERT_MANAGER_PIN=$ROOT/tests/realkube/certmanager
+CACHE_ROOT=${HAMI_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hami-webhook}
+CERT_MANAGER=github.com/cert-manager/cert-manager
 say() { echo "kube-binaries.sh: $*" >&2; }
 
 versions() { (cd "$PINS" && ls -d v*/ 2>/dev/null | tr -d / | sort -V); }
@@ -65,52 +81,99 @@ GO
   say "pinned Kubernetes v$v with etcd v$etcd in $dir"
 }
 
+pin_cert_manager() {
+  command -v go >/dev/null || { say "needs go"; exit 3; }
+  mkdir -p "$CERT_MANAGER_PIN"
+  printf '%s\n' "// Pins cert-manager $1 for the real-cluster tests; written by scripts/kube-binaries.sh --pin-cert-manager." \
+    "module hami-webhook/tests/realkube/certmanager" "" "go 1.24" "" "require $CERT_MANAGER $1" "" "tool (" \
+    "	$CERT_MANAGER/cmd/cainjector" "	$CERT_MANAGER/cmd/controller" ")" >"$CERT_MANAGER_PIN/go.mod"
+  rm -f "$CERT_MANAGER_PIN/go.sum"
+  (cd "$CERT_MANAGER_PIN" && go mod tidy >&2)
+  say "pinned cert-manager $1 in $CERT_MANAGER_PIN"
+}
+
+# cached NAME BUILD: print $CACHE_ROOT/NAME/bin, first running BUILD OUTDIR (under a lock) unless it is stamped.
+cached() {
+  local name=$1 build=$2 cache=$CACHE_ROOT/$1 started
+  local bin=$cache/bin
+  if [ -f "$bin/.complete" ]; then
+    echo "$bin"
+    return
+  fi
+  command -v go >/dev/null || { say "needs a Go toolchain (go) to build $name; none on PATH"; exit 3; }
+  mkdir -p "$cache"
+  exec 9>"$cache/.lock"
+  if ! flock -n 9; then
+    say "another build is running into $cache; waiting for it"
+    flock 9
+  fi
+  if [ -f "$bin/.complete" ]; then
+    echo "$bin"
+    return
+  fi
+  started=$SECONDS
+  OUT=$(mktemp -d "$cache/build.XXXXXX")
+  trap 'rm -rf "$OUT"' EXIT
+  export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
+  "$build" "$OUT"
+  rm -rf "$bin"
+  mv "$OUT" "$bin"
+  trap - EXIT
+  echo "$name built in $((SECONDS - started)) s" >"$bin/.complete"
+  say "done in $((SECONDS - started)) s"
+  echo "$bin"
+}
+
+build_kube() {
+  local out=$1 src=$PINS/v$V
+  # -ldflags stamp the version kube-apiserver reports (/version, kubectl version), as Kubernetes' own build does.
+  local ver=k8s.io/component-base/version ldflags
+  ldflags="-s -w -X $ver.gitVersion=v$V -X $ver.gitMajor=1 -X $ver.gitMinor=$(echo "$V" | cut -d. -f2) -X $ver.gitTreeState=clean"
+  ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=v$V"
+  for cmd in kube-apiserver kube-controller-manager; do
+    say "building $cmd v$V (first time: several minutes on 2 cores)"
+    (cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$out/$cmd" "k8s.io/kubernetes/cmd/$cmd")
+  done
+  say "building etcd for v$V"
+  (cd "$src/etcd" && go build -trimpath -ldflags "-s -w" -o "$out/etcd" .)
+  "$out/kube-apiserver" --version >&2
+  "$out/etcd" --version >&2
+}
+
+build_cert_manager() {
+  local out=$1 cmd crds
+  # AppVersion is what the commands log at start and the tag of the ACME solver image they would run.
+  local ldflags="-s -w -X $CERT_MANAGER/pkg/util.AppVersion=$CM_V"
+  for cmd in controller cainjector; do
+    say "building cert-manager-$cmd $CM_V (first time: a few minutes on 2 cores)"
+    (cd "$CERT_MANAGER_PIN" && go build -trimpath -ldflags "$ldflags" -o "$out/cert-manager-$cmd" "$CERT_MANAGER/cmd/$cmd")
+    "$out/cert-manager-$cmd" --help >/dev/null
+  done
+  crds=$(cd "$CERT_MANAGER_PIN" && go list -m -f '{{.Dir}}' "$CERT_MANAGER")/deploy/crds
+  mkdir "$out/crds"
+  for f in "$crds"/crd-*.yaml; do
+    sed -e "s/'{{ template \"cert-manager.name\" . }}'/cert-manager/" -e "s/'{{ .Release.Name }}'/cert-manager/" \
+      -e "s/# Generated labels {{- include \"labels\" . | nindent 4 }}/app.kubernetes.io\/version: \"$CM_V\"/" \
+      "$f" >"$out/crds/${f##*/}"
+  done
+  if grep -l '{{' "$out"/crds/*.yaml >&2; then
+    say "cert-manager $CM_V: Helm templates left in the CRDs above; extend the substitutions in build_cert_manager"
+    exit 1
+  fi
+}
+
 case "${1:-}" in
 --versions) versions; exit 0 ;;
 --pin) pin "${2:?--pin needs a version such as 1.37.2}"; exit 0 ;;
+--pin-cert-manager) pin_cert_manager "${2:?--pin-cert-manager needs a version such as v1.11.5}"; exit 0 ;;
+--cert-manager)
+  CM_V=$(awk -v m="$CERT_MANAGER" '{ for (i = 1; i < NF; i++) if ($i == m) { print $(i + 1); exit } }' "$CERT_MANAGER_PIN/go.mod")
+  cached "cert-manager-$CM_V" build_cert_manager
+  exit 0
+  ;;
 esac
 
 V=${1:-$(versions | tail -1)}
 V=${V#v}
-SRC=$PINS/v$V
-[ -f "$SRC/go.mod" ] || { say "v$V is not pinned (pinned: $(versions | tr '\n' ' ')); see --pin"; exit 2; }
-CACHE=${HAMI_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hami-webhook}/kube-v$V
-BIN=$CACHE/bin
-STAMP=$BIN/.complete
-if [ -f "$STAMP" ]; then
-  echo "$BIN"
-  exit 0
-fi
-command -v go >/dev/null || { say "needs a Go toolchain (go) to build Kubernetes v$V; none on PATH"; exit 3; }
-mkdir -p "$CACHE"
-exec 9>"$CACHE/.lock"
-if ! flock -n 9; then
-  say "another build is running into $CACHE; waiting for it"
-  flock 9
-fi
-if [ -f "$STAMP" ]; then
-  echo "$BIN"
-  exit 0
-fi
-started=$SECONDS
-OUT=$(mktemp -d "$CACHE/build.XXXXXX")
-trap 'rm -rf "$OUT"' EXIT
-export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
-# -ldflags stamp the version kube-apiserver reports (/version, kubectl version), as Kubernetes' own build does.
-ver=k8s.io/component-base/version
-ldflags="-s -w -X $ver.gitVersion=v$V -X $ver.gitMajor=1 -X $ver.gitMinor=$(echo "$V" | cut -d. -f2) -X $ver.gitTreeState=clean"
-ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=v$V"
-for cmd in kube-apiserver kube-controller-manager; do
-  say "building $cmd v$V (first time: several minutes on 2 cores)"
-  (cd "$SRC" && go build -trimpath -ldflags "$ldflags" -o "$OUT/$cmd" "k8s.io/kubernetes/cmd/$cmd")
-done
-say "building etcd for v$V"
-(cd "$SRC/etcd" && go build -trimpath -ldflags "-s -w" -o "$OUT/etcd" .)
-"$OUT/kube-apiserver" --version >&2
-"$OUT/etcd" --version >&2
-rm -rf "$BIN"
-mv "$OUT" "$BIN"
-trap - EXIT
-echo "Kubernetes v$V built in $((SECONDS - started)) s" >"$STAMP"
-say "done in $((SECONDS - started)) s"
-echo "$BIN"
+[ -f "$PINS/v$V/go.mod" ] || { say "v$V is not pinned (pinned: $(versions | tr '\n' ' ')); see --pin"; exit 2; }
+cached "kube-v$V" build_kube
