@@ -45,7 +45,8 @@ def test_gpu_pod_is_mutated_through_the_service(any_installed: Installed, ns: st
     assert stored["metadata"]["annotations"]["hami.io/gpu-type"] == "NVIDIA"
     # The API server found the webhook from the Service's ClusterIP alone: the Service has no endpoint (its
     # Pods are Pending, with no IP), and the API server dials ClusterIP:port, where the webhook listens here.
-    slices = any_installed.kube.get("endpointslices", "-l", "kubernetes.io/service-name=hami-webhook", namespace=NAMESPACE)
+    selector = "kubernetes.io/service-name=hami-webhook"
+    slices = any_installed.kube.get("endpointslices", "-l", selector, namespace=NAMESPACE)
     assert [s.get("endpoints") for s in slices["items"]] == [None]
 
 
