@@ -161,7 +161,9 @@ def test_install_use_upgrade_switch_uninstall(kube: RealKube, tmp_path: Path, se
     servers[1].stop()
     overlay = manual_overlay(tmp_path / "hami-manual")
     switched = kube.kubectl(*readme_switch_command()[:1], "-k", str(overlay), *readme_switch_command()[3:])
-    assert "Warning" not in switched.stderr, switched.stderr
+    # kubectl takes over the Secret certgen made (and says so); nothing else is worth a warning.
+    warnings = [line for line in switched.stderr.splitlines() if line.startswith("Warning")]
+    assert [w.split(" is missing")[0] for w in warnings] == ["Warning: resource secrets/hami-webhook-tls"], warnings
     for kind in ("job", "cronjob", "serviceaccount", "role", "rolebinding"):
         assert not kube.exists(kind, CERTGEN, namespace=NAMESPACE), kind
     for kind in ("clusterrole", "clusterrolebinding"):
