@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,39 @@ class Container:
     argv: list[str]
     env: dict[str, str]
     ports: dict[str, tuple[str, int]] = field(default_factory=dict)  # container port name -> loopback address
+    volumes: list[Volume] = field(default_factory=list)
+
+    def sync(self, kube: RealKube) -> None:
+        """Bring the Secret and ConfigMap volumes up to date, as the kubelet does every minute or so."""
+        for volume in self.volumes:
+            volume.write(kube)
+
+
+@dataclass(frozen=True)
+class Volume:
+    """A Secret or ConfigMap volume, laid out as the kubelet does: the keys are symlinks into ``..data``,
+    itself a symlink swapped atomically to a new timestamped directory on each update."""
+
+    kind: str  # "secret" | "configmap"
+    name: str
+    namespace: str
+    directory: Path
+
+    def write(self, kube: RealKube) -> None:
+        data = kube.get(self.kind, self.name, namespace=self.namespace).get("data") or {}
+        self.directory.mkdir(parents=True, exist_ok=True)
+        stamp = self.directory / f"..{time.time_ns()}"
+        stamp.mkdir()
+        for key, value in data.items():
+            (stamp / key).write_bytes(base64.b64decode(value) if self.kind == "secret" else value.encode())
+        swap = self.directory / "..data_tmp"
+        swap.unlink(missing_ok=True)
+        swap.symlink_to(stamp.name)
+        swap.replace(self.directory / "..data")
+        for key in data:
+            link = self.directory / key
+            if not link.is_symlink():
+                link.symlink_to(Path("..data") / key)
 
 
 def _field_ref(path: str, namespace: str) -> str:
@@ -52,22 +86,19 @@ def _field_ref(path: str, namespace: str) -> str:
     raise AssertionError(f"fieldRef {path} is not modelled by the install test")
 
 
-def _volumes(kube: RealKube, template: Obj, namespace: str, root: Path) -> dict[str, Path]:
-    """Volume name -> a directory with the Secret's or ConfigMap's keys as files."""
-    paths: dict[str, Path] = {}
+def _volumes(kube: RealKube, template: Obj, namespace: str, root: Path) -> dict[str, Volume]:
+    """Volume name -> its Secret's or ConfigMap's keys as files under `root`."""
+    found: dict[str, Volume] = {}
     for volume in template["spec"].get("volumes") or []:
-        directory = root / volume["name"]
-        directory.mkdir(parents=True, exist_ok=True)
         if "secret" in volume:
-            secret = kube.get("secret", volume["secret"]["secretName"], namespace=namespace)
-            for key, value in (secret.get("data") or {}).items():
-                (directory / key).write_bytes(base64.b64decode(value))
+            source = Volume("secret", volume["secret"]["secretName"], namespace, root / volume["name"])
         elif "configMap" in volume:
-            config_map = kube.get("configmap", volume["configMap"]["name"], namespace=namespace)
-            for key, value in (config_map.get("data") or {}).items():
-                (directory / key).write_text(value)
-        paths[volume["name"]] = directory
-    return paths
+            source = Volume("configmap", volume["configMap"]["name"], namespace, root / volume["name"])
+        else:
+            continue
+        source.write(kube)
+        found[volume["name"]] = source
+    return found
 
 
 def container(
@@ -89,7 +120,9 @@ def container(
     ctr = next(c for c in (spec.get("initContainers") or []) + spec["containers"] if c["name"] == name)
     volumes = _volumes(kube, template, namespace, root / name)
     mounts = {
-        m["mountPath"].rstrip("/"): volumes[m["name"]] for m in ctr.get("volumeMounts") or [] if m["name"] in volumes
+        m["mountPath"].rstrip("/"): volumes[m["name"]].directory
+        for m in ctr.get("volumeMounts") or []
+        if m["name"] in volumes
     }
     chosen = listen or {}
     ports = {
@@ -106,7 +139,7 @@ def container(
         env[var["name"]] = _localize(value, mounts, by_number)
     command = ctr.get("command") or [(binaries or {})[ctr["name"]]]
     argv = [_executable(expand(command[0], env))] + [expand(a, env) for a in command[1:] + (ctr.get("args") or [])]
-    return Container(argv, env, ports)
+    return Container(argv, env, ports, list(volumes.values()))
 
 
 def _localize(value: str, mounts: dict[str, Path], ports: dict[str, tuple[str, int]]) -> str:

@@ -1,0 +1,154 @@
+"""The cert-manager TLS mode for real: cert-manager's own controller and cainjector (built from Go modules by
+`scripts/kube-binaries.sh --cert-manager`) against the newest API server, with the README's overlay.
+
+Proves: the Certificates are issued, the Secret written, the caBundle injected, the webhook trusted through it,
+and a renewal picked up by the running webhook without a failed admission.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+
+from tests.manifests.conftest import NAMESPACE, write_overlay
+from tests.realkube.cluster import BUILD_SCRIPT, RealKube
+from tests.realkube.fixtures import CI, NEWEST, Clusters
+from tests.realkube.install import CONFIGURATION, SECRET, SERVICE_HOST, WebhookServer, webhook_server
+from tests.realkube.pods import GPU, pod
+from tests.support import free_port
+
+SERVING = "hami-webhook-serving"
+
+
+@dataclass(frozen=True)
+class CertManager:
+    controller: Path
+    cainjector: Path
+    crds: Path
+
+
+def cert_manager_binaries() -> CertManager:
+    """CERT_MANAGER_CONTROLLER_BIN, CERT_MANAGER_CAINJECTOR_BIN and CERT_MANAGER_CRDS, else the build script's."""
+    names = ("CERT_MANAGER_CONTROLLER_BIN", "CERT_MANAGER_CAINJECTOR_BIN", "CERT_MANAGER_CRDS")
+    given = [os.environ.get(n) for n in names]
+    if any(given):
+        if not all(given):
+            pytest.fail(f"set all of {', '.join(names)}, or none")
+        return CertManager(*(Path(p) for p in given if p))
+    done = subprocess.run(["bash", str(BUILD_SCRIPT), "--cert-manager"], stdout=subprocess.PIPE, text=True, check=False)
+    if done.returncode == 3 and not CI:
+        pytest.skip("no Go toolchain to build cert-manager")
+    assert done.returncode == 0, f"{BUILD_SCRIPT} --cert-manager exited {done.returncode}"
+    bin_dir = Path(done.stdout.strip().splitlines()[-1])
+    return CertManager(bin_dir / "cert-manager-controller", bin_dir / "cert-manager-cainjector", bin_dir / "crds")
+
+
+@pytest.fixture(scope="module")
+def kube(clusters: Clusters) -> RealKube:
+    if os.geteuid() != 0 and not CI:
+        pytest.skip("the webhook binds port 443 on the Service's ClusterIP: run as root")
+    return clusters.kube(NEWEST, "-cert-manager")
+
+
+@pytest.fixture(scope="module")
+def cert_manager(kube: RealKube) -> Iterator[CertManager]:
+    """cert-manager's CRDs applied, its controller and cainjector running out of cluster as admin."""
+    binaries = cert_manager_binaries()
+    kube.kubectl("apply", "--server-side", "-f", str(binaries.crds))
+    kube.kubectl("wait", "--for=condition=Established", "crd", "-l", "app.kubernetes.io/name=cert-manager")
+    procs = []
+    argvs = [
+        [str(binaries.controller), "--cluster-resource-namespace=kube-system",
+         f"--metrics-listen-address=127.0.0.1:{free_port()}"],
+        [str(binaries.cainjector)],
+    ]  # fmt: skip
+    try:
+        for argv in argvs:
+            log = open(kube.run_dir / f"{Path(argv[0]).name}.log", "wb")  # noqa: SIM115 - closed with the process
+            procs.append((subprocess.Popen(
+                [*argv, f"--kubeconfig={kube.kubeconfig_path}", "--leader-elect=false", "-v=2"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            ), log))  # fmt: skip
+        yield binaries
+    finally:
+        for proc, log in procs:
+            proc.terminate()
+            proc.wait(timeout=30)
+            log.close()
+
+
+def serving_certificate(server: WebhookServer) -> x509.Certificate:
+    """The certificate the webhook presents, checked as the API server checks it (CA bundle, Service name)."""
+    context = ssl.create_default_context(cafile=str(server.ca))
+    with socket.create_connection((server.host, server.port), timeout=5) as raw:
+        with context.wrap_socket(raw, server_hostname=SERVICE_HOST) as tls:
+            der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der)
+
+
+def test_cert_manager_issues_injects_and_renews(
+    kube: RealKube, cert_manager: CertManager, tmp_path: Path
+) -> None:
+    overlay = write_overlay(tmp_path / "hami-cert-manager", "hami-cert-manager")
+    applied = kube.kubectl("apply", "-k", str(overlay))
+    assert "Warning" not in applied.stderr, applied.stderr
+    kube.kubectl("wait", "--for=condition=Ready", "certificate", "--all", "-n", NAMESPACE, "--timeout=120s")
+    secret = kube.get("secret", SECRET, namespace=NAMESPACE)
+    bundle = kube.wait_for(
+        lambda: kube.get("mutatingwebhookconfiguration", CONFIGURATION)["webhooks"][0]["clientConfig"].get("caBundle"),
+        60,
+    )
+    assert base64.b64decode(bundle) == base64.b64decode(secret["data"]["ca.crt"])
+    leaf = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    assert SERVICE_HOST in names
+    assert not kube.exists("job", "hami-webhook-certgen", namespace=NAMESPACE)
+
+    server = webhook_server(kube, tmp_path / "webhook").start()
+    try:
+        ns = kube.namespace("cm-e2e")
+        body = json.dumps(pod("gpu-", GPU))
+        created = kube.kubectl("create", "-n", ns, "-f", "-", "-o", "json", stdin=body)
+        assert json.loads(created.stdout)["spec"]["schedulerName"] == "hami-scheduler"
+        first = serving_certificate(server)
+        assert first.serial_number == leaf.serial_number
+
+        # Renew as `cmctl renew` does: an Issuing condition on the Certificate's status. cert-manager writes a
+        # new key pair into the Secret; the kubelet (here: sync()) updates the mounted files; the webhook
+        # reloads them. Device Pods are created all along, and every one is admitted.
+        issuing = {"type": "Issuing", "status": "True", "reason": "ManuallyTriggered", "message": "test"}
+        kube.kubectl(
+            "patch", "certificate", SERVING, "-n", NAMESPACE, "--subresource=status", "--type=json",
+            "-p", json.dumps([{"op": "add", "path": "/status/conditions/-", "value": issuing}]),
+        )  # fmt: skip
+        renewed = kube.wait_for(
+            lambda: kube.get("secret", SECRET, namespace=NAMESPACE)["data"]["tls.crt"] != secret["data"]["tls.crt"], 60
+        )
+        assert renewed
+        server.ctr.sync(kube)
+        deadline, refused, made = time.monotonic() + 30, [], 0
+        while serving_certificate(server).serial_number == first.serial_number and time.monotonic() < deadline:
+            done = kube.kubectl("create", "-n", ns, "-f", "-", stdin=body, check=False)
+            made += 1
+            if done.returncode != 0:
+                refused.append(done.stderr)
+            time.sleep(0.5)
+        assert serving_certificate(server).serial_number != first.serial_number, "the webhook did not reload"
+        assert refused == [] and made > 0
+        created = kube.kubectl("create", "-n", ns, "-f", "-", "-o", "json", stdin=body)
+        assert json.loads(created.stdout)["spec"]["schedulerName"] == "hami-scheduler"
+    finally:
+        server.stop()
+    assert "Traceback" not in server.log.read_text()
