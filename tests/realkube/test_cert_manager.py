@@ -75,7 +75,7 @@ def cert_manager(kube: RealKube) -> Iterator[CertManager]:
     ]  # fmt: skip
     try:
         for argv in argvs:
-            log = open(kube.run_dir / f"{Path(argv[0]).name}.log", "wb")  # noqa: SIM115 - closed with the process
+            log = open(kube.run_dir / f"{Path(argv[0]).name}.log", "wb")
             procs.append((subprocess.Popen(
                 [*argv, f"--kubeconfig={kube.kubeconfig_path}", "--leader-elect=false", "-v=2"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
@@ -98,9 +98,7 @@ def serving_certificate(server: WebhookServer) -> x509.Certificate:
     return x509.load_der_x509_certificate(der)
 
 
-def test_cert_manager_issues_injects_and_renews(
-    kube: RealKube, cert_manager: CertManager, tmp_path: Path
-) -> None:
+def test_cert_manager_issues_injects_and_renews(kube: RealKube, cert_manager: CertManager, tmp_path: Path) -> None:
     overlay = write_overlay(tmp_path / "hami-cert-manager", "hami-cert-manager")
     applied = kube.kubectl("apply", "-k", str(overlay))
     assert "Warning" not in applied.stderr, applied.stderr

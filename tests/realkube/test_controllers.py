@@ -73,7 +73,7 @@ def test_a_deployment_beyond_the_quota_gets_what_fits(installed: Installed) -> N
     ns = kube.namespace(f"ctl-{uuid.uuid4().hex[:8]}")
     quota(kube, ns, 2)
     create(kube, ns, deployment("gpu", 5, {"nvidia.com/gpu": "1", MEM: "1000"}))
-    denial = f"admission webhook \"pods.hami.io\" denied the request: exceeding resource quota: namespace {ns} {MEM}"
+    denial = f'admission webhook "pods.hami.io" denied the request: exceeding resource quota: namespace {ns} {MEM}'
     kube.wait_for(lambda: any(denial in m for m in events(kube, ns, "ReplicaSet")), 60)
     assert len(pods(kube, ns)) == 2
     assert all(p["spec"]["schedulerName"] == "hami-scheduler" for p in pods(kube, ns))
@@ -84,6 +84,6 @@ def test_a_job_beyond_the_quota_gets_what_fits(installed: Installed) -> None:
     ns = kube.namespace(f"ctl-{uuid.uuid4().hex[:8]}")
     quota(kube, ns, 3)
     create(kube, ns, job("train", 8, {"nvidia.com/gpu": "1", MEM: "1000"}))
-    denial = f"admission webhook \"pods.hami.io\" denied the request: exceeding resource quota: namespace {ns} {MEM}"
+    denial = f'admission webhook "pods.hami.io" denied the request: exceeding resource quota: namespace {ns} {MEM}'
     kube.wait_for(lambda: any(denial in m for m in events(kube, ns, "Job")), 60)
     assert len(pods(kube, ns)) == 3
