@@ -135,16 +135,19 @@ def test_cert_manager_issues_injects_and_renews(kube: RealKube, cert_manager: Ce
             lambda: kube.get("secret", SECRET, namespace=NAMESPACE)["data"]["tls.crt"] != secret["data"]["tls.crt"], 60
         )
         assert renewed
-        server.ctr.sync(kube)
         deadline, refused, made = time.monotonic() + 30, [], 0
-        while serving_certificate(server).serial_number == first.serial_number and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             done = kube.kubectl("create", "-n", ns, "-f", "-", stdin=body, check=False)
             made += 1
             if done.returncode != 0:
                 refused.append(done.stderr)
+            if made == 1:
+                server.ctr.sync(kube)  # the first Pod before the files change, the others until the reload
+            elif serving_certificate(server).serial_number != first.serial_number:
+                break
             time.sleep(0.5)
         assert serving_certificate(server).serial_number != first.serial_number, "the webhook did not reload"
-        assert refused == [] and made > 0
+        assert refused == [] and made >= 2
         created = kube.kubectl("create", "-n", ns, "-f", "-", "-o", "json", stdin=body)
         assert json.loads(created.stdout)["spec"]["schedulerName"] == "hami-scheduler"
     finally:
