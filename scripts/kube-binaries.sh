@@ -27,8 +27,8 @@
 #
 # Cache: $HAMI_KUBE_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/hami-webhook)/kube-vX.Y.Z/bin (cert-manager:
 # cert-manager-vX.Y.Z/bin), stamped when complete; Go's own module and build caches are used as configured
-# (GOMODCACHE, GOCACHE). A lock makes parallel callers wait for one build. Exit 3: no Go toolchain (tests skip off
-# CI, fail with CI=true).
+# (GOMODCACHE, GOCACHE). A lock makes parallel callers wait for one build. Exit 3: no Go toolchain; exit 4: the
+# module proxy is unreachable (for both the tests skip off CI, and fail with CI=true).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PINS=$ROOT/tests/realkube/kube
@@ -61,7 +61,7 @@ lines += [")", "", "tool (", "\tk8s.io/kubernetes/cmd/kube-apiserver", "\tk8s.io
 open(f"{out}/go.mod", "w").write("\n".join(lines))
 PY
   local etcd
-  etcd=$(tar -xOf /dev/null 2>/dev/null; cd "$tmp" && go mod download -json "k8s.io/kubernetes@v$v" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  etcd=$(cd "$tmp" && go mod download -json "k8s.io/kubernetes@v$v" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
   etcd=$(awk '/name: "etcd"/{getline; print $2; exit}' "$etcd/build/dependencies.yaml")
   cat >"$dir/etcd/main.go" <<GO
 // Command etcd is etcd v$etcd's server, the version Kubernetes v$v pins in build/dependencies.yaml.
@@ -114,7 +114,8 @@ cached() {
   started=$SECONDS
   OUT=$(mktemp -d "$cache/build.XXXXXX")
   trap 'rm -rf "$OUT"' EXIT
-  export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
+  # The pins' go.sum are complete: -mod=readonly builds exactly them, or fails.
+  export CGO_ENABLED=0 GOFLAGS=-mod=readonly GOTOOLCHAIN=local
   "$build" "$OUT"
   rm -rf "$bin"
   mv "$OUT" "$bin"
@@ -124,8 +125,15 @@ cached() {
   echo "$bin"
 }
 
+# Exit 4 when the module proxy cannot be reached, so the tests can tell "cannot build here" from a broken build.
+download() {
+  (cd "$1" && go mod download) || { say "cannot download the modules of $1 (is the Go module proxy reachable?)"; exit 4; }
+}
+
 build_kube() {
   local out=$1 src=$PINS/v$V
+  download "$src"
+  download "$src/etcd"
   # -ldflags stamp the version kube-apiserver reports (/version, kubectl version), as Kubernetes' own build does.
   local ver=k8s.io/component-base/version ldflags
   ldflags="-s -w -X $ver.gitVersion=v$V -X $ver.gitMajor=1 -X $ver.gitMinor=$(echo "$V" | cut -d. -f2) -X $ver.gitTreeState=clean"
@@ -142,6 +150,7 @@ build_kube() {
 
 build_cert_manager() {
   local out=$1 cmd crds
+  download "$CERT_MANAGER_PIN"
   # AppVersion is what the commands log at start and the tag of the ACME solver image they would run.
   local ldflags="-s -w -X $CERT_MANAGER/pkg/util.AppVersion=$CM_V"
   for cmd in controller cainjector; do

@@ -73,10 +73,12 @@ def binaries_from_env() -> Binaries | None:
 def build_binaries(version: str) -> Binaries:
     """scripts/kube-binaries.sh VERSION: builds once into the user's cache, then reuses it.
 
-    Raises FileNotFoundError when there is no Go toolchain (exit 3), RuntimeError on any other failure."""
+    Raises FileNotFoundError when it cannot build here (exit 3: no Go toolchain; 4: no module proxy),
+    RuntimeError on any other failure."""
     done = subprocess.run(["bash", str(BUILD_SCRIPT), version], stdout=subprocess.PIPE, text=True, check=False)
-    if done.returncode == 3:
-        raise FileNotFoundError(f"{BUILD_SCRIPT} needs a Go toolchain (go) to build Kubernetes v{version}")
+    if done.returncode in (3, 4):
+        why = "a Go toolchain (go)" if done.returncode == 3 else "the Go module proxy"
+        raise FileNotFoundError(f"{BUILD_SCRIPT} needs {why} to build Kubernetes v{version}")
     if done.returncode != 0:
         raise RuntimeError(f"{BUILD_SCRIPT} {version} exited {done.returncode} (its progress is on stderr above)")
     bin_dir = Path(done.stdout.strip().splitlines()[-1])
