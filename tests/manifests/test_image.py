@@ -149,7 +149,7 @@ def test_entry_points_config_and_chart_defaults_come_from_the_wheel(image_venv: 
     run(bin_dir / "gunicorn", "--check-config", "-c", "gunicorn.conf.py", "wsgi:app", cwd=srv, env={**env, **tls})
 
     probe = (
-        "import json, app, app.serving; from app.settings import chart_defaults; "
+        "import json, app, app.serving; from app.devices.config import chart_defaults; "
         "print(json.dumps({'file': app.__file__, 'worker_class': app.serving.worker_class, "
         "'defaults': chart_defaults()}))"
     )

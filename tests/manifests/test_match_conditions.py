@@ -1,4 +1,4 @@
-"""The rendered matchConditions, evaluated with cel-python (tests/kubeapi/cel.py) against sample Pods.
+"""The rendered matchConditions, evaluated with cel-python (app/matching.py) against sample Pods.
 
 The expected resource names come from app/devices with every vendor enabled, so a vendor added to the
 registry or the chart's device config without being added to the configuration fails here.
@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
+from app.devices.config import load_device_config
 from app.devices.registry import build_devices
-from app.settings import load_device_config
-from tests.kubeapi.cel import Outcome, Result, evaluate
+from app.matching import Outcome, Result, evaluate
 from tests.manifests.conftest import Obj, one
 
 VENDOR_RESOURCES = sorted(
     {
         name
-        for device in build_devices(load_device_config(""), enable_ascend=True, enable_iluvatar=True)
+        for device in build_devices(load_device_config("").root, enable_ascend=True, enable_iluvatar=True)
         for name in device.resource_names
     }
 )
@@ -119,13 +119,13 @@ def test_a_zero_amount_still_reaches_the_webhook(conditions: list[dict[str, str]
 def test_pods_without_accelerators_never_reach_the_webhook_and_never_error(
     conditions: list[dict[str, str]], obj: Obj
 ) -> None:
-    assert check(conditions, obj) == Result(Outcome.NO_MATCH)
+    assert check(conditions, obj) == Result(Outcome.NO_MATCH, false=("requests-accelerator",))
 
 
 def test_mirror_pods_never_reach_the_webhook(conditions: list[dict[str, str]]) -> None:
     mirror = placed("nvidia.com/gpu", "containers/limits")
     mirror["metadata"]["annotations"] = {"kubernetes.io/config.mirror": "abc"}
-    assert check(conditions, mirror) == Result(Outcome.NO_MATCH)
+    assert check(conditions, mirror) == Result(Outcome.NO_MATCH, false=("not-mirror-pod",))
     mirror["metadata"]["annotations"] = {"other": "x"}
     assert check(conditions, mirror) == Result(Outcome.MATCH)
 

@@ -6,7 +6,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from app.settings import chart_defaults
+from app.devices.config import chart_defaults
 from tests.manifests.conftest import MANIFESTS, Obj, one
 
 # The oldest supported minor (matchConditions are GA since 1.30), a recent one, and the newest the package ships.
