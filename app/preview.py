@@ -120,7 +120,7 @@ def _document(document: Any, index: int, settings: Settings, scope: Scope, optio
     patch: list[Op] = []
     for item in found:
         namespace = _namespace(item, options.namespace)
-        label = item.label(namespace)
+        label = item.label(namespace) or f"document {index}"
         if item.template is None:
             entries.append(Entry(_not_a_carrier(item, label), reviewed=False))
             continue

@@ -55,7 +55,7 @@ KNOBS: tuple[Knob, ...] = (
         "device_config",
         "",
         str,
-        "HAMi device-config YAML file; missing sections and keys take the chart's defaults",
+        "HAMi device-config YAML file, or its ConfigMap; missing sections and keys take the chart's defaults",
     ),
     Knob(
         "HAMI_NODE_SCHEDULER_POLICY",

@@ -39,8 +39,12 @@ class Found:
     """() for a Pod, the template's path for a workload, None for anything that creates no Pod."""
 
     def label(self, namespace: str) -> str:
-        """How messages name it: ``namespace/name`` for a Pod, ``Kind/namespace/name`` otherwise."""
-        meta = self.obj.get("metadata") if isinstance(self.obj, Mapping) else None
+        """How messages name it: ``namespace/name`` for a Pod, ``Kind/namespace/name`` otherwise, after its place
+        in a List (``items[3] ...``); only the place for something that is not an object."""
+        where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in self.at).lstrip(".")
+        if not isinstance(self.obj, Mapping):
+            return where
+        meta = self.obj.get("metadata")
         meta = meta if isinstance(meta, Mapping) else {}
         if meta.get("name"):
             name = shown(meta["name"], quoted=False)
@@ -52,7 +56,6 @@ class Found:
             name = f"{shown(meta.get('namespace') or namespace, quoted=False)}/{name}"
         if self.kind != "Pod":
             name = f"{shown(self.kind or 'an object without a kind', quoted=False)}/{name}"
-        where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in self.at).lstrip(".")
         return f"{where} {name}" if where else name
 
 
