@@ -36,8 +36,8 @@ HAMI_ONLY_KEYS: Mapping[str, Any] = {
     "enflame": {"resourceNameVGCU": None, "resourceNameVGCUPercentage": None},
     "mthreads": {"memoryPerCard": None},
 }
-"""Keys HAMi's scheduler and device plugins read (their config structs, and the chart's template) that the
-admission policy does not, so chart-defaults.yaml leaves them out. Known, so never warned about."""
+"""Keys HAMi reads (its config structs, and the chart's template) that chart-defaults.yaml leaves out: the chart
+does not render them, or only HAMi's scheduler and device plugins use them. Known, so never warned about."""
 
 
 @dataclass(frozen=True)
@@ -114,8 +114,9 @@ def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, An
 
 @cache
 def _known() -> Any:
-    """The shape of every key anyone reads: the chart defaults' keys (which hold every key a vendor module
-    reads) plus HAMI_ONLY_KEYS. A mapping of shapes, a one-item list for a list of mappings, None for a leaf."""
+    """The shape of every key a HAMi component reads: the chart defaults' keys plus HAMI_ONLY_KEYS (a test checks
+    every key a vendor module reads is among them). A mapping of shapes, a one-item list for a list of mappings,
+    None for a leaf."""
     return _merge_shapes(_shape(chart_defaults()), HAMI_ONLY_KEYS)
 
 
