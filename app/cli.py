@@ -173,7 +173,7 @@ def _review(args: argparse.Namespace) -> int:
         for entry in document.entries:
             print(entry.line, file=sys.stderr)
             for note in entry.notes:
-                print(f"  {note}", file=sys.stderr)
+                print(note, file=sys.stderr)
     reviewed = [document for document in reviews if document.reviewed]
     if not reviewed:
         print(f"hami-webhook: {name} holds no Pod and no workload that creates Pods", file=sys.stderr)

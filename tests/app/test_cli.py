@@ -72,7 +72,7 @@ def test_preview_denied_exits_1(tmp_path: Path, capsys) -> None:
     assert main(["review", str(write(tmp_path, denied))]) == 1
     assert capsys.readouterr().err == (
         "default/train: denied (403 Forbidden): pod has node assigned\n"
-        "  hint: spec.nodeName (node-1) binds the Pod to a node, past hami-scheduler: remove it\n"
+        "hint: spec.nodeName (node-1) binds the Pod to a node, past hami-scheduler: remove it\n"
     )
 
 

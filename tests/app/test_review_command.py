@@ -258,7 +258,7 @@ def test_a_live_pod_is_denied_for_its_node_and_the_hint_says_why(tmp_path: Path)
     assert run.code == 1
     assert run.lines == [
         "ml/train-7d9f-x2k4q: denied (403 Forbidden): pod has node assigned",
-        "  hint: spec.nodeName (gpu-node-3) is set because this is a live Pod, already bound to a node (it has "
+        "hint: spec.nodeName (gpu-node-3) is set because this is a live Pod, already bound to a node (it has "
         "uid, resourceVersion, creationTimestamp, status); review it as the new Pod it was created as with --as-new",
     ]
 
@@ -460,7 +460,7 @@ def test_a_vendor_that_is_off_is_named_with_the_setting_that_turns_it_on(
     assert run.code == 0
     decision, hint = run.lines
     assert decision.endswith(": allowed, no change")
-    assert hint.startswith("  hint: ") and hint.endswith(
+    assert hint.startswith("hint: ") and hint.endswith(
         f"belong to a device backend that is off: set {variable}=true to handle them"
     )
     switched_on = review(hami_examples / "examples" / example, **{variable: "true"})
