@@ -21,6 +21,7 @@ from app.preview import INVALID, DocumentReview, Options, admission_review, name
 from app.scope import ScopeError, load_scope
 from app.settings import Settings, SettingsError
 from app.untrusted import MAX_YAML_BYTES, UntrustedError, yaml_documents
+from app.workloads import TEMPLATES
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1")
 
@@ -59,8 +60,8 @@ def _parser() -> argparse.ArgumentParser:
         "review",
         help="show what the API server and the webhook would do to Pods and workloads, offline",
         description="Review every Pod in a YAML or JSON file, and every Pod a workload in it would create "
-        "(Deployment, StatefulSet, DaemonSet, ReplicaSet, ReplicationController, Job, CronJob, PodTemplate, "
-        "also inside a List), as the API server would send them (schedulerName and requests defaulted), "
+        f"({', '.join(TEMPLATES)}; also inside a List), as the API server would send them (schedulerName and "
+        "requests defaulted), "
         "say whether the webhook configuration sends them to the webhook at all, and print each decision to "
         "stderr and the patched objects (or the JSON Patch) to stdout. Exit 0 every Pod admitted, 1 one is "
         "refused, 2 bad input (unreadable file or configuration, nothing that creates Pods, an invalid Pod).",

@@ -114,6 +114,7 @@ def preview(documents: Sequence[Any], settings: Settings, scope: Scope, options:
 
 
 def _document(document: Any, index: int, settings: Settings, scope: Scope, options: Options) -> DocumentReview:
+    """Every object of one document in order; its Pods' patches rebased onto the document and applied to it."""
     work = copy.deepcopy(document)
     found = list(objects(work))
     entries: list[Entry] = []
@@ -168,11 +169,11 @@ def _pod(item: Found, namespace: str, as_new: bool) -> tuple[dict[str, Any], str
     if item.template == ():
         if as_new:
             _strip_live(item.obj)
-        api_server_defaults(item.obj, namespace)
+        _api_server_defaults(item.obj, namespace)
         return copy.deepcopy(item.obj), pointer(*item.at)
     template = dig(item.obj, item.template or ())
     if isinstance(template, dict) and isinstance(template.get("spec"), dict):
-        default_spec(template["spec"])
+        _default_spec(template["spec"])
     return copy.deepcopy(template_pod(item, namespace)), pointer(*item.at, *(item.template or ()))
 
 
@@ -185,17 +186,17 @@ def _strip_live(pod: dict[str, Any]) -> None:
             pod["metadata"].pop(key, None)
 
 
-def api_server_defaults(pod: dict[str, Any], namespace: str) -> dict[str, Any]:
+def _api_server_defaults(pod: dict[str, Any], namespace: str) -> None:
     """What kube-apiserver fills in before webhooks see a Pod: namespace, then its spec's defaults. In place."""
     if not isinstance(pod.get("metadata"), dict):
         pod["metadata"] = {}
-    pod["metadata"].setdefault("namespace", namespace)
+    if not pod["metadata"].get("namespace"):
+        pod["metadata"]["namespace"] = namespace
     if isinstance(pod.get("spec"), dict):
-        default_spec(pod["spec"])
-    return pod
+        _default_spec(pod["spec"])
 
 
-def default_spec(spec: dict[str, Any]) -> None:
+def _default_spec(spec: dict[str, Any]) -> None:
     """schedulerName (defaulted on templates too) and requests copied from limits (on the Pod only, so the
     Pods a template creates get them when they are created). In place."""
     spec.setdefault("schedulerName", "default-scheduler")
