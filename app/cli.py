@@ -1,14 +1,13 @@
 """``hami-webhook``: serve over TLS, run locally with a throwaway PKI, or preview a Pod offline.
 
-Exit codes: 0 ok (review: allowed), 1 failure (review: denied by policy), 2 usage or configuration error
-(review: an unreadable file or an invalid Pod, which the webhook answers with a 400 denial).
+Exit codes: 0 ok (review: every Pod admitted), 1 failure (review: a Pod refused, by the policy or by the API
+server), 2 usage or configuration error (review: an unreadable file or configuration, nothing that creates Pods,
+or an invalid Pod, which the webhook answers with a 400 denial).
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
-import copy
 import json
 import os
 import sys
@@ -16,13 +15,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import jsonpatch
 import yaml
 
-from app.quota import QuotaOff
-from app.review import review
+from app.preview import INVALID, DocumentReview, Options, admission_review, namespace_labels, preview
+from app.scope import ScopeError, load_scope
 from app.settings import Settings, SettingsError
-from app.untrusted import MAX_YAML_BYTES, UntrustedError, json_document, shown, yaml_documents
+from app.untrusted import MAX_YAML_BYTES, UntrustedError, yaml_documents
+from app.workloads import TEMPLATES
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1")
 
@@ -59,16 +58,33 @@ def _parser() -> argparse.ArgumentParser:
 
     preview = commands.add_parser(
         "review",
-        help="show what the webhook would do to a Pod manifest, offline",
-        description="Review the Pod(s) in a YAML or JSON file as the API server would "
-        "send them (schedulerName and requests defaulted) and print the decision to stderr "
-        "and the patched Pod (or the JSON Patch) to stdout. "
-        "Exit 0 allowed, 1 denied, 2 unreadable file or invalid Pod.",
+        help="show what the API server and the webhook would do to Pods and workloads, offline",
+        description="Review every Pod in a YAML or JSON file, and every Pod a workload in it would create "
+        f"({', '.join(TEMPLATES)}; also inside a List), as the API server would send them (schedulerName and "
+        "requests defaulted), "
+        "say whether the webhook configuration sends them to the webhook at all, and print each decision to "
+        "stderr and the patched objects (or the JSON Patch) to stdout. Exit 0 every Pod admitted, 1 one is "
+        "refused, 2 bad input (unreadable file or configuration, nothing that creates Pods, an invalid Pod).",
     )
-    preview.add_argument("pod", type=Path, help="Pod manifest (YAML or JSON, several documents allowed)")
-    preview.add_argument("--config", help="HAMi device-config YAML (default: HAMI_DEVICE_CONFIG or the chart's)")
+    preview.add_argument(
+        "file", help="manifests (YAML or JSON, several documents allowed, kubectl's List too); - reads stdin"
+    )
+    preview.add_argument(
+        "--config",
+        help="HAMi device config YAML, or the ConfigMap holding it (default: HAMI_DEVICE_CONFIG or the chart's)",
+    )
+    preview.add_argument(
+        "--webhook-config",
+        metavar="FILE",
+        help="the MutatingWebhookConfiguration as rendered for your cluster (default: the one the manifests apply)",
+    )
     preview.add_argument("--namespace", default="default", help="namespace when the manifest names none")
-    preview.add_argument("--patch", action="store_true", help="print the JSON Patch instead of the patched Pod")
+    preview.add_argument(
+        "--as-new",
+        action="store_true",
+        help="review live Pods (kubectl get -o yaml) as new: drop status, spec.nodeName, uid, resourceVersion...",
+    )
+    preview.add_argument("--patch", action="store_true", help="print the JSON Patch instead of the patched objects")
     preview.set_defaults(run=_review)
     return parser
 
@@ -122,25 +138,6 @@ def sample_review() -> dict[str, Any]:
     return admission_review(pod, uid="705ab4f5-6393-11e8-b7cc-42010a800002")
 
 
-def admission_review(pod: dict[str, Any], *, uid: str, dry_run: bool = False) -> dict[str, Any]:
-    """Wrap a Pod in a v1 AdmissionReview CREATE request."""
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": (pod.get("metadata") or {}).get("namespace", "default"),
-            "operation": "CREATE",
-            "userInfo": {"username": "admin"},
-            "object": pod,
-            "oldObject": None,
-            "dryRun": dry_run,
-        },
-    }
-
-
 def _review(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     if args.config:
@@ -149,71 +146,54 @@ def _review(args: argparse.Namespace) -> int:
         settings = Settings.from_env(env)
     except SettingsError as exc:
         print(f"hami-webhook: invalid setting: {exc}", file=sys.stderr)
-        return 2
+        return INVALID
     try:
-        with args.pod.open("rb") as file:
-            documents = [d for d in yaml_documents(file.read(MAX_YAML_BYTES + 1)) if d is not None]
+        scope = load_scope(args.webhook_config)
+    except ScopeError as exc:
+        print(f"hami-webhook: invalid webhook configuration: {exc}", file=sys.stderr)
+        return INVALID
+    for warning in settings.config_warnings:
+        print(f"hami-webhook: warning: device config {warning}", file=sys.stderr)
+    if scope.unevaluated:
+        print(f"hami-webhook: note: {scope.unevaluated}", file=sys.stderr)
+    name = "standard input" if args.file == "-" else args.file
+    try:
+        if args.file == "-":
+            data = sys.stdin.buffer.read(MAX_YAML_BYTES + 1)
+        else:
+            with open(args.file, "rb") as file:
+                data = file.read(MAX_YAML_BYTES + 1)
+        documents = [d for d in yaml_documents(data) if d is not None]
     except (OSError, UntrustedError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        print(f"hami-webhook: cannot read {args.pod}: {reason}", file=sys.stderr)
-        return 2
-    pods = [d for d in documents if isinstance(d, dict) and d.get("kind") == "Pod"]
-    if not pods:
-        print(f"hami-webhook: {args.pod} holds no Pod", file=sys.stderr)
-        return 2
-    outcomes = {_preview(api_server_defaults(pod, args.namespace), settings, args.patch) for pod in pods}
-    return max(outcomes)
-
-
-def api_server_defaults(pod: dict[str, Any], namespace: str) -> dict[str, Any]:
-    """What kube-apiserver fills in before webhooks see a Pod: namespace, schedulerName, requests from limits."""
-    pod = copy.deepcopy(pod)
-    if not isinstance(pod.get("metadata"), dict):
-        pod["metadata"] = {}
-    pod["metadata"].setdefault("namespace", namespace)
-    spec = pod.get("spec")
-    if not isinstance(spec, dict):
-        return pod
-    spec.setdefault("schedulerName", "default-scheduler")
-    for field in ("initContainers", "containers"):
-        containers = spec.get(field)
-        for ctr in containers if isinstance(containers, list) else []:
-            resources = ctr.get("resources") if isinstance(ctr, dict) else None
-            if not isinstance(resources, dict):
-                continue
-            limits = resources.get("limits")
-            if isinstance(limits, dict) and limits:
-                if not isinstance(resources.get("requests"), dict):
-                    resources["requests"] = {}
-                for name, amount in limits.items():
-                    resources["requests"].setdefault(name, amount)
-    return pod
-
-
-def _preview(pod: dict[str, Any], settings: Settings, as_patch: bool) -> int:
-    """Print one Pod's decision to stderr and its patched form to stdout; the exit code it earns.
-
-    0 allowed, 1 denied by policy, 2 denied as invalid (the webhook's 400 answers).
-    """
-    meta = pod["metadata"]
-    written = shown(meta.get("name"), quoted=False) if meta.get("name") else None
-    written = written or shown(meta.get("generateName") or "", quoted=False) + "*"
-    name = f"{shown(meta.get('namespace'), quoted=False)}/{written}"
-    answer = review(admission_review(pod, uid="preview", dry_run=True), settings, QuotaOff())["response"]
-    status = answer["status"]
-    if not answer["allowed"]:
-        print(
-            f"{name}: denied ({status['code']} {status.get('reason', '')}): {status.get('message', '')}",
-            file=sys.stderr,
-        )
-        return 2 if status["code"] == 400 else 1
-    ops = json_document(base64.b64decode(answer["patch"])) if "patch" in answer else []
-    summary = f"{len(ops)} patch operation(s)" if ops else "no change"
-    note = f" ({status['message']})" if status.get("message") else ""
-    print(f"{name}: allowed, {summary}{note}", file=sys.stderr)
-    if as_patch:
-        print(json.dumps(ops, indent=2))
+        print(f"hami-webhook: cannot read {name}: {reason}", file=sys.stderr)
+        return INVALID
+    options = Options(args.namespace, namespace_labels(documents), args.as_new)
+    reviews = preview(documents, settings, scope, options)
+    for document in reviews:
+        for entry in document.entries:
+            print(entry.line, file=sys.stderr)
+            for note in entry.notes:
+                print(note, file=sys.stderr)
+    reviewed = [document for document in reviews if document.reviewed]
+    if not reviewed:
+        print(f"hami-webhook: {name} holds no Pod and no workload that creates Pods", file=sys.stderr)
+        return INVALID
+    if args.patch:
+        print(json.dumps(_patches(reviewed), indent=2))
     else:
-        print("---")
-        print(yaml.safe_dump(jsonpatch.apply_patch(pod, ops), sort_keys=False), end="")
-    return 0
+        for document in reviewed:
+            print("---")
+            print(yaml.safe_dump(document.patched, sort_keys=False), end="")
+    return max(document.outcome for document in reviews)
+
+
+def _patches(reviewed: list[DocumentReview]) -> Any:
+    """One document's patch as it is; several as one object keyed by document, so each is labelled."""
+    if len(reviewed) == 1:
+        return reviewed[0].patch
+    keyed: dict[str, Any] = {}
+    for index, document in enumerate(reviewed, 1):
+        key = document.label if document.label not in keyed else f"{document.label} ({index})"
+        keyed[key] = document.patch
+    return keyed

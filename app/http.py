@@ -145,6 +145,8 @@ def _record(document: dict[str, Any], uid: str, decision: Decision, started: flo
         "patch_ops": len(patch),
         "ms": round((time.perf_counter() - started) * 1000, 3),
     }
+    if decision.hint:
+        fields["hint"] = decision.hint
     log.info("review", extra={"fields": fields})
     if patch and log.isEnabledFor(logging.DEBUG):
         log.debug("review patch", extra={"fields": {"uid": uid, "patch": patch}})

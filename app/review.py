@@ -45,6 +45,7 @@ class Decision:
     message: str = ""
     patch: list[Op] = field(default_factory=list)
     devices: tuple[str, ...] = ()  # the backends whose resources the Pod asks for (metrics)
+    hint: str = ""  # advice for the operator: logged and shown by the preview, never sent to the API server
 
 
 def deny(code: int, reason: str, message: str) -> Decision:
@@ -121,14 +122,26 @@ def decide(
             if spec.get("nodeName"):
                 return deny(403, "Forbidden", "pod has node assigned")
         _annotate(edit, found, settings)
+    hint = "" if found or not settings.switched_off else _switched_off(edit, settings.switched_off)
     if not quota.governs(namespace):
-        return Decision(allowed=True, patch=edit.ops(), devices=tuple(found))
+        return Decision(allowed=True, patch=edit.ops(), devices=tuple(found), hint=hint)
     verdict = quota.admit(namespace, demands(edit, settings.devices), uid=uid, dry_run=dry_run)
     if verdict.denial:
         return deny(403, QUOTA_REASON, verdict.denial)
     if verdict.reserved:  # the feed reads it back to count the Pod once (usage, not reservation)
         edit.annotations[QUOTA_RESERVATION_ANNOTATION] = uid
-    return Decision(allowed=True, patch=edit.ops(), devices=tuple(found))
+    return Decision(allowed=True, patch=edit.ops(), devices=tuple(found), hint=hint)
+
+
+def _switched_off(edit: PodEdit, off: Mapping[str, str]) -> str:
+    """Why a Pod asking for a vendor's resources passes unchanged: that vendor is off (HAMi's default for Ascend
+    and Iluvatar). Only Pods no enabled vendor claimed get here, so device Pods never pay for it."""
+    asked = {name: off[name] for ctr in edit.containers for name in (*ctr.limits, *ctr.requests) if name in off}
+    if not asked:
+        return ""
+    names = ", ".join(sorted(asked))
+    switches = " and ".join(f"{env}=true" for env in sorted(set(asked.values())))
+    return f"{names} belong to a device backend that is off: set {switches} to handle them"
 
 
 def _other_scheduler(name: str, settings: Settings) -> bool:

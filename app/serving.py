@@ -69,7 +69,10 @@ logconfig_dict = logs.logconfig(settings.log_format, settings.log_level)
 
 
 def on_starting(server: Any) -> None:
-    """Refuse to start, with a clear message, when the serving certificate cannot be loaded."""
+    """Refuse to start, with a clear message, when the serving certificate cannot be loaded; name once (here in
+    the master, not in every worker) each key of the device config that nothing reads."""
+    for warning in settings.config_warnings:
+        server.log.warning("HAMI_DEVICE_CONFIG: %s", warning)
     try:
         server_context(server.cfg.certfile, server.cfg.keyfile)
     except ValueError as problem:

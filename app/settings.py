@@ -10,13 +10,11 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from importlib import resources
 from typing import Any
 
-import yaml
-
-from app.devices.base import ConfigError, ConfigSection, Device
-from app.devices.registry import build_devices
+from app.devices.base import ConfigError, Device
+from app.devices.config import load_device_config
+from app.devices.registry import build_devices, switched_off
 from app.logs import FORMATS, LEVELS
 
 
@@ -57,7 +55,7 @@ KNOBS: tuple[Knob, ...] = (
         "device_config",
         "",
         str,
-        "HAMi device-config YAML file; missing sections and keys take the chart's defaults",
+        "HAMi device-config YAML file, or its ConfigMap; missing sections and keys take the chart's defaults",
     ),
     Knob(
         "HAMI_NODE_SCHEDULER_POLICY",
@@ -164,6 +162,10 @@ class Settings:
     request_timeout: int
     handshake_timeout: int
     devices: tuple[Device, ...] = field(compare=False, repr=False)
+    switched_off: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    """Resource names of the vendors a flag keeps off, each mapped to the variable that turns it on."""
+    config_warnings: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    """Keys of the device-config file that nothing reads (misspellings): logged once at start-up."""
 
     @cached_property
     def device_resources(self) -> dict[str, bool]:
@@ -196,14 +198,20 @@ class Settings:
             if values[name] < 1:
                 knob = next(k for k in KNOBS if k.field == name)
                 raise SettingsError(f"{knob.env}: must be at least 1, got {values[name]}")
+        flags = {"enable_ascend": values["enable_ascend"], "enable_iluvatar": values["enable_iluvatar"]}
         try:
-            root = load_device_config(values["device_config"])
-            devices = build_devices(
-                root, enable_ascend=values["enable_ascend"], enable_iluvatar=values["enable_iluvatar"]
-            )
+            config = load_device_config(values["device_config"])
+            devices = build_devices(config.root, **flags)
+            off = switched_off(config.root, **flags)
         except ConfigError as exc:
             raise SettingsError(f"HAMI_DEVICE_CONFIG: {exc}") from exc
-        return cls(devices=devices, **values)
+        envs = {k.field: k.env for k in KNOBS}
+        return cls(
+            devices=devices,
+            switched_off={name: envs[flag] for name, flag in off.items()},
+            config_warnings=config.warnings,
+            **values,
+        )
 
 
 def _check_observability(values: dict[str, Any]) -> None:
@@ -230,37 +238,3 @@ def _parse(knob: Knob, raw: str) -> Any:
         except ValueError:
             raise SettingsError(f"{knob.env}: expected an integer, got {raw!r}") from None
     return raw
-
-
-def chart_defaults() -> dict[str, Any]:
-    """HAMi chart's device config, shipped with the package."""
-    text = resources.files("app.devices").joinpath("chart-defaults.yaml").read_text()
-    return yaml.safe_load(text)
-
-
-def load_device_config(path: str) -> ConfigSection:
-    """The chart's device config with the file at ``path`` merged over it (decision C1)."""
-    merged = chart_defaults()
-    if path:
-        try:
-            with open(path, encoding="utf-8") as handle:
-                user = yaml.safe_load(handle)
-        except OSError as exc:
-            raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
-        if user is not None and not isinstance(user, Mapping):
-            raise ConfigError(f"{path}: expected a mapping of device sections")
-        merged = _merge(merged, user or {})
-    return ConfigSection(merged, "")
-
-
-def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    """Deep-merge mappings; lists and scalars in ``override`` replace the default."""
-    out = dict(base)
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(base.get(key), Mapping):
-            out[key] = _merge(base[key], value)
-        else:
-            out[key] = value
-    return out

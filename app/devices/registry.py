@@ -54,3 +54,18 @@ def build_devices(root: ConfigSection, *, enable_ascend: bool, enable_iluvatar: 
     if not any(device.resource_names for device in devices):
         raise ConfigError("all configurations are empty: no device vendor has a resource name")
     return devices
+
+
+def switched_off(root: ConfigSection, *, enable_ascend: bool, enable_iluvatar: bool) -> dict[str, str]:
+    """The resource names of every vendor a flag keeps off, each mapped to that flag's setting name.
+
+    A Pod asking only for these passes unchanged, as in HAMi; knowing them lets the review say why.
+    """
+    flags = {"enable_ascend": enable_ascend, "enable_iluvatar": enable_iluvatar}
+    return {
+        name: flag
+        for builder, flag in VENDORS
+        if flag is not None and not flags[flag]
+        for device in builder(root)
+        for name in device.resource_names
+    }

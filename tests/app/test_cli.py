@@ -70,7 +70,10 @@ def test_preview_with_device_config(tmp_path: Path, capsys) -> None:
 def test_preview_denied_exits_1(tmp_path: Path, capsys) -> None:
     denied = GPU_POD.replace("spec:\n", "spec:\n  nodeName: node-1\n")
     assert main(["review", str(write(tmp_path, denied))]) == 1
-    assert capsys.readouterr().err == "default/train: denied (403 Forbidden): pod has node assigned\n"
+    assert capsys.readouterr().err == (
+        "default/train: denied (403 Forbidden): pod has node assigned\n"
+        "hint: spec.nodeName (node-1) binds the Pod to a node, past hami-scheduler: remove it\n"
+    )
 
 
 @pytest.mark.parametrize(

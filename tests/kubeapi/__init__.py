@@ -13,7 +13,8 @@ or ``with FakeKubeAPI(history_size=10) as api:`` for non-default settings. kubec
 Modules: ``server`` (FakeKubeAPI), ``httpd`` (HTTP/watch streaming), ``routes`` (REST verbs),
 ``store`` (objects, resourceVersions, watch history), ``resources`` (the kind table), ``kinds``
 (defaulting/validation), ``schemas`` (known fields), ``patch``, ``selectors``, ``discovery``, ``errors``,
-``admission`` (mutating webhooks called on CREATE, as kube-apiserver calls them) and ``cel`` (matchConditions).
+``admission`` (mutating webhooks called on CREATE, as kube-apiserver calls them, with the selectors and
+matchConditions of app/matching.py).
 """
 
 from tests.kubeapi.errors import ApiError

@@ -37,11 +37,12 @@ import jsonpatch
 import jsonpointer
 from cryptography import x509
 
-from tests.kubeapi import cel, errors
+from app import matching
+from app.matching import matches_label_selector
+from tests.kubeapi import errors
 from tests.kubeapi.errors import ApiError
 from tests.kubeapi.kinds import Undecodable
 from tests.kubeapi.resources import NAMESPACES, ResourceRegistry, ResourceType
-from tests.kubeapi.selectors import matches_label_selector
 from tests.kubeapi.store import Store, decode
 
 Obj = dict[str, Any]
@@ -239,11 +240,11 @@ class Admission:
         conditions = hook.spec.get("matchConditions")
         if not conditions:
             return True
-        result = cel.evaluate(conditions, attrs.request(""))
-        if result.outcome is cel.Outcome.ERROR and not hook.ignore_failures:
+        result = matching.evaluate(conditions, attrs.request(""))
+        if result.outcome is matching.Outcome.ERROR and not hook.ignore_failures:
             message = result.errors[0] if len(result.errors) == 1 else "[" + ", ".join(result.errors) + "]"
             raise errors.forbidden(attrs.rt.plural, attrs.rt.group, attrs.name, message)
-        return result.outcome is cel.Outcome.MATCH
+        return result.outcome is matching.Outcome.MATCH
 
     def _namespace_matches(self, selector: Obj, attrs: _Attributes) -> bool:
         if attrs.rt.key == NAMESPACES:

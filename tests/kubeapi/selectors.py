@@ -102,25 +102,3 @@ def field_selector(selector: str | None, supported: Iterable[str]) -> Matcher:
         return all((lookup(obj, path) == value) == equal for path, equal, value in terms)
 
     return matches
-
-
-def matches_label_selector(selector: Obj, labels: dict[str, str]) -> bool:
-    """Whether ``labels`` satisfy a structured ``metav1.LabelSelector`` (``matchLabels`` + ``matchExpressions``);
-    ``{}`` matches everything. ValueError for an operator the real server would not accept."""
-    if any(labels.get(key) != value for key, value in (selector.get("matchLabels") or {}).items()):
-        return False
-    for expression in selector.get("matchExpressions") or []:
-        key, operator, values = expression.get("key", ""), expression.get("operator"), expression.get("values") or []
-        if operator == "In":
-            ok = key in labels and labels[key] in values
-        elif operator == "NotIn":
-            ok = key not in labels or labels[key] not in values
-        elif operator == "Exists":
-            ok = key in labels
-        elif operator == "DoesNotExist":
-            ok = key not in labels
-        else:
-            raise ValueError(f"{operator!r} is not a valid label selector operator")
-        if not ok:
-            return False
-    return True

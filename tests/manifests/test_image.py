@@ -149,7 +149,7 @@ def test_entry_points_config_and_chart_defaults_come_from_the_wheel(image_venv: 
     run(bin_dir / "gunicorn", "--check-config", "-c", "gunicorn.conf.py", "wsgi:app", cwd=srv, env={**env, **tls})
 
     probe = (
-        "import json, app, app.serving; from app.settings import chart_defaults; "
+        "import json, app, app.serving; from app.devices.config import chart_defaults; "
         "print(json.dumps({'file': app.__file__, 'worker_class': app.serving.worker_class, "
         "'defaults': chart_defaults()}))"
     )
@@ -165,3 +165,9 @@ def test_entry_points_config_and_chart_defaults_come_from_the_wheel(image_venv: 
     )
     reviewed = run(bin_dir / "hami-webhook", "review", pod, "--patch", cwd=srv, env=env)
     assert "hami-scheduler" in reviewed.stdout
+    # The wheel carries the webhook configuration `review` evaluates; without the review extra (cel-python)
+    # its selectors still apply and the preview says that matchConditions are not evaluated.
+    pod.write_text(pod.read_text().replace("metadata: {name: gpu}", "metadata: {name: gpu, namespace: kube-system}"))
+    excluded = run(bin_dir / "hami-webhook", "review", pod, cwd=srv, env=env)
+    assert "kube-system/gpu: not sent to the webhook (namespace kube-system is excluded" in excluded.stderr
+    assert "matchConditions not evaluated: cel-python is not installed" in excluded.stderr

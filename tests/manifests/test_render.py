@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import kubernetes_validate
 import pytest
 import yaml
 
-from app.settings import chart_defaults
+from app.devices.config import chart_defaults, load_device_config
+from app.scope import load_scope
 from tests.manifests.conftest import MANIFESTS, Obj, one
 
 # The oldest supported minor (matchConditions are GA since 1.30), a recent one, and the newest the package ships.
@@ -51,3 +54,24 @@ def test_device_config_is_the_packaged_chart_defaults(base: list[Obj]) -> None:
     config_map = one(base, "ConfigMap", "hami-device-config")
     assert set(config_map["data"]) == {"device-config.yaml"}
     assert yaml.safe_load(config_map["data"]["device-config.yaml"]) == chart_defaults()
+
+
+def test_the_rendered_device_config_map_is_a_valid_device_config(base: list[Obj], tmp_path: Path) -> None:
+    """`kubectl get configmap hami-device-config -o yaml` is accepted as it is, and every key in it is known."""
+    path = tmp_path / "configmap.yaml"
+    path.write_text(yaml.safe_dump(one(base, "ConfigMap", "hami-device-config")))
+    config = load_device_config(str(path))
+    assert config.warnings == ()
+    assert config.root.section("nvidia").str("resourceCountName") == "nvidia.com/gpu"
+
+
+def test_the_preview_evaluates_the_webhook_configuration_the_manifests_apply(base: list[Obj]) -> None:
+    """`hami-webhook review` reads the configuration in the package (a link to manifests/base's), not a copy
+    of its rules: the webhook it evaluates is the one kustomize renders (which re-folds the CEL's lines)."""
+
+    def unfolded(hook: Obj) -> Obj:
+        conditions = [{**c, "expression": " ".join(c["expression"].split())} for c in hook["matchConditions"]]
+        return {**hook, "matchConditions": conditions}
+
+    (rendered,) = one(base, "MutatingWebhookConfiguration", "hami-webhook")["webhooks"]
+    assert unfolded(load_scope().webhook) == unfolded(rendered)

@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
+from app.devices.config import load_device_config
 from app.devices.registry import build_devices
-from app.settings import load_device_config
 from tests.realkube.cluster import RealKube
 from tests.realkube.install import WEBHOOK, Installed
 
 VENDOR_RESOURCES = sorted(
     {
         name
-        for device in build_devices(load_device_config(""), enable_ascend=True, enable_iluvatar=True)
+        for device in build_devices(load_device_config("").root, enable_ascend=True, enable_iluvatar=True)
         for name in device.resource_names
     }
 )

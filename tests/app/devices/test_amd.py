@@ -9,8 +9,8 @@ import pytest
 from app.devices import amd
 from app.devices.amd import AMD
 from app.devices.base import QuotaRequest
+from app.devices.config import load_device_config
 from app.edit import ContainerEdit
-from app.settings import load_device_config
 from tests.app.reviews import container, pod, run
 
 GPU = "amd.com/gpu"
@@ -84,7 +84,7 @@ def test_bad_percentage_denied(percentage: str, settings) -> None:
 
 @pytest.fixture(scope="module")
 def backend() -> AMD:
-    (device,) = amd.build(load_device_config(""))
+    (device,) = amd.build(load_device_config("").root)
     return device
 
 

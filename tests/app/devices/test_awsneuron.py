@@ -9,8 +9,8 @@ import pytest
 from app.devices import awsneuron
 from app.devices.awsneuron import AWSNeuron
 from app.devices.base import QuotaRequest
+from app.devices.config import load_device_config
 from app.edit import ContainerEdit
-from app.settings import load_device_config
 from tests.app.reviews import container, pod, run
 
 NEURON = "aws.amazon.com/neuron"
@@ -100,7 +100,7 @@ def test_denied(source: dict[str, Any], message: str, settings) -> None:
 
 @pytest.fixture(scope="module")
 def backend() -> AWSNeuron:
-    (device,) = awsneuron.build(load_device_config(""))
+    (device,) = awsneuron.build(load_device_config("").root)
     return device
 
 

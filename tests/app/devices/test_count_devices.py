@@ -9,8 +9,8 @@ import pytest
 
 from app.devices import biren, vastai
 from app.devices.base import QuotaRequest
+from app.devices.config import load_device_config
 from app.edit import ContainerEdit
-from app.settings import load_device_config
 from tests.app.reviews import container, pod, run
 
 VENDORS = [
@@ -66,6 +66,6 @@ def test_renamed_by_device_config(module: ModuleType, section: str, name: str, k
 def test_quota_request(
     module: ModuleType, section: str, name: str, key: str, side: str | None, expected: QuotaRequest | None
 ) -> None:
-    (device,) = module.build(load_device_config(""))
+    (device,) = module.build(load_device_config("").root)
     ctr: dict[str, Any] = container(**({side: {name: "2"}} if side else {}), defaulted=False)
     assert device.quota_request(ContainerEdit(("spec", "containers", 0), ctr)) == expected

@@ -8,9 +8,9 @@ import pytest
 
 from app.devices import enflame
 from app.devices.base import ConfigSection, CountDevice, QuotaRequest
+from app.devices.config import load_device_config
 from app.devices.enflame import EnflameDRS
 from app.edit import ContainerEdit
-from app.settings import load_device_config
 from tests.app.reviews import container, pod, run
 
 GCU = "enflame.com/gcu"
@@ -138,7 +138,7 @@ def test_drs_active_with_blank_names(configured) -> None:
 
 @pytest.fixture(scope="module")
 def backends() -> tuple[CountDevice, EnflameDRS]:
-    gcu, drs = enflame.build(load_device_config(""))
+    gcu, drs = enflame.build(load_device_config("").root)
     assert isinstance(gcu, CountDevice) and isinstance(drs, EnflameDRS)
     return gcu, drs
 

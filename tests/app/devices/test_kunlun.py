@@ -8,9 +8,9 @@ import pytest
 
 from app.devices import kunlun
 from app.devices.base import CountDevice, QuotaRequest
+from app.devices.config import load_device_config
 from app.devices.kunlun import KunlunVXPU, partition
 from app.edit import ContainerEdit
-from app.settings import load_device_config
 from tests.app.reviews import container, pod, run
 
 XPU = "kunlunxin.com/xpu"
@@ -93,7 +93,7 @@ def test_vmemory_written_as_plain_integer(settings) -> None:
 
 @pytest.fixture(scope="module")
 def backends() -> tuple[CountDevice, KunlunVXPU]:
-    xpu, vxpu = kunlun.build(load_device_config(""))
+    xpu, vxpu = kunlun.build(load_device_config("").root)
     assert isinstance(xpu, CountDevice) and isinstance(vxpu, KunlunVXPU)
     return xpu, vxpu
 

@@ -8,9 +8,9 @@ import pytest
 
 from app.devices import mthreads
 from app.devices.base import QuotaRequest
+from app.devices.config import load_device_config
 from app.devices.mthreads import Mthreads
 from app.edit import ContainerEdit
-from app.settings import load_device_config
 from tests.app.reviews import container, pod, run
 
 GPU = "mthreads.com/vgpu"
@@ -117,7 +117,7 @@ def test_denied(source: dict[str, Any], message: str, settings) -> None:
 
 @pytest.fixture(scope="module")
 def backend() -> Mthreads:
-    (device,) = mthreads.build(load_device_config(""))
+    (device,) = mthreads.build(load_device_config("").root)
     return device
 
 

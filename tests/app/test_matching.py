@@ -1,4 +1,4 @@
-"""kube-apiserver's matchConditions semantics, as tests/kubeapi/cel.py reproduces them."""
+"""kube-apiserver's matchConditions semantics, as app/matching.py reproduces them."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.kubeapi.cel import Outcome, evaluate
+from app.matching import Outcome, evaluate
 
 
 def condition(name: str, expression: str) -> dict[str, str]:
