@@ -181,9 +181,13 @@ def _check_amounts(ctr: ContainerEdit, device_resources: dict[str, bool]) -> Non
 
 
 def _mirror_requests(ctr: ContainerEdit, device: Device) -> None:
-    """Decision M4: a device resource in limits is requested as much (Kubernetes requires equality)."""
-    for name in device.resource_names:
-        if name in ctr.limits and ctr.request(name) != ctr.limit(name):
+    """Decision M4: a device resource in limits is requested as much (Kubernetes requires equality).
+
+    Limits are walked in the Pod's order, not the set's (whose order changes with each process's string
+    hashing), so the same Pod gets the same patch in every worker.
+    """
+    for name in list(ctr.limits):
+        if name in device.resource_names and ctr.request(name) != ctr.limit(name):
             ctr.requests[name] = ctr.limits[name]
 
 
