@@ -211,6 +211,8 @@ def _preview(pod: dict[str, Any], settings: Settings, as_patch: bool) -> int:
     summary = f"{len(ops)} patch operation(s)" if ops else "no change"
     note = f" ({status['message']})" if status.get("message") else ""
     print(f"{name}: allowed, {summary}{note}", file=sys.stderr)
+    for warning in answer.get("warnings", ()):
+        print(f"warning: {warning}", file=sys.stderr)
     if as_patch:
         print(json.dumps(ops, indent=2))
     else:

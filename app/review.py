@@ -15,20 +15,23 @@ from typing import Any
 
 import orjson
 
-from app import schemas
+from app import notices, schemas
+from app.annotations import (
+    GPU_POLICY_ANNOTATION,
+    GPU_TYPE_ANNOTATION,
+    NODE_POLICY_ANNOTATION,
+    QUOTA_RESERVATION_ANNOTATION,
+)
 from app.devices.base import Device, DeviceRequestError
 from app.edit import ContainerEdit, Op, PodEdit
+from app.notices import Notice
 from app.quantity import INT32_MAX
 from app.quota import QuotaPort, demands
 from app.settings import Settings
 from app.untrusted import shown
 
 DEFAULT_SCHEDULER = "default-scheduler"
-GPU_TYPE_ANNOTATION = "hami.io/gpu-type"
-NODE_POLICY_ANNOTATION = "hami.io/node-scheduler-policy"
-GPU_POLICY_ANNOTATION = "hami.io/gpu-scheduler-policy"
 QUOTA_REASON = "GPUQuotaExceeded"
-QUOTA_RESERVATION_ANNOTATION = "hami.io/quota-reservation"
 
 
 class UnreadableReview(ValueError):
@@ -45,6 +48,7 @@ class Decision:
     message: str = ""
     patch: list[Op] = field(default_factory=list)
     devices: tuple[str, ...] = ()  # the backends whose resources the Pod asks for (metrics)
+    warnings: tuple[Notice, ...] = ()  # for the author; only allowed answers carry them
 
 
 def deny(code: int, reason: str, message: str) -> Decision:
@@ -112,7 +116,11 @@ def decide(
         found = _mutate(edit, settings)
     except DeviceRequestError as exc:
         return deny(400, "BadRequest", str(exc))
+    warnings: list[Notice] = []
     if found:
+        warnings = settings.annotation_rules.check(edit.written_annotations)
+        if warnings and settings.strict_annotations:
+            return deny(400, "BadRequest", "; ".join(notices.texts(warnings)))
         privileged = next((c.name for c in edit.containers if c.privileged), None)
         if privileged is not None:
             return deny(403, "Forbidden", f"container {privileged} is privileged")
@@ -121,14 +129,14 @@ def decide(
             if spec.get("nodeName"):
                 return deny(403, "Forbidden", "pod has node assigned")
         _annotate(edit, found, settings)
-    if not quota.governs(namespace):
-        return Decision(allowed=True, patch=edit.ops(), devices=tuple(found))
-    verdict = quota.admit(namespace, demands(edit, settings.devices), uid=uid, dry_run=dry_run)
-    if verdict.denial:
-        return deny(403, QUOTA_REASON, verdict.denial)
-    if verdict.reserved:  # the feed reads it back to count the Pod once (usage, not reservation)
-        edit.annotations[QUOTA_RESERVATION_ANNOTATION] = uid
-    return Decision(allowed=True, patch=edit.ops(), devices=tuple(found))
+    if quota.governs(namespace):
+        verdict = quota.admit(namespace, demands(edit, settings.devices), uid=uid, dry_run=dry_run)
+        if verdict.denial:
+            return deny(403, QUOTA_REASON, verdict.denial)
+        if verdict.reserved:  # the feed reads it back to count the Pod once (usage, not reservation)
+            edit.annotations[QUOTA_RESERVATION_ANNOTATION] = uid
+    warnings += edit.changes()
+    return Decision(allowed=True, patch=edit.ops(), devices=tuple(found), warnings=tuple(warnings))
 
 
 def _other_scheduler(name: str, settings: Settings) -> bool:
@@ -188,7 +196,7 @@ def _mirror_requests(ctr: ContainerEdit, device: Device) -> None:
     """
     for name in list(ctr.limits):
         if name in device.resource_names and ctr.request(name) != ctr.limit(name):
-            ctr.requests[name] = ctr.limits[name]
+            ctr.mirror_request(name)
 
 
 def _annotate(edit: PodEdit, found: list[str], settings: Settings) -> None:
@@ -217,4 +225,6 @@ def response(uid: str, decision: Decision) -> dict[str, Any]:
         answer["patchType"] = "JSONPatch"
         # The ops are built well-formed by app/edit.py; jsonpatch.JsonPatch would only re-check them per review.
         answer["patch"] = base64.b64encode(orjson.dumps(decision.patch)).decode()
+    if decision.allowed and decision.warnings:
+        answer["warnings"] = notices.texts(decision.warnings)
     return answer

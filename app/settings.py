@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from app.annotations import GPU_POLICY_ANNOTATION, NODE_POLICY_ANNOTATION, AnnotationRules
 from app.devices.base import ConfigError, ConfigSection, Device
 from app.devices.registry import build_devices
 from app.logs import FORMATS, LEVELS
@@ -72,6 +73,14 @@ KNOBS: tuple[Knob, ...] = (
         "",
         str,
         "written as annotation hami.io/gpu-scheduler-policy on device Pods when set",
+    ),
+    Knob(
+        "HAMI_STRICT_ANNOTATIONS",
+        "strict_annotations",
+        "false",
+        bool,
+        "deny (400) device Pods whose HAMi annotations draw a warning (unknown key, value HAMi ignores, key HAMi"
+        " writes) instead of admitting them with it",
     ),
     # -- observability (README "Metrics", "Logs") --
     Knob(
@@ -147,6 +156,7 @@ class Settings:
     device_config: str
     node_scheduler_policy: str
     gpu_scheduler_policy: str
+    strict_annotations: bool
     metrics_bind: str
     log_format: str
     log_level: str
@@ -173,6 +183,11 @@ class Settings:
             for name in device.resource_names:
                 index[name] = index.get(name, False) or name == device.quota_names.count
         return index
+
+    @cached_property
+    def annotation_rules(self) -> AnnotationRules:
+        """HAMi's Pod annotations, with the per-chip keys of the configured backends."""
+        return AnnotationRules(self.devices)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -203,7 +218,20 @@ class Settings:
             )
         except ConfigError as exc:
             raise SettingsError(f"HAMI_DEVICE_CONFIG: {exc}") from exc
-        return cls(devices=devices, **values)
+        found = cls(devices=devices, **values)
+        _check_policies(found)
+        return found
+
+
+def _check_policies(settings: Settings) -> None:
+    """The policies written into device Pods must be ones HAMi's scheduler understands (else it uses its own)."""
+    for env, key, value in (
+        ("HAMI_NODE_SCHEDULER_POLICY", NODE_POLICY_ANNOTATION, settings.node_scheduler_policy),
+        ("HAMI_GPU_SCHEDULER_POLICY", GPU_POLICY_ANNOTATION, settings.gpu_scheduler_policy),
+    ):
+        accepts = settings.annotation_rules.rows[key].accepts
+        if value and not accepts.accepts(value):
+            raise SettingsError(f"{env}: expected {accepts.described}, got {value!r}")
 
 
 def _check_observability(values: dict[str, Any]) -> None:
