@@ -91,7 +91,7 @@ class Weights:
 
     @property
     def described(self) -> str:
-        return "slot=N,core=N,memory=N (whole numbers, at least one above 0)"
+        return "slot=N,core=N,memory=N: whole numbers, at least one above 0"
 
     def accepts(self, value: str) -> bool:
         weights: dict[str, int] = {}
@@ -294,8 +294,7 @@ class AnnotationRules:
                 text = f"annotation {key} is written by {row.written_by}, not by a Pod's author"
                 found.append(Notice(notices.RESERVED_ANNOTATION, text))
             elif not row.accepts.accepts(value):
-                text = f"annotation {key}: {notices.value(value)} is not {row.accepts.described}"
-                found.append(Notice(notices.INVALID_ANNOTATION_VALUE, text))
+                found.append(Notice(notices.INVALID_ANNOTATION_VALUE, _invalid(key, value, row.accepts.described)))
         return found
 
     def closest(self, key: str) -> str:
@@ -307,6 +306,12 @@ class AnnotationRules:
         prefix = _prefix(key)
         same = [k for k in self._keys if _prefix(k) == prefix]
         return max(same, key=lambda k: difflib.SequenceMatcher(None, key, k).ratio())
+
+
+def _invalid(key: str, value: str, described: str) -> str:
+    """The warning for a value the reader does not understand; without the value when both do not fit."""
+    text = f"annotation {key}: {notices.value(value)} is not {described}"
+    return text if len(text) <= notices.MAX_CHARS else f"annotation {key} accepts {described}"
 
 
 def _prefix(key: str) -> str:
