@@ -113,7 +113,7 @@ def _go_int64(text: str) -> bool:
 GO_BOOL = OneOf(("1", "t", "T", "TRUE", "true", "True", "0", "f", "F", "FALSE", "false", "False"), "true or false")
 """Go's strconv.ParseBool."""
 UUIDS = Text("comma-separated device UUIDs; empty means any")
-CARD_TYPES = Text("comma-separated card types, each matched as a case-insensitive part of the model")
+CARD_TYPES = Text("comma-separated card types, each matched case-insensitively within the model name")
 BY_HAMI = Text("written by HAMi")
 
 

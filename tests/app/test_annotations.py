@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from app.annotations import CHIP, TABLE, Annotation, AnnotationRules, ListOf, OneOf, Text, Weights
 from app.settings import Settings, SettingsError
@@ -241,3 +244,42 @@ def test_policy_settings_must_be_understood_by_the_scheduler() -> None:
 def test_rules_without_configured_chips_have_no_chip_keys() -> None:
     rules = AnnotationRules(())
     assert not any(key.startswith("hami.io/use-") and key != "hami.io/use-xpu-uuid" for key in rules.rows)
+
+
+# -- the README shows the table and an example that holds -------------------------------------------------------
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _key(row: Annotation) -> str:
+    where = f" (each {row.chips.__name__} chip)" if row.chips else ""
+    return f"`{row.key.replace(CHIP, '<chip>')}`{where}"
+
+
+def test_readme_tables_are_the_table() -> None:
+    """Every row, in order: what an author may set, then what HAMi writes, grouped by writer."""
+    user = ["| annotation | accepted values | read in |", "|---|---|---|"] + [
+        f"| {_key(row)} | {row.accepts.described} | {', '.join(f'`{f}`' for f in row.read_in) or '-'} |"
+        for row in TABLE
+        if not row.written_by
+    ]
+    writers: dict[str, list[str]] = {}
+    for row in TABLE:
+        if row.written_by:
+            writers.setdefault(row.written_by, []).append(_key(row))
+    written = ["| written by | annotations |", "|---|---|"] + [
+        f"| {writer} | {', '.join(keys)} |" for writer, keys in writers.items()
+    ]
+    text = README.read_text()
+    assert "\n".join(user) in text
+    assert "\n".join(written) in text
+    listed = re.search(r"a prefix where HAMi reads Pod annotations \(([^)]*)\)", text.replace("\n  ", " "))
+    assert listed and set(re.findall(r"`([^`]+)`", listed.group(1))) == RULES.prefixes
+
+
+def test_readme_kubectl_example_is_what_the_webhook_says(make_settings) -> None:
+    section = README.read_text().split("### What kubectl shows you", 1)[1]
+    manifest = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.S).group(1))
+    shown = re.findall(r"^Warning: (.*)$", section, re.M)
+    denied = re.search(r"denied the request: (.*)$", section, re.M).group(1)
+    assert run(manifest, make_settings()).response["warnings"] == shown
+    assert run(manifest, make_settings(HAMI_STRICT_ANNOTATIONS="true")).denial()[3] == denied
