@@ -28,6 +28,8 @@ QUOTA_RESERVATION_ANNOTATION = "hami.io/quota-reservation"
 CHIP = "{chip}"
 """In a key, each configured chip of the row's ``chips`` backend (HAMi builds these keys from commonWord)."""
 
+MATCHED_CHARS = 64
+"""An unknown key's name is compared with the known ones up to this length: keys are short, matching is not."""
 SCHEDULER = "HAMi's scheduler"
 WEBHOOK = "the webhook"
 
@@ -275,7 +277,12 @@ class AnnotationRules:
             for chip in chips:
                 self.rows[row.key.replace(CHIP, chip)] = row
         self.prefixes = frozenset(_prefix(key) for key, row in self.rows.items() if row.read_in)
-        self._keys = tuple(self.rows)
+        self._names: dict[str, dict[str, str]] = {}  # prefix -> name after it -> key
+        self._any_prefix: dict[str, str] = {}  # name -> its first key
+        for key in self.rows:
+            prefix, _, name = key.partition("/")
+            self._names.setdefault(prefix, {})[name] = key
+            self._any_prefix.setdefault(name, key)
 
     def check(self, annotations: Mapping[str, str]) -> list[Notice]:
         """A warning for each annotation under HAMi's prefixes that is unknown, HAMi's own, or not understood.
@@ -298,14 +305,16 @@ class AnnotationRules:
         return found
 
     def closest(self, key: str) -> str:
-        """The known key most like ``key``: a close match anywhere, else the likest under its own prefix."""
-        key = key[: notices.NAME_CHARS * 2]
-        match = difflib.get_close_matches(key, self._keys, n=1)
-        if match:
-            return match[0]
-        prefix = _prefix(key)
-        same = [k for k in self._keys if _prefix(k) == prefix]
-        return max(same, key=lambda k: difflib.SequenceMatcher(None, key, k).ratio())
+        """The known key most like ``key``, comparing the names after the prefixes: a close match under the
+        same prefix, else under any prefix, else the likest under the same prefix."""
+        prefix, _, name = key.partition("/")
+        name = name[:MATCHED_CHARS]
+        same = self._names[prefix]
+        for pool in (same, self._any_prefix):
+            match = difflib.get_close_matches(name, pool, n=1)
+            if match:
+                return pool[match[0]]
+        return same[max(same, key=lambda known: difflib.SequenceMatcher(None, name, known).ratio())]
 
 
 def _invalid(key: str, value: str, described: str) -> str:

@@ -198,7 +198,7 @@ def test_chip_keys_follow_the_configured_backends() -> None:
 
 def test_a_key_far_from_every_known_one_gets_the_likest_under_its_prefix() -> None:
     [warning] = warnings_of(device_pod({"aws.amazon.com/zzzz": "x"}))
-    assert warning == "unknown annotation aws.amazon.com/zzzz; did you mean aws.amazon.com/predicate-node?"
+    assert warning == "unknown annotation aws.amazon.com/zzzz; did you mean aws.amazon.com/use-neuron-uuid?"
 
 
 def test_several_findings_are_all_named_in_order_and_strict_joins_them() -> None:
@@ -283,3 +283,16 @@ def test_readme_kubectl_example_is_what_the_webhook_says(make_settings) -> None:
     denied = re.search(r"denied the request: (.*)$", section, re.M).group(1)
     assert run(manifest, make_settings()).response["warnings"] == shown
     assert run(manifest, make_settings(HAMI_STRICT_ANNOTATIONS="true")).denial()[3] == denied
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [
+        pytest.param("nvidia.com/gpu-scheduler-policy", "hami.io/gpu-scheduler-policy", id="wrong-prefix"),
+        pytest.param("hami.io/numa-bind", "nvidia.com/numa-bind", id="wrong-prefix-to-vendor"),
+        pytest.param("nvidia.com/use-gpu-type", "nvidia.com/use-gputype", id="same-prefix-first"),
+        pytest.param("amd.com/use-gpuuuid", "amd.com/use-gpu-uuid", id="vendor-spelling"),
+    ],
+)
+def test_closest_prefers_the_same_prefix_then_any(typo: str, meant: str) -> None:
+    assert RULES.closest(typo) == meant
