@@ -31,7 +31,7 @@ CHIP = "{chip}"
 MATCHED_CHARS = 64
 """An unknown key's name is compared with the known ones up to this length: keys are short, matching is not."""
 SCHEDULER = "HAMi's scheduler"
-WEBHOOK = "the webhook"
+WEBHOOK = "HAMi's webhook"
 
 
 class Accepts(Protocol):
@@ -202,7 +202,8 @@ TABLE: tuple[Annotation, ...] = (
     # -- this webhook's own --
     Annotation(GPU_TYPE_ANNOTATION, Text("anything: set from the device backends found, a value given is kept")),
     Annotation(nvidia.CORE_POLICY_ANNOTATION, OneOf(nvidia.CORE_POLICIES), ("app/devices/nvidia.py",)),
-    Annotation(QUOTA_RESERVATION_ANNOTATION, BY_HAMI, ("app/quota/feed.py",), WEBHOOK),
+    # Written by this webhook, yet a row an author may hold: reinvoked, the webhook sees its own output again.
+    Annotation(QUOTA_RESERVATION_ANNOTATION, Text("set by this webhook when quota reserves"), ("app/quota/feed.py",)),
     # -- NVIDIA --
     *_types("nvidia.com", "pkg/device/nvidia/device.go", "use-gputype", "nouse-gputype"),
     *_uuids("nvidia.com", "pkg/device/nvidia/device.go"),

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from app.quota import Verdict
 from app.settings import Settings
 from certgen.pki import LocalFiles
 from tests.app.reviews import admission_review, container, pod, run
@@ -407,3 +408,38 @@ def test_over_tls_strict_denies(pki: LocalFiles) -> None:
     assert status == 200 and "warnings" not in response
     assert (response["allowed"], response["status"]["code"], response["status"]["reason"]) == (False, 400, "BadRequest")
     assert response["status"]["message"] == "; ".join(TYPO_WARNINGS[:2])
+
+
+class Reserving:
+    """A quota port that always reserves, so the Pod gets the webhook's reservation annotation."""
+
+    def governs(self, namespace: str) -> bool:
+        return True
+
+    def admit(self, namespace: str, demands: Any, *, uid: str, dry_run: bool) -> Verdict:
+        return Verdict("", reserved=True)
+
+    def status(self) -> dict[str, Any]:
+        return {"ready": True}
+
+    def stop(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        pytest.param(pod(container(limits={"nvidia.com/gpu": "1"})), id="nvidia"),
+        pytest.param(pod(container(limits={"metax-tech.com/sgpu": "1"})), id="metax-qos"),
+        pytest.param(pod(container(limits={MTH: "2"})), id="mthreads"),
+    ],
+)
+def test_reinvoked_on_its_own_output_the_webhook_is_silent_even_when_strict(obj: dict[str, Any], make_settings) -> None:
+    """reinvocationPolicy IfNeeded shows the webhook its own annotations and defaults: nothing to say about them."""
+    settings = make_settings(
+        HAMI_STRICT_ANNOTATIONS="true", HAMI_NODE_SCHEDULER_POLICY="spread", HAMI_GPU_SCHEDULER_POLICY="binpack"
+    )
+    first = run(obj, settings, Reserving())
+    assert first.response["allowed"] and "hami.io/quota-reservation" in first.patched["metadata"]["annotations"]
+    again = run(first.patched, settings, Reserving())
+    assert again.response["allowed"] is True and "warnings" not in again.response
