@@ -159,6 +159,8 @@ class ContainerEdit:
         A request that equalled its limit as written just follows that limit, whose own warning says why.
         """
         found: list[Notice] = []
+        if not self._why:
+            return found
         resources = self._original.get("resources") or {}
         written_limits = resources.get("limits") or {}
         written_requests = resources.get("requests") or {}
@@ -268,6 +270,8 @@ class PodEdit:
     def changes(self) -> list[Notice]:
         """The warnings for what the policy changed: each container's in policy order, then the annotations'."""
         found = [change for container in self.containers for change in container.changes()]
+        if not self._why:
+            return found
         written = self.written_annotations
         for key, why in self._why.items():
             before, after = written.get(key), self.annotations[key]
