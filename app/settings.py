@@ -65,14 +65,15 @@ KNOBS: tuple[Knob, ...] = (
         "node_scheduler_policy",
         "",
         str,
-        "written as annotation hami.io/node-scheduler-policy on device Pods when set",
+        "written as annotation hami.io/node-scheduler-policy on device Pods when set: binpack or spread",
     ),
     Knob(
         "HAMI_GPU_SCHEDULER_POLICY",
         "gpu_scheduler_policy",
         "",
         str,
-        "written as annotation hami.io/gpu-scheduler-policy on device Pods when set",
+        "written as annotation hami.io/gpu-scheduler-policy on device Pods when set: a comma-separated list of"
+        " binpack, spread, topology-aware, mutex, numa",
     ),
     Knob(
         "HAMI_STRICT_ANNOTATIONS",

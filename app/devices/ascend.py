@@ -23,7 +23,7 @@ SUPER_POD_MODULES = Why(f"{SUPER_POD_CHIP} super pod: whole modules of 2 NPUs", 
 WHOLE_NPU = Why("no memory asked: the whole NPU")
 TEMPLATE = Why("the smallest vNPU template that fits", replaced=ROUNDED)
 WHOLE_NPU_MEMORY = Why("no vNPU template fits: the whole NPU", replaced=ROUNDED)
-AS_ASKED = Why("hami-core mode")
+AS_ASKED = Why("hami-core mode: whole units", replaced=ROUNDED)
 
 
 @dataclass(frozen=True)
