@@ -62,7 +62,8 @@ class OneOf:
 
 @dataclass(frozen=True)
 class ListOf:
-    """A comma-separated list of ``choices`` (spaces around items ignored), at least one."""
+    """A comma-separated list of ``choices``, at least one; spaces around items count only in a single value,
+    which HAMi compares as written (its list parsing trims them)."""
 
     choices: tuple[str, ...]
 
@@ -71,6 +72,8 @@ class ListOf:
         return f"a comma-separated list of {', '.join(self.choices)}"
 
     def accepts(self, value: str) -> bool:
+        if "," not in value:
+            return value in self.choices
         items = [item.strip() for item in value.split(",")]
         return any(items) and all(item in self.choices for item in items if item)
 

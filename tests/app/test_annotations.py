@@ -40,7 +40,7 @@ def invalid_values(row: Annotation) -> list[str]:
     if isinstance(accepts, OneOf):
         return [accepts.choices[0].upper() + "x", "", f"{accepts.choices[0]} "]
     if isinstance(accepts, ListOf):
-        return [f"{accepts.choices[0]},bogus", "", ","]
+        return [f"{accepts.choices[0]},bogus", "", ",", f" {accepts.choices[0]}"]
     if isinstance(accepts, Weights):
         return [
             "slot=1,core=1",
