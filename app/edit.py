@@ -1,23 +1,54 @@
-"""Mutable views of a Pod that remember what the policy changed.
+"""Mutable views of a Pod that remember what the policy changed, and why.
 
 The policy edits copies of only the fields it may touch (container resources and
 env, a few spec fields, annotations); the JSON Patch is then built from those
 edits alone. Diffing the whole Pod with ``jsonpatch.make_patch`` would cost
 milliseconds per review; this costs microseconds and can only ever emit
 operations for what the policy really changed (decision M7).
+
+An edit that the Pod's author should hear about carries a ``Why``; the admission
+warnings are derived, like the patch, by comparing each such field as written with
+its final value, so an edit that ends where it started earns neither.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from jsonpointer import escape
 
-from app import quantity
+from app import notices, quantity
+from app.notices import Notice
 from app.quantity import Quantity
 
 Op = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Why:
+    """The rule behind an edit, in a few words, and the warning kind it earns: ``filled`` when the author
+    had left the field out (None: plumbing the author need not hear about), ``replaced`` when it changed
+    what they wrote."""
+
+    rule: str
+    filled: str | None = notices.DEFAULT
+    replaced: str = notices.OVERWRITTEN
+
+
+MIRRORED = Why("device requests must equal limits", filled=None, replaced=notices.REQUEST_FROM_LIMIT)
+"""Requests copied from limits (decision M4): a warning only when the author had asked for a different request."""
+
+
+def _change(where: str, subject: str, before: str | None, after: str, why: Why) -> Notice | None:
+    """The warning for a field that went from ``before`` (None: absent) to ``after``, if the rule earns one."""
+    if before is None:
+        if why.filled is None:
+            return None
+        return Notice(why.filled, f"{where}{subject} set to {after} ({why.rule})")
+    verb = "rounded to" if why.replaced == notices.ROUNDED else "replaced by"
+    return Notice(why.replaced, f"{where}{subject} {before} {verb} {after} ({why.rule})")
 
 
 def pointer(*parts: str | int) -> str:
@@ -41,7 +72,7 @@ def _dict_ops(path: tuple[str | int, ...], original: Any, current: dict[str, Any
 class ContainerEdit:
     """One container (init or app) as the vendors see it: resources and env are copies."""
 
-    __slots__ = ("_env", "_env_changed", "_original", "limits", "name", "path", "privileged", "requests")
+    __slots__ = ("_env", "_env_changed", "_original", "_why", "limits", "name", "path", "privileged", "requests")
 
     def __init__(self, path: tuple[str | int, ...], container: Mapping[str, Any]) -> None:
         self.path = path
@@ -54,6 +85,7 @@ class ContainerEdit:
         self.requests: dict[str, Any] = dict(resources.get("requests") or {})
         self._env: list[Any] | None = None
         self._env_changed = False
+        self._why: dict[tuple[str, str], Why] = {}
 
     # -- resources -------------------------------------------------------
     def limit(self, name: str) -> Quantity | None:
@@ -80,11 +112,17 @@ class ContainerEdit:
         """The resource is named in limits or requests."""
         return name in self.limits or name in self.requests
 
-    def set_limit(self, name: str, amount: int) -> None:
+    def set_limit(self, name: str, amount: int, why: Why) -> None:
         """Set a limit to a whole number; an equal existing value is kept as written (requests follow: M4)."""
         current = self.limits.get(name)
         if current is None or quantity.parse(current).whole != amount:
             self.limits[name] = str(amount)
+        self._why[("limits", name)] = why
+
+    def mirror_request(self, name: str) -> None:
+        """Request exactly the limit (decision M4)."""
+        self.requests[name] = self.limits[name]
+        self._why[("requests", name)] = MIRRORED
 
     # -- env -------------------------------------------------------------
     @property
@@ -98,8 +136,9 @@ class ContainerEdit:
         """The env var is present, whatever its value."""
         return any(isinstance(e, Mapping) and e.get("name") == name for e in self.env)
 
-    def set_env(self, name: str, value: str) -> None:
+    def set_env(self, name: str, value: str, why: Why) -> None:
         """Set an env var: replaced in place when present (decision M2), appended otherwise."""
+        self._why[("env", name)] = why
         wanted = {"name": name, "value": value}
         env = self.env
         present = False
@@ -112,6 +151,39 @@ class ContainerEdit:
         if not present:
             env.append(wanted)
             self._env_changed = True
+
+    # -- warnings ----------------------------------------------------------
+    def changes(self) -> list[Notice]:
+        """A warning for each field edited with a reason the author should hear, in the order first edited.
+
+        A request that equalled its limit as written just follows that limit, whose own warning says why.
+        """
+        found: list[Notice] = []
+        if not self._why:
+            return found
+        resources = self._original.get("resources") or {}
+        written_limits = resources.get("limits") or {}
+        written_requests = resources.get("requests") or {}
+        shown: Callable[[Any], str]
+        for (field, key), why in self._why.items():
+            if field == "env":
+                before, after = _env_entry(self._original.get("env"), key), _env_entry(self._env, key)
+                subject = f"env {notices.name(key)}"
+                shown = _env_value
+            else:
+                written = written_limits if field == "limits" else written_requests
+                before, after = written.get(key), (self.limits if field == "limits" else self.requests).get(key)
+                subject = f"{'limit' if field == 'limits' else 'request'} {notices.name(key)}"
+                shown = _quantity
+                if field == "requests" and before is not None and _same(before, written_limits.get(key)):
+                    continue
+            if after is None or before == after:
+                continue
+            where = f"container {notices.name(self.name)}: "
+            change = _change(where, subject, None if before is None else shown(before), shown(after), why)
+            if change is not None:
+                found.append(change)
+        return found
 
     # -- patch -----------------------------------------------------------
     def ops(self) -> list[Op]:
@@ -143,10 +215,33 @@ class ContainerEdit:
         return ops
 
 
+def _quantity(raw: Any) -> str:
+    """A written quantity as a warning shows it: its grammar is short and printable, so bare."""
+    return notices.name(str(raw))
+
+
+def _same(one: Any, other: Any) -> bool:
+    """Two written quantities are the same amount."""
+    return other is not None and quantity.parse(one) == quantity.parse(other)
+
+
+def _env_entry(env: Any, name: str) -> Any:
+    """The first ``name`` entry of an env list, None when absent."""
+    for entry in env if isinstance(env, list) else ():
+        if isinstance(entry, Mapping) and entry.get("name") == name:
+            return entry
+    return None
+
+
+def _env_value(entry: Any) -> str:
+    """An env entry's value as a warning shows it."""
+    return notices.value(entry["value"]) if "value" in entry else "(valueFrom)"
+
+
 class PodEdit:
     """The Pod-level fields the policy reads and writes, plus its containers in policy order."""
 
-    __slots__ = ("_pod", "_spec", "annotations", "containers", "namespace", "spec_changes")
+    __slots__ = ("_pod", "_spec", "_why", "annotations", "containers", "namespace", "spec_changes")
 
     def __init__(self, pod: Mapping[str, Any]) -> None:
         self._pod = pod
@@ -154,12 +249,38 @@ class PodEdit:
         self._spec: Mapping[str, Any] = pod.get("spec") or {}
         self.namespace: str = metadata.get("namespace") or ""
         self.annotations: dict[str, str] = dict(metadata.get("annotations") or {})
+        self._why: dict[str, Why] = {}
         self.spec_changes: dict[str, Any] = {}
         self.containers: list[ContainerEdit] = [
             ContainerEdit(("spec", field, index), container)
             for field in ("initContainers", "containers")
             for index, container in enumerate(self._spec.get(field) or [])
         ]
+
+    @property
+    def written_annotations(self) -> Mapping[str, str]:
+        """The annotations as the author wrote them."""
+        return (self._pod.get("metadata") or {}).get("annotations") or {}
+
+    def set_annotation(self, key: str, value: str, why: Why) -> None:
+        """Set an annotation the author should hear about (the routing annotations are set directly)."""
+        self.annotations[key] = value
+        self._why[key] = why
+
+    def changes(self) -> list[Notice]:
+        """The warnings for what the policy changed: each container's in policy order, then the annotations'."""
+        found = [change for container in self.containers for change in container.changes()]
+        if not self._why:
+            return found
+        written = self.written_annotations
+        for key, why in self._why.items():
+            before, after = written.get(key), self.annotations[key]
+            if before != after:
+                shown = None if before is None else notices.value(before)
+                change = _change("", f"annotation {notices.name(key)}", shown, notices.value(after), why)
+                if change is not None:
+                    found.append(change)
+        return found
 
     def spec(self, field: str) -> Any:
         """A spec field as the policy last set it."""

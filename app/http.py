@@ -131,7 +131,8 @@ def _record(document: dict[str, Any], uid: str, decision: Decision, started: flo
     namespace = req.get("namespace") or meta.get("namespace") or ""
     patch = decision.patch if decision.allowed else []
     outcome = "denied" if not decision.allowed else "patched" if patch else "passed"
-    metrics.decided(outcome, decision.reason, devices=decision.devices, namespace=str(namespace))
+    kinds = tuple(w.kind for w in decision.warnings)
+    metrics.decided(outcome, decision.reason, devices=decision.devices, namespace=str(namespace), warnings=kinds)
     fields: dict[str, Any] = {
         "uid": uid,
         "namespace": namespace,
@@ -143,6 +144,7 @@ def _record(document: dict[str, Any], uid: str, decision: Decision, started: flo
         "reason": decision.reason,
         "message": decision.message,
         "patch_ops": len(patch),
+        "warnings": len(kinds),
         "ms": round((time.perf_counter() - started) * 1000, 3),
     }
     if decision.hint:

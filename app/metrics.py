@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from app.notices import KINDS
 from app.review import QUOTA_REASON
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ class Collectors:
     decisions: Counter
     device_matches: Counter
     quota_denials: Counter
+    warnings: Counter
     certificate_expiry: Gauge
     certificate_loads: Counter
     certificate_rejections: Counter
@@ -72,6 +74,10 @@ def collectors() -> Collectors:
             "hami_webhook_quota_denials", "Pods denied for exceeding their namespace's device quota.",
             ["pod_namespace"],
         ),
+        warnings=Counter(
+            "hami_webhook_warnings", "Admission warnings found for admitted Pods, by kind (docs/annotations.md).",
+            ["kind"],
+        ),
         # livemin: the soonest expiry among live processes, so a worker still serving an old certificate shows.
         certificate_expiry=Gauge(
             "hami_webhook_certificate_expiry_timestamp_seconds",
@@ -92,6 +98,8 @@ def collectors() -> Collectors:
     # Exported from the start (0 in flight, an empty histogram), not only after a worker's first request.
     found.in_flight.labels(WEBHOOK)
     found.latency.labels(WEBHOOK)
+    for kind in KINDS:
+        found.warnings.labels(kind)
     return found
 
 
@@ -174,10 +182,15 @@ def request_finished(code: int, seconds: float) -> None:
     _child("latency", WEBHOOK).observe(seconds)
 
 
-def decided(outcome: str, reason: str, *, devices: tuple[str, ...] = (), namespace: str = "") -> None:
-    """One admission decision; ``devices`` are the backends a patched Pod matched."""
+def decided(
+    outcome: str, reason: str, *, devices: tuple[str, ...] = (), namespace: str = "", warnings: tuple[str, ...] = ()
+) -> None:
+    """One admission decision; ``devices`` are the backends a patched Pod matched, ``warnings`` the kinds of
+    the warnings the Pod's author was given (one entry per warning, from notices.KINDS)."""
     _child("decisions", outcome, reason).inc()
     for device in devices:
         _child("device_matches", device).inc()
+    for kind in warnings:
+        _child("warnings", kind).inc()
     if reason == QUOTA_REASON:  # namespaces are many: not cached
         collectors().quota_denials.labels(namespace).inc()

@@ -15,20 +15,23 @@ from typing import Any
 
 import orjson
 
-from app import schemas
+from app import notices, schemas
+from app.annotations import (
+    GPU_POLICY_ANNOTATION,
+    GPU_TYPE_ANNOTATION,
+    NODE_POLICY_ANNOTATION,
+    QUOTA_RESERVATION_ANNOTATION,
+)
 from app.devices.base import Device, DeviceRequestError
 from app.edit import ContainerEdit, Op, PodEdit
+from app.notices import Notice
 from app.quantity import INT32_MAX
 from app.quota import QuotaPort, demands
 from app.settings import Settings
 from app.untrusted import shown
 
 DEFAULT_SCHEDULER = "default-scheduler"
-GPU_TYPE_ANNOTATION = "hami.io/gpu-type"
-NODE_POLICY_ANNOTATION = "hami.io/node-scheduler-policy"
-GPU_POLICY_ANNOTATION = "hami.io/gpu-scheduler-policy"
 QUOTA_REASON = "GPUQuotaExceeded"
-QUOTA_RESERVATION_ANNOTATION = "hami.io/quota-reservation"
 
 
 class UnreadableReview(ValueError):
@@ -46,6 +49,7 @@ class Decision:
     patch: list[Op] = field(default_factory=list)
     devices: tuple[str, ...] = ()  # the backends whose resources the Pod asks for (metrics)
     hint: str = ""  # advice for the operator: logged and shown by the preview, never sent to the API server
+    warnings: tuple[Notice, ...] = ()  # for the author; only allowed answers carry them
 
 
 def deny(code: int, reason: str, message: str) -> Decision:
@@ -113,7 +117,11 @@ def decide(
         found = _mutate(edit, settings)
     except DeviceRequestError as exc:
         return deny(400, "BadRequest", str(exc))
+    warnings: list[Notice] = []
     if found:
+        warnings = settings.annotation_rules.check(edit.written_annotations)
+        if warnings and settings.strict_annotations:
+            return deny(400, "BadRequest", "; ".join(notices.texts(warnings)))
         privileged = next((c.name for c in edit.containers if c.privileged), None)
         if privileged is not None:
             return deny(403, "Forbidden", f"container {privileged} is privileged")
@@ -123,14 +131,14 @@ def decide(
                 return deny(403, "Forbidden", "pod has node assigned")
         _annotate(edit, found, settings)
     hint = "" if found or not settings.switched_off else _switched_off(edit, settings.switched_off)
-    if not quota.governs(namespace):
-        return Decision(allowed=True, patch=edit.ops(), devices=tuple(found), hint=hint)
-    verdict = quota.admit(namespace, demands(edit, settings.devices), uid=uid, dry_run=dry_run)
-    if verdict.denial:
-        return deny(403, QUOTA_REASON, verdict.denial)
-    if verdict.reserved:  # the feed reads it back to count the Pod once (usage, not reservation)
-        edit.annotations[QUOTA_RESERVATION_ANNOTATION] = uid
-    return Decision(allowed=True, patch=edit.ops(), devices=tuple(found), hint=hint)
+    if quota.governs(namespace):
+        verdict = quota.admit(namespace, demands(edit, settings.devices), uid=uid, dry_run=dry_run)
+        if verdict.denial:
+            return deny(403, QUOTA_REASON, verdict.denial)
+        if verdict.reserved:  # the feed reads it back to count the Pod once (usage, not reservation)
+            edit.annotations[QUOTA_RESERVATION_ANNOTATION] = uid
+    warnings += edit.changes()
+    return Decision(allowed=True, patch=edit.ops(), devices=tuple(found), warnings=tuple(warnings), hint=hint)
 
 
 def _switched_off(edit: PodEdit, off: Mapping[str, str]) -> str:
@@ -194,10 +202,14 @@ def _check_amounts(ctr: ContainerEdit, device_resources: dict[str, bool]) -> Non
 
 
 def _mirror_requests(ctr: ContainerEdit, device: Device) -> None:
-    """Decision M4: a device resource in limits is requested as much (Kubernetes requires equality)."""
-    for name in device.resource_names:
-        if name in ctr.limits and ctr.request(name) != ctr.limit(name):
-            ctr.requests[name] = ctr.limits[name]
+    """Decision M4: a device resource in limits is requested as much (Kubernetes requires equality).
+
+    Limits are walked in the Pod's order, not the set's (whose order changes with each process's string
+    hashing), so the same Pod gets the same patch in every worker.
+    """
+    for name in list(ctr.limits):
+        if name in device.resource_names and ctr.request(name) != ctr.limit(name):
+            ctr.mirror_request(name)
 
 
 def _annotate(edit: PodEdit, found: list[str], settings: Settings) -> None:
@@ -226,4 +238,6 @@ def response(uid: str, decision: Decision) -> dict[str, Any]:
         answer["patchType"] = "JSONPatch"
         # The ops are built well-formed by app/edit.py; jsonpatch.JsonPatch would only re-check them per review.
         answer["patch"] = base64.b64encode(orjson.dumps(decision.patch)).decode()
+    if decision.allowed and decision.warnings:
+        answer["warnings"] = notices.texts(decision.warnings)
     return answer

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from app.annotations import GPU_POLICY_ANNOTATION, NODE_POLICY_ANNOTATION, AnnotationRules
 from app.devices.base import ConfigError, Device
 from app.devices.config import load_device_config
 from app.devices.registry import build_devices, switched_off
@@ -62,14 +63,23 @@ KNOBS: tuple[Knob, ...] = (
         "node_scheduler_policy",
         "",
         str,
-        "written as annotation hami.io/node-scheduler-policy on device Pods when set",
+        "written as annotation hami.io/node-scheduler-policy on device Pods when set: binpack or spread",
     ),
     Knob(
         "HAMI_GPU_SCHEDULER_POLICY",
         "gpu_scheduler_policy",
         "",
         str,
-        "written as annotation hami.io/gpu-scheduler-policy on device Pods when set",
+        "written as annotation hami.io/gpu-scheduler-policy on device Pods when set: a comma-separated list of"
+        " binpack, spread, topology-aware, mutex, numa",
+    ),
+    Knob(
+        "HAMI_STRICT_ANNOTATIONS",
+        "strict_annotations",
+        "false",
+        bool,
+        "deny (400) device Pods whose HAMi annotations draw a warning (unknown key, value HAMi ignores, key HAMi"
+        " writes) instead of admitting them with it",
     ),
     # -- observability (README "Metrics", "Logs") --
     Knob(
@@ -145,6 +155,7 @@ class Settings:
     device_config: str
     node_scheduler_policy: str
     gpu_scheduler_policy: str
+    strict_annotations: bool
     metrics_bind: str
     log_format: str
     log_level: str
@@ -176,6 +187,11 @@ class Settings:
                 index[name] = index.get(name, False) or name == device.quota_names.count
         return index
 
+    @cached_property
+    def annotation_rules(self) -> AnnotationRules:
+        """HAMi's Pod annotations, with the per-chip keys of the configured backends."""
+        return AnnotationRules(self.devices)
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read every knob from ``env`` (default: os.environ) and build the device backends."""
@@ -206,12 +222,25 @@ class Settings:
         except ConfigError as exc:
             raise SettingsError(f"HAMI_DEVICE_CONFIG: {exc}") from exc
         envs = {k.field: k.env for k in KNOBS}
-        return cls(
+        found = cls(
             devices=devices,
             switched_off={name: envs[flag] for name, flag in off.items()},
             config_warnings=config.warnings,
             **values,
         )
+        _check_policies(found)
+        return found
+
+
+def _check_policies(settings: Settings) -> None:
+    """The policies written into device Pods must be ones HAMi's scheduler understands (else it uses its own)."""
+    for env, key, value in (
+        ("HAMI_NODE_SCHEDULER_POLICY", NODE_POLICY_ANNOTATION, settings.node_scheduler_policy),
+        ("HAMI_GPU_SCHEDULER_POLICY", GPU_POLICY_ANNOTATION, settings.gpu_scheduler_policy),
+    ):
+        accepts = settings.annotation_rules.rows[key].accepts
+        if value and not accepts.accepts(value):
+            raise SettingsError(f"{env}: expected {accepts.described}, got {value!r}")
 
 
 def _check_observability(values: dict[str, Any]) -> None:

@@ -10,13 +10,20 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from app.devices.base import ConfigSection, DeviceRequestError, QuotaNames, QuotaRequest, names, sliced_request
-from app.edit import ContainerEdit, PodEdit
+from app.edit import ContainerEdit, PodEdit, Why
+from app.notices import ROUNDED
 
 VNPU_MODE_ANNOTATION = "huawei.com/vnpu-mode"
 HAMI_CORE_MODE = "hami-core"
 SUPER_POD_CHIP = "Ascend910C"
 """The 910C is allocated by physical module (2 NPUs) when ``superPod`` is on."""
 VISIBLE_DEVICES_ENV = "ASCEND_VISIBLE_DEVICES"
+NOT_VISIBLE = Why("no Ascend NPU asked, overwriteEnv", filled=None)
+SUPER_POD_MODULES = Why(f"{SUPER_POD_CHIP} super pod: whole modules of 2 NPUs", replaced=ROUNDED)
+WHOLE_NPU = Why("no memory asked: the whole NPU")
+TEMPLATE = Why("the smallest vNPU template that fits", replaced=ROUNDED)
+WHOLE_NPU_MEMORY = Why("no vNPU template fits: the whole NPU", replaced=ROUNDED)
+AS_ASKED = Why("hami-core mode: whole units", replaced=ROUNDED)
 
 
 @dataclass(frozen=True)
@@ -66,18 +73,18 @@ class Ascend:
     def mutate(self, ctr: ContainerEdit, pod: PodEdit) -> bool:
         if self.count_name not in ctr.limits:
             if self.overwrite_env and not self.ascend_counts.intersection(ctr.limits):
-                ctr.set_env(VISIBLE_DEVICES_ENV, "")
+                ctr.set_env(VISIBLE_DEVICES_ENV, "", NOT_VISIBLE)
             return False
         count = ctr.limit_value(self.count_name)
         self._round_super_pod_count(ctr, count)
         soft_split = pod.annotations.get(VNPU_MODE_ANNOTATION) == HAMI_CORE_MODE
         if not soft_split:
             self._reject_hard_split_cores(ctr)
-        memory = self._memory(ctr, soft_split)
+        memory, why = self._memory(ctr, soft_split)
         if count > 1 and not soft_split and memory != self.memory_allocatable:
             raise DeviceRequestError("vNPU not supported for multiple devices")
         if self.memory_name:
-            ctr.set_limit(self.memory_name, memory)
+            ctr.set_limit(self.memory_name, memory, why)
         if self.runtime_class_name and not pod.spec("runtimeClassName"):
             pod.set_spec("runtimeClassName", self.runtime_class_name)
         return True
@@ -87,7 +94,7 @@ class Ascend:
         if self.key != SUPER_POD_CHIP or not self.super_pod:
             return
         if count == 1:
-            ctr.set_limit(self.count_name, 2)
+            ctr.set_limit(self.count_name, 2, SUPER_POD_MODULES)
         elif count % 2:
             raise DeviceRequestError(f"{SUPER_POD_CHIP} device request must be 1 or 2*n, got {count}")
 
@@ -96,19 +103,19 @@ class Ascend:
         if cores is not None and cores.value > 0:
             raise DeviceRequestError(f"{self.core_name} is only supported in hami-core (soft split) mode")
 
-    def _memory(self, ctr: ContainerEdit, soft_split: bool) -> int:
-        """The memory to write: as asked in hami-core mode, else rounded to a template or the whole card."""
+    def _memory(self, ctr: ContainerEdit, soft_split: bool) -> tuple[int, Why]:
+        """The memory to write, and why: as asked in hami-core mode, else rounded to a template or the whole card."""
         if self.memory_name not in ctr.limits:
-            return self.memory_allocatable
+            return self.memory_allocatable, WHOLE_NPU
         asked = ctr.limit_value(self.memory_name)
         if soft_split:
-            return asked
-        rounded = next((m for m in self.template_memory if asked <= m), None)
+            return asked, AS_ASKED
+        rounded, why = next((m for m in self.template_memory if asked <= m), None), TEMPLATE
         if rounded is None and asked <= self.memory_capacity:
-            rounded = self.memory_allocatable
+            rounded, why = self.memory_allocatable, WHOLE_NPU_MEMORY
         if rounded is None or rounded <= 0:
             raise DeviceRequestError(f"{self.memory_name} {asked} is invalid")
-        return rounded
+        return rounded, why
 
     def quota_request(self, ctr: ContainerEdit) -> QuotaRequest | None:
         return sliced_request(ctr, self.quota_names, default_cores=0)

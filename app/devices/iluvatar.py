@@ -5,13 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.devices.base import ConfigSection, SlicedDevice, count_memory_core
-from app.edit import ContainerEdit, PodEdit
+from app.edit import ContainerEdit, PodEdit, Why
 
 ILUVATAR_MEMORY_UNIT = 256
 """One ``vMem`` unit is 256 MiB."""
 
 CONTAINER_NAME_ENV = "SOL_CONTINER_NAME"
 """HAMi's spelling, which Iluvatar's runtime reads: do not correct it."""
+SEVERAL_CARDS = Why("several GPUs are whole cards")
+CONTAINER_NAME = Why("the container's name", filled=None)
 
 
 @dataclass(frozen=True)
@@ -23,9 +25,9 @@ class Iluvatar(SlicedDevice):
             return False
         count = ctr.limit_value(self.count_name)
         if count > 1 and self.core_name:
-            ctr.set_limit(self.core_name, count * 100)
+            ctr.set_limit(self.core_name, count * 100, SEVERAL_CARDS)
         if ctr.name and not ctr.has_env(CONTAINER_NAME_ENV):
-            ctr.set_env(CONTAINER_NAME_ENV, ctr.name)
+            ctr.set_env(CONTAINER_NAME_ENV, ctr.name, CONTAINER_NAME)
         return True
 
 

@@ -18,11 +18,13 @@ from app.devices.base import (
     names,
     whole_in_range,
 )
-from app.edit import ContainerEdit, PodEdit
+from app.edit import ContainerEdit, PodEdit, Why
+from app.notices import ROUNDED
 from app.quantity import INT32_MAX
 
 PARTITION_MEMORY = (24576, 49152, 98304)
 CARD_MEMORY = PARTITION_MEMORY[-1]
+PARTITION = Why("vXPU partition size", replaced=ROUNDED)
 
 
 def partition(memory: int) -> int:
@@ -56,7 +58,7 @@ class KunlunVXPU:
         memory = ctr.limit(self.vmemory_name) if self.vmemory_name else None
         if memory is not None:
             rounded = partition(memory.value)
-            ctr.set_limit(self.vmemory_name, rounded)
+            ctr.set_limit(self.vmemory_name, rounded, PARTITION)
         return True
 
     def quota_request(self, ctr: ContainerEdit) -> QuotaRequest | None:

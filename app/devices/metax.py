@@ -14,13 +14,14 @@ from app.devices.base import (
     names,
     whole_in_range,
 )
-from app.edit import ContainerEdit, PodEdit
+from app.edit import ContainerEdit, PodEdit, Why
 from app.quantity import INT32_MAX
 
 APP_CLASS_ANNOTATION = "metax-tech.com/sgpu-app-class"
 APP_CLASSES = ("online", "offline")
 QOS_ANNOTATION = "metax-tech.com/sgpu-qos-policy"
 QOS_POLICIES = ("best-effort", "fixed-share", "burst-share")
+DEFAULT_QOS = Why("the default for sGPU Pods that are not online")
 SGPU_MEMORY_UNIT = 1024
 """A bare ``vmemory`` number is GiB; HAMi accounts MiB."""
 MIB = 1024 * 1024
@@ -58,7 +59,7 @@ class MetaxSGPU:
         if app_class != "online":
             qos = pod.annotations.get(QOS_ANNOTATION)
             if qos is None:
-                pod.annotations[QOS_ANNOTATION] = "best-effort"
+                pod.set_annotation(QOS_ANNOTATION, "best-effort", DEFAULT_QOS)
             elif qos not in QOS_POLICIES:
                 raise DeviceRequestError(f"{QOS_ANNOTATION} must be set one of [{', '.join(QOS_POLICIES)}]")
         return True

@@ -18,7 +18,7 @@ from app.devices.base import (
     names,
     whole_in_range,
 )
-from app.edit import ContainerEdit, PodEdit
+from app.edit import ContainerEdit, PodEdit, Why
 from app.quantity import INT32_MAX
 
 REQUEST_GPU_NUM_ANNOTATION = "mthreads.com/request-gpu-num"
@@ -26,6 +26,9 @@ CORES_PER_GPU = 16
 MEMORY_PER_GPU = 96
 MEMORY_UNIT_MIB = 512
 MEMORY_SLICES = (2, 4, 8, 16, 32, 64, 96)
+SEVERAL_CARDS = Why("several sGPUs are whole cards")
+ONE_CARD = Why("no memory asked: a whole card")
+COUNT = Why("the device count", filled=None)
 
 
 @dataclass(frozen=True)
@@ -57,20 +60,20 @@ class Mthreads:
             raise DeviceRequestError(f"{self.count_name} must be greater than 0")
         gpus = count.value
         if gpus > 1:
-            self._whole_cards(ctr, gpus)
-            pod.annotations[REQUEST_GPU_NUM_ANNOTATION] = str(gpus)
+            self._whole_cards(ctr, gpus, SEVERAL_CARDS)
+            pod.set_annotation(REQUEST_GPU_NUM_ANNOTATION, str(gpus), COUNT)
         elif self.memory_name not in ctr.limits:
-            self._whole_cards(ctr, 1)
+            self._whole_cards(ctr, 1, ONE_CARD)
         elif whole_in_range(ctr.limit(self.memory_name), 0, MEMORY_PER_GPU) not in MEMORY_SLICES:
             valid = ", ".join(map(str, MEMORY_SLICES))
             raise DeviceRequestError(f"sGPU memory request value is invalid, valid values are [{valid}]")
         return True
 
-    def _whole_cards(self, ctr: ContainerEdit, gpus: int) -> None:
+    def _whole_cards(self, ctr: ContainerEdit, gpus: int, why: Why) -> None:
         """All cores and memory of ``gpus`` cards, overwriting the user's values (requests follow: decision M4)."""
         for name, amount in ((self.core_name, gpus * CORES_PER_GPU), (self.memory_name, gpus * MEMORY_PER_GPU)):
             if name:
-                ctr.set_limit(name, amount)
+                ctr.set_limit(name, amount, why)
 
     def quota_request(self, ctr: ContainerEdit) -> QuotaRequest | None:
         """Per card: memory in MiB (units x 512) and cores, each split evenly by integer division."""

@@ -14,11 +14,17 @@ from app.devices.base import (
     names,
     whole_in_range,
 )
-from app.edit import ContainerEdit, PodEdit
+from app.edit import ContainerEdit, PodEdit, Why
+from app.notices import POLICY_FROM_ANNOTATION
 from app.quantity import INT32_MAX
 
 CORE_POLICY_ANNOTATION = "hami.io/core-policy"
 CORE_POLICIES = ("default", "force", "disable")
+DEFAULT_COUNT = Why("nvidia.defaultGPUNum")
+EXCLUSIVE_CORES = Why("a whole GPU comes with all its cores")
+NOT_VISIBLE = Why("no NVIDIA GPU asked, overwriteEnv", filled=None)
+POLICY_FROM_CONFIG = Why("nvidia.gpuCorePolicy", filled=None)
+POLICY_FROM_POD = Why(f"annotation {CORE_POLICY_ANNOTATION}", POLICY_FROM_ANNOTATION, POLICY_FROM_ANNOTATION)
 
 
 @dataclass(frozen=True)
@@ -72,17 +78,18 @@ class Nvidia:
     def mutate(self, ctr: ContainerEdit, pod: PodEdit) -> bool:
         self._check_percentage(ctr)
         if self.priority_name and self.priority_name in ctr.limits:
-            ctr.set_env("CUDA_TASK_PRIORITY", str(ctr.limit_value(self.priority_name)))
+            priority = Why(f"limit {self.priority_name}", filled=None)
+            ctr.set_env("CUDA_TASK_PRIORITY", str(ctr.limit_value(self.priority_name)), priority)
         found = self._count_or_default(ctr)
         found = self._default_exclusive_cores(ctr) or found
         if found:
-            policy = self._pod_core_policy(pod)
+            policy, why = self._pod_core_policy(pod)
             if policy != "default":
-                ctr.set_env("GPU_CORE_UTILIZATION_POLICY", policy)
+                ctr.set_env("GPU_CORE_UTILIZATION_POLICY", policy, why)
             if self.runtime_class_name and not pod.spec("runtimeClassName"):
                 pod.set_spec("runtimeClassName", self.runtime_class_name)
         elif self.overwrite_env:
-            ctr.set_env("NVIDIA_VISIBLE_DEVICES", "none")
+            ctr.set_env("NVIDIA_VISIBLE_DEVICES", "none", NOT_VISIBLE)
         return found
 
     def _check_percentage(self, ctr: ContainerEdit) -> None:
@@ -106,7 +113,7 @@ class Nvidia:
                 f"container {ctr.name}: {asked[0]} requested without {self.count_name} "
                 "and no default GPU count is configured (nvidia.defaultGPUNum is 0)"
             )
-        ctr.set_limit(self.count_name, self.default_gpu_num)
+        ctr.set_limit(self.count_name, self.default_gpu_num, DEFAULT_COUNT)
         return True
 
     def _default_exclusive_cores(self, ctr: ContainerEdit) -> bool:
@@ -119,16 +126,19 @@ class Nvidia:
         else:
             exclusive = not self.memory_name or not ctr.has(self.memory_name)
         if exclusive:
-            ctr.set_limit(self.core_name, 100)
+            ctr.set_limit(self.core_name, 100, EXCLUSIVE_CORES)
         return exclusive
 
-    def _pod_core_policy(self, pod: PodEdit) -> str:
-        policy = pod.annotations.get(CORE_POLICY_ANNOTATION, self.core_policy)
+    def _pod_core_policy(self, pod: PodEdit) -> tuple[str, Why]:
+        """The Pod's core policy (decision M3) and where it came from."""
+        policy = pod.annotations.get(CORE_POLICY_ANNOTATION)
+        if policy is None:
+            return self.core_policy, POLICY_FROM_CONFIG
         if policy not in CORE_POLICIES:
             raise DeviceRequestError(
                 f"annotation {CORE_POLICY_ANNOTATION} must be one of {', '.join(CORE_POLICIES)}, got {policy!r}"
             )
-        return policy
+        return policy, POLICY_FROM_POD
 
     def quota_request(self, ctr: ContainerEdit) -> QuotaRequest | None:
         count = ctr.limit_or_request(self.count_name) if self.count_name else None

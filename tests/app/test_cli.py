@@ -122,3 +122,26 @@ def test_local_serves_and_its_curl_example_works(tmp_path: Path) -> None:
         assert response["allowed"] is True and response["patchType"] == "JSONPatch"
     finally:
         stop(proc)
+
+
+TYPO_POD = GPU_POD.replace(
+    "metadata:\n", "metadata:\n  annotations:\n    hami.io/gpu-schedular-policy: spread\n"
+).replace("        nvidia.com/gpumem: 4000\n", "")
+
+
+def test_preview_prints_warnings_after_the_decision(tmp_path: Path, capsys) -> None:
+    assert main(["review", "--patch", str(write(tmp_path, TYPO_POD))]) == 0
+    assert capsys.readouterr().err == (
+        "default/train: allowed, 4 patch operation(s)\n"
+        "warning: unknown annotation hami.io/gpu-schedular-policy; did you mean hami.io/gpu-scheduler-policy?\n"
+        "warning: container cuda: limit nvidia.com/gpucores set to 100 (a whole GPU comes with all its cores)\n"
+    )
+
+
+def test_preview_strict_denies_with_the_warning_as_message(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("HAMI_STRICT_ANNOTATIONS", "true")
+    assert main(["review", str(write(tmp_path, TYPO_POD))]) == 2
+    assert capsys.readouterr().err == (
+        "default/train: denied (400 BadRequest): "
+        "unknown annotation hami.io/gpu-schedular-policy; did you mean hami.io/gpu-scheduler-policy?\n"
+    )

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import jsonpatch
 
-from app.edit import ContainerEdit, PodEdit, pointer
+from app.edit import ContainerEdit, PodEdit, Why, pointer
+
+PLUMBING = Why("a test", filled=None)
 
 
 def test_pointer_escapes_slash_and_tilde() -> None:
@@ -17,9 +19,9 @@ def test_set_env_replaces_in_place_without_duplicates() -> None:
     }
     edit = PodEdit(obj)
     ctr = edit.containers[0]
-    ctr.set_env("B", "2")
-    ctr.set_env("C", "3")
-    ctr.set_env("A", "1")  # unchanged: no operation
+    ctr.set_env("B", "2", PLUMBING)
+    ctr.set_env("C", "3", PLUMBING)
+    ctr.set_env("A", "1", PLUMBING)  # unchanged: no operation
     ops = edit.ops()
     assert ops == [
         {"op": "replace", "path": "/spec/containers/0/env/1", "value": {"name": "B", "value": "2"}},
@@ -31,15 +33,15 @@ def test_set_env_replaces_in_place_without_duplicates() -> None:
 
 def test_equal_quantity_is_not_rewritten() -> None:
     ctr = ContainerEdit(("spec", "containers", 0), {"name": "c", "resources": {"limits": {"x.io/cores": 100}}})
-    ctr.set_limit("x.io/cores", 100)
+    ctr.set_limit("x.io/cores", 100, PLUMBING)
     assert ctr.ops() == []
 
 
 def test_missing_parents_are_created_whole() -> None:
     obj = {"spec": {"containers": [{"name": "c"}]}}
     edit = PodEdit(obj)
-    edit.containers[0].set_limit("x.io/gpu", 1)
-    edit.containers[0].set_env("E", "v")
+    edit.containers[0].set_limit("x.io/gpu", 1, PLUMBING)
+    edit.containers[0].set_env("E", "v", PLUMBING)
     edit.annotations["k/1"] = "v"
     edit.set_spec("schedulerName", "s")
     ops = edit.ops()

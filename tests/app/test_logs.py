@@ -117,7 +117,7 @@ def test_json_lines_with_admission_fields_and_no_secrets(json_server: Served, pk
     parsed = [json.loads(line) for line in json_server.lines]  # every line, gunicorn's included, is JSON
     assert any(p["logger"] == "gunicorn.error" and p["msg"].startswith("Booting worker") for p in parsed)
     line = next(p for p in review_lines(json_server) if p["uid"] == "uid-secret")
-    assert REVIEW_FIELDS | {"patch_ops", "ms", "time", "level", "logger", "pid", "msg"} == set(line)
+    assert REVIEW_FIELDS | {"patch_ops", "warnings", "ms", "time", "level", "logger", "pid", "msg"} == set(line)
     assert (line["namespace"], line["pod"], line["operation"], line["allowed"], line["code"]) == (
         "default",
         "gpu-pod",
@@ -125,7 +125,7 @@ def test_json_lines_with_admission_fields_and_no_secrets(json_server: Served, pk
         True,
         200,
     )
-    assert line["patch_ops"] > 0 and line["ms"] > 0 and line["level"] == "info"
+    assert line["patch_ops"] > 0 and line["warnings"] == 0 and line["ms"] > 0 and line["level"] == "info"
     log = json_server.log()
     for marker in ("ctr-marker-7f3a", "s3cr3t-marker-91b2", "image-marker-c4d5", "annotation-marker-e6f7"):
         assert marker not in log, "the Pod body reached the log"

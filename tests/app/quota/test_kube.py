@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from app import create_app
+from app.annotations import QUOTA_RESERVATION_ANNOTATION
 from app.quota import QuotaOff, QuotaUnavailable
 from app.quota.kube import KubeQuota, QuotaStartError, open_quota
 from app.quota.ledger import LEDGER_ANNOTATION
-from app.review import QUOTA_RESERVATION_ANNOTATION
 from app.settings import Settings, SettingsError
 from tests.app.quota.conftest import GPU, HOME, MEM, QUOTA_NS, eventually, quota_settings, resource_quota
 from tests.app.reviews import Outcome, admission_review, container, pod, run
