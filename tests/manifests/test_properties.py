@@ -341,12 +341,21 @@ def test_default_mode_leaves_the_ca_bundle_to_certgen(base: list[Obj]) -> None:
     assert "annotations" not in one(base, "MutatingWebhookConfiguration", "hami-webhook")["metadata"]
 
 
-def test_readme_image_overlay_sets_every_image(overlays_dir: Path) -> None:
+def test_readme_production_overlay_sets_the_image_and_the_tls_mode(
+    overlays_dir: Path, rendered: dict[str, list[Obj]]
+) -> None:
+    """The README's overlay for a registry of one's own: every Pod pulls from it, and cert-manager makes the TLS."""
     from tests.manifests.conftest import kustomize, write_overlay
 
-    objects = kustomize(write_overlay(overlays_dir / "hami-image", "hami-image"))
+    objects = kustomize(write_overlay(overlays_dir / "hami-production", "hami-production"))
     images = {c["image"] for pod in pod_specs(objects).values() for c in containers(pod)}
-    assert images == {"registry.example.com/hami-webhook:0.1.0"}
+    assert images == {"registry.example.com/gpu/hami-webhook:0.1.0"}
+    assert "Deployment/hami-webhook" in pod_specs(objects)
+    assert {(o["kind"], o["metadata"]["name"]) for o in objects} == {
+        (o["kind"], o["metadata"]["name"]) for o in rendered["cert-manager"]
+    }, "exactly the cert-manager mode's objects"
+    annotations = one(objects, "MutatingWebhookConfiguration", "hami-webhook")["metadata"]["annotations"]
+    assert annotations["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/hami-webhook-serving"
 
 
 def test_readme_rollout_overlay_opts_in_and_ignores_failures(overlays_dir: Path) -> None:
