@@ -37,8 +37,10 @@ def kustomize(directory: Path) -> list[Obj]:
 
 
 def readme_overlays() -> dict[str, str]:
-    """README's overlay examples: yaml blocks whose first line is ``# <name>/kustomization.yaml``."""
-    blocks = re.findall(r"```yaml\n# ([\w.-]+)/kustomization\.yaml\n(.*?)```", README.read_text(), re.S)
+    """Overlay examples in README.md and docs/*.md: yaml blocks whose first line is ``# <name>/kustomization.yaml``."""
+    text = "\n".join(path.read_text() for path in (README, *sorted((REPO / "docs").glob("*.md"))))
+    blocks = re.findall(r"```yaml\n# ([\w.-]+)/kustomization\.yaml\n(.*?)```", text, re.S)
+    assert len(blocks) == len(dict(blocks)), "two overlay examples share a name"
     return dict(blocks)
 
 
