@@ -64,9 +64,9 @@ def test_argocd_jq_path_selects_exactly_what_certgen_or_cainjector_writes(
 def test_the_json_pointer_in_the_text_selects_the_same_field(base: list[Obj]) -> None:
     (pointers,) = re.findall(r"`jsonPointers: \[(.*?)\]`", GITOPS.read_text())
     (pointer,) = pointers.split(",")
-    live = written_by_certgen(one(base, MWC, "hami-webhook"))
+    live = written_by_certgen(one(base, MWC, "hami-webhook-pods"))
     assert {tuple(int(p) if p.isdigit() else p for p in pointer.split("/")[1:])} == differing_paths(
-        one(base, MWC, "hami-webhook"), live
+        one(base, MWC, "hami-webhook-pods"), live
     )
     assert len(live["webhooks"]) == 1, "the pointer names webhooks/0: the configuration must keep one webhook"
 

@@ -25,7 +25,7 @@ from tests.manifests.conftest import MANIFESTS, NAMESPACE, REPO, kustomize
 from tests.manifests.install_kubelet import container, process_env, run
 
 WEBHOOK = "pods.hami.io"
-MWC = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", "hami-webhook")
+MWC = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", "hami-webhook-pods")
 Obj = dict[str, Any]
 
 

@@ -27,7 +27,7 @@ PLACES = ("containers/limits", "containers/requests", "initContainers/limits", "
 
 @pytest.fixture(scope="module")
 def conditions(base: list[Obj]) -> list[dict[str, str]]:
-    (hook,) = one(base, "MutatingWebhookConfiguration", "hami-webhook")["webhooks"]
+    (hook,) = one(base, "MutatingWebhookConfiguration", "hami-webhook-pods")["webhooks"]
     return hook["matchConditions"]
 
 
