@@ -1,7 +1,8 @@
 """HTTP transport: POST /webhook, GET /healthz and /readyz. Thin: all policy lives in review.
 
 Every request gets an answer a person can read: an AdmissionReview when a uid can
-be read from the body (decision P2), otherwise HTTP 400/413 with a JSON error.
+be read from the body (decision P2), otherwise an HTTP error status with a Kubernetes Status
+(a body over the limit too: its uid is never read).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import orjson
 from flask import Blueprint, Flask, Response, current_app, request
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTooLarge
 
 from app import metrics
 from app.lifecycle import stopping
@@ -60,7 +61,19 @@ def _error(status: int, message: str) -> Response:
 
 
 def _http_error(exc: HTTPException) -> Response:
-    return _error(exc.code or 500, exc.description or exc.name)
+    """werkzeug's status and headers (``Allow`` on a 405) with our body; a 405 says which method to use."""
+    message = exc.description or exc.name
+    if isinstance(exc, MethodNotAllowed):
+        allowed = [m for m in exc.valid_methods or () if m not in ("HEAD", "OPTIONS")]
+        how = f"use {' or '.join(allowed)}"
+        if allowed == ["POST"]:
+            how += " with an AdmissionReview JSON body (Content-Type: application/json)"
+        message = f"method {request.method} is not allowed on {request.path}: {how}"
+    reply = _error(exc.code or 500, message)
+    for name, value in exc.get_headers():
+        if name.lower() != "content-type":
+            reply.headers[name] = value
+    return reply
 
 
 def _unexpected_error(exc: Exception) -> Response:
@@ -87,7 +100,7 @@ def _webhook(started: float) -> Response:
     try:
         body = request.get_data(cache=False)
     except RequestEntityTooLarge:
-        return _too_large(started)
+        return _error(413, f"request entity is too large; limit is {MAX_BODY} bytes")
     if not body:
         return _error(400, "request body is empty")
     try:
@@ -111,13 +124,6 @@ def _webhook(started: float) -> Response:
             decision = deny(500, "InternalError", "internal error; see the webhook's log")
     _record(document, uid, decision, started)
     return _json(answer(document, uid, decision))
-
-
-def _too_large(started: float) -> Response:
-    """HTTP 413 carrying an AdmissionReview-shaped denial: the uid inside was never read (decision P1)."""
-    decision = deny(413, "RequestEntityTooLarge", f"request entity is too large; limit is {MAX_BODY} bytes")
-    _record({}, "", decision, started)
-    return _json(answer({}, "", decision), 413)
 
 
 def _record(document: dict[str, Any], uid: str, decision: Decision, started: float) -> None:

@@ -22,14 +22,17 @@ def server_context(cert: str, key: str) -> tuple[ssl.SSLContext, float]:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
+        # Read first: ssl's own errors for a missing or unreadable file do not say which file it was.
+        pem = Path(cert).read_bytes()
+        Path(key).read_bytes()
         context.load_cert_chain(cert, key)
-        not_after = x509.load_pem_x509_certificate(Path(cert).read_bytes()).not_valid_after_utc.timestamp()
+        not_after = x509.load_pem_x509_certificate(pem).not_valid_after_utc.timestamp()
     except ssl.SSLError as exc:  # an OSError too: catch it first
         raise ValueError(f"not a usable certificate/key pair: {exc.reason or exc}") from None
     except FileNotFoundError as exc:
-        raise ValueError(f"file not found: {exc.filename}") from None
+        raise ValueError(f"file not found: {exc.filename or f'{cert} or {key}'}") from None
     except OSError as exc:
-        raise ValueError(f"cannot read {exc.filename}: {exc.strerror or exc}") from None
+        raise ValueError(f"cannot read {exc.filename or f'{cert} or {key}'}: {exc.strerror or exc}") from None
     if not_after < time.time():
         raise ValueError(f"certificate {cert} expired at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(not_after))}")
     return context, not_after

@@ -8,6 +8,14 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 stamp=".venv/.installed-${extras:-base}"
+if [ -z "$extras" ]; then # an install with any extras includes the base
+  for installed in .venv/.installed-*; do
+    if [ -f "$installed" ] && [ ! setup.cfg -nt "$installed" ]; then
+      stamp="$installed"
+      break
+    fi
+  done
+fi
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
   .venv/bin/python -m pip install --quiet -e ".${extras:+[$extras]}"

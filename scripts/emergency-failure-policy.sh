@@ -16,7 +16,7 @@ usage() {
   cat >&2 <<'EOF'
 usage: emergency-failure-policy.sh Ignore|Fail [--name NAME] [--context CONTEXT] [--dry-run]
   Ignore|Fail       the failurePolicy to set on every webhook of the configuration (case-sensitive)
-  --name NAME       MutatingWebhookConfiguration name (default: hami-webhook)
+  --name NAME       MutatingWebhookConfiguration name (default: hami-webhook-pods)
   --context CTX     kubeconfig context to use (default: the current one; KUBECONFIG is honoured)
   --dry-run         show what would change, change nothing (server-side dry run)
 EOF
@@ -25,7 +25,7 @@ EOF
 }
 
 policy=""
-name="hami-webhook"
+name="hami-webhook-pods"
 context=()
 dry_run=()
 while [ $# -gt 0 ]; do

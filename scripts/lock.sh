@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Regenerate constraints.txt: the exact versions of every runtime dependency (install_requires, resolved in
-# a clean virtualenv). The Dockerfile installs from it; a test fails when it no longer matches setup.cfg.
+# a clean virtualenv): the newest end of setup.cfg's ranges, which the image and the test suite run on. The
+# Dockerfile installs from it; a test fails when it no longer matches setup.cfg. The oldest end (each
+# dependency at its lower bound) is installed and run by tests/test_dependency_bounds.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp="$(mktemp -d)"

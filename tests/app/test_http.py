@@ -106,12 +106,22 @@ def test_unreadable_bodies_get_400_json(client, body: bytes, message: str) -> No
     }
 
 
-def test_oversized_body_is_413(client) -> None:
+def test_oversized_body_is_a_413_status(client) -> None:
+    """Like every other body the app cannot read a uid from: a Status, not an AdmissionReview with no uid."""
     reply = post(client, b"x" * (MAX_BODY + 1))
-    assert reply.status_code == 413
-    response = reply.get_json()["response"]
-    assert response["allowed"] is False and response["status"]["code"] == 413
-    assert response["status"]["message"] == "request entity is too large; limit is 7340032 bytes"
+    message = "request entity is too large; limit is 7340032 bytes"
+    assert (reply.status_code, reply.get_json()) == (
+        413,
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "code": 413,
+            "error": message,
+        },
+    )
 
 
 def test_unknown_path_and_method(client) -> None:
@@ -119,6 +129,12 @@ def test_unknown_path_and_method(client) -> None:
     assert client.get("/nope").get_json()["code"] == 404
     reply = client.get("/webhook")
     assert reply.status_code == 405 and reply.get_json()["code"] == 405
+    assert reply.get_json()["message"] == (
+        "method GET is not allowed on /webhook: use POST with an AdmissionReview JSON body"
+        " (Content-Type: application/json)"
+    )
+    assert "POST" in reply.headers["Allow"]
+    assert client.post("/healthz").get_json()["message"] == "method POST is not allowed on /healthz: use GET"
 
 
 def test_health_and_readiness(client) -> None:

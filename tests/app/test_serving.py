@@ -97,8 +97,14 @@ def test_tls_1_3_is_accepted(server: int, pki: LocalFiles) -> None:
         pytest.param(
             {"HAMI_WEBHOOK_TLS_CERT": "/nonexistent/tls.crt"},
             1,
-            "cannot serve TLS (HAMI_WEBHOOK_TLS_CERT=/nonexistent/tls.crt",
+            "file not found: /nonexistent/tls.crt",
             id="missing-cert",
+        ),
+        pytest.param(
+            {"HAMI_WEBHOOK_TLS_KEY": "/nonexistent/tls.key"},
+            1,
+            "file not found: /nonexistent/tls.key",
+            id="missing-key",
         ),
         pytest.param({"HAMI_WEBHOOK_TLS_KEY": "CA"}, 1, "not a usable certificate/key pair", id="key-is-not-a-key"),
         pytest.param(

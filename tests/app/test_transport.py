@@ -170,8 +170,16 @@ def test_too_large_body_gets_a_readable_413(server: int, pki: LocalFiles, chunke
     answer = json.loads(reply.read())
     conn.close()
     assert (reply.status, reply.getheader("Connection")) == (413, "close")
-    assert answer["response"]["status"]["reason"] == "RequestEntityTooLarge"
+    assert (answer["kind"], answer["code"]) == ("Status", 413), "a Status, like every other framing error"
+    assert answer["message"] == f"request entity is too large; limit is {MAX_BODY} bytes"
     assert time.monotonic() - started < 10
+
+
+def test_get_webhook_says_to_post(server: int, pki: LocalFiles) -> None:
+    status, headers, body = exchange(server, pki, b"GET /webhook HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    assert (status, body["kind"], body["code"]) == (405, "Status", 405)
+    assert "POST" in headers["allow"].split(", ")
+    assert "use POST with an AdmissionReview JSON body" in body["message"]
 
 
 def connect(conn: http.client.HTTPSConnection, barrier: threading.Barrier) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,12 @@ def kustomize(directory: Path) -> list[Obj]:
 
 
 def readme_overlays() -> dict[str, str]:
-    """README's overlay examples: yaml blocks whose first line is ``# <name>/kustomization.yaml``."""
-    blocks = re.findall(r"```yaml\n# ([\w.-]+)/kustomization\.yaml\n(.*?)```", README.read_text(), re.S)
-    return dict(blocks)
+    """Overlay examples in README.md and docs/*.md: yaml blocks whose first line is ``# <name>/kustomization.yaml``."""
+    text = "\n".join(path.read_text() for path in (README, *sorted((REPO / "docs").glob("*.md"))))
+    found = re.findall(r"^( *)```yaml\n\1# ([\w.-]+)/kustomization\.yaml\n(.*?)^\1```", text, re.S | re.M)
+    blocks = {name: textwrap.dedent(body) for _, name, body in found}  # a block may be indented in a list
+    assert len(blocks) == len(found), "two overlay examples share a name"
+    return blocks
 
 
 def write_overlay(directory: Path, name: str) -> Path:

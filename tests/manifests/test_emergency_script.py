@@ -51,20 +51,20 @@ def run(kube_api: FakeKubeAPI, kubeconfig: str, tmp_path: Path) -> Any:
     return run
 
 
-def policies(kube_api: FakeKubeAPI, name: str = "hami-webhook") -> list[str]:
+def policies(kube_api: FakeKubeAPI, name: str = "hami-webhook-pods") -> list[str]:
     stored = kube_api.get(*MWC, name)
     assert stored is not None
     return [hook["failurePolicy"] for hook in stored["webhooks"]]
 
 
 def test_ignore_then_fail_switches_every_webhook(kube_api: FakeKubeAPI, run: Any) -> None:
-    kube_api.put(configuration("hami-webhook", ["Fail", "Fail", "Ignore"]))
+    kube_api.put(configuration("hami-webhook-pods", ["Fail", "Fail", "Ignore"]))
 
     ignored = run("Ignore")
     assert ignored.returncode == 0, ignored.stderr
     assert policies(kube_api) == ["Ignore", "Ignore", "Ignore"]
     assert ignored.stdout.splitlines() == [
-        "mutatingwebhookconfiguration/hami-webhook:",
+        "mutatingwebhookconfiguration/hami-webhook-pods:",
         "  hook0.hami.io: failurePolicy Fail -> Ignore",
         "  hook1.hami.io: failurePolicy Fail -> Ignore",
         "  hook2.hami.io: failurePolicy Ignore -> Ignore",
@@ -77,7 +77,7 @@ def test_ignore_then_fail_switches_every_webhook(kube_api: FakeKubeAPI, run: Any
 
 
 def test_name_and_context_select_the_target(kube_api: FakeKubeAPI, run: Any) -> None:
-    kube_api.put(configuration("hami-webhook", ["Fail"]))
+    kube_api.put(configuration("hami-webhook-pods", ["Fail"]))
     kube_api.put(configuration("other", ["Fail", "Fail"]))
     done = run("Ignore", "--name", "other", "--context", "fake")
     assert done.returncode == 0, done.stderr
@@ -88,15 +88,15 @@ def test_name_and_context_select_the_target(kube_api: FakeKubeAPI, run: Any) -> 
 
 
 def test_dry_run_changes_nothing(kube_api: FakeKubeAPI, run: Any) -> None:
-    stored = kube_api.put(configuration("hami-webhook", ["Fail", "Fail"]))
+    stored = kube_api.put(configuration("hami-webhook-pods", ["Fail", "Fail"]))
     dry = run("Ignore", "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    after = kube_api.get(*MWC, "hami-webhook")
+    after = kube_api.get(*MWC, "hami-webhook-pods")
     assert after is not None
     assert after["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]
     assert policies(kube_api) == ["Fail", "Fail"]
     assert dry.stdout.splitlines() == [
-        "mutatingwebhookconfiguration/hami-webhook (dry run: nothing changed):",
+        "mutatingwebhookconfiguration/hami-webhook-pods (dry run: nothing changed):",
         "  hook0.hami.io: failurePolicy Fail -> Ignore",
         "  hook1.hami.io: failurePolicy Fail -> Ignore",
     ]
@@ -112,8 +112,10 @@ def test_missing_configuration_fails_with_kubectls_message(kube_api: FakeKubeAPI
 
 
 def test_forbidden_patch_fails_with_kubectls_message(kube_api: FakeKubeAPI, run: Any) -> None:
-    kube_api.put(configuration("hami-webhook", ["Fail"]))
-    kube_api.fail_next("PATCH", r"/mutatingwebhookconfigurations/hami-webhook$", 403, message="not allowed to patch")
+    kube_api.put(configuration("hami-webhook-pods", ["Fail"]))
+    kube_api.fail_next(
+        "PATCH", r"/mutatingwebhookconfigurations/hami-webhook-pods$", 403, message="not allowed to patch"
+    )
     refused = run("Ignore")
     assert refused.returncode != 0
     assert "not allowed to patch" in refused.stderr
@@ -122,10 +124,10 @@ def test_forbidden_patch_fails_with_kubectls_message(kube_api: FakeKubeAPI, run:
 
 def test_a_configuration_changed_in_between_is_not_half_switched(kube_api: FakeKubeAPI, run: Any) -> None:
     """The patch tests every webhook's name: a reordered configuration fails instead of being partly flipped."""
-    kube_api.put(configuration("hami-webhook", ["Fail", "Fail"]))
-    reordered = configuration("hami-webhook", ["Fail", "Fail"])
+    kube_api.put(configuration("hami-webhook-pods", ["Fail", "Fail"]))
+    reordered = configuration("hami-webhook-pods", ["Fail", "Fail"])
     reordered["webhooks"].reverse()
-    kube_api.before("PATCH", r"/mutatingwebhookconfigurations/hami-webhook$", lambda api: api.put(reordered))
+    kube_api.before("PATCH", r"/mutatingwebhookconfigurations/hami-webhook-pods$", lambda api: api.put(reordered))
     raced = run("Ignore")
     assert raced.returncode != 0, raced.stdout
     assert policies(kube_api) == ["Fail", "Fail"]
@@ -144,7 +146,7 @@ def test_a_configuration_changed_in_between_is_not_half_switched(kube_api: FakeK
     ],
 )
 def test_bad_arguments_exit_2_before_touching_the_cluster(kube_api: FakeKubeAPI, run: Any, args: list[str]) -> None:
-    kube_api.put(configuration("hami-webhook", ["Fail"]))
+    kube_api.put(configuration("hami-webhook-pods", ["Fail"]))
     refused = run(*args)
     assert refused.returncode == 2
     assert refused.stderr.startswith("usage: emergency-failure-policy.sh Ignore|Fail")
@@ -156,7 +158,7 @@ def test_reapplying_the_manifests_restores_fail(
 ) -> None:
     """README: after the emergency, `kubectl apply -k` puts the configured failurePolicy back."""
     manifest = tmp_path / "mwc.json"
-    manifest.write_text(json.dumps(one(base, "MutatingWebhookConfiguration", "hami-webhook")))
+    manifest.write_text(json.dumps(one(base, "MutatingWebhookConfiguration", "hami-webhook-pods")))
     kube_api.kubectl("apply", "-f", str(manifest))
     assert run("Ignore").returncode == 0
     assert policies(kube_api) == ["Ignore"]

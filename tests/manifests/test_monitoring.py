@@ -78,7 +78,7 @@ def test_alerts_cover_the_issue_thresholds(monitoring: list[Obj]) -> None:
     assert "> 0.01" in by_name["HamiWebhookErrorRate"]["expr"]
     assert "7 * 86400" in by_name["HamiWebhookCertificateExpiresSoon"]["expr"]
     assert "hami_webhook_quota_feed_synced" in by_name["HamiWebhookQuotaFeedOutOfSync"]["expr"]
-    [hook] = one(monitoring, "MutatingWebhookConfiguration", "hami-webhook")["webhooks"]
+    [hook] = one(monitoring, "MutatingWebhookConfiguration", "hami-webhook-pods")["webhooks"]
     assert f'fail_open_count{{name="{hook["name"]}"}}' in by_name["HamiWebhookFailedOpen"]["expr"]
     for rule in by_name.values():
         assert rule["labels"]["severity"] in ("warning", "critical") and rule["annotations"]["summary"]

@@ -32,7 +32,7 @@ def webhook_container(objects: list[Obj]) -> Obj:
 
 
 def hook(objects: list[Obj]) -> Obj:
-    (only,) = one(objects, "MutatingWebhookConfiguration", "hami-webhook")["webhooks"]
+    (only,) = one(objects, "MutatingWebhookConfiguration", "hami-webhook-pods")["webhooks"]
     return only
 
 
@@ -289,7 +289,7 @@ def test_certgen_job_and_cronjob_create_then_patch(base: list[Obj]) -> None:
         assert (patched.namespace, patched.secret_name, patched.webhook_name) == (
             NAMESPACE,
             "hami-webhook-tls",
-            "hami-webhook",
+            "hami-webhook-pods",
         ), where
     cron = one(base, "CronJob", "hami-webhook-certgen")["spec"]
     assert cron["concurrencyPolicy"] == "Forbid"
@@ -317,7 +317,7 @@ def test_cert_manager_mode_chains_issuers_and_injects_the_ca(rendered: dict[str,
     ca_cert = next(c for c in certificates.values() if c["secretName"] == ca_issuer["ca"]["secretName"])
     assert ca_cert["isCA"] is True and ca_cert["secretName"] == "hami-webhook-tls-ca"
     assert issuers[ca_cert["issuerRef"]["name"]] == {"selfSigned": {}}
-    annotations = one(objects, "MutatingWebhookConfiguration", "hami-webhook")["metadata"]["annotations"]
+    annotations = one(objects, "MutatingWebhookConfiguration", "hami-webhook-pods")["metadata"]["annotations"]
     assert annotations["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/hami-webhook-serving"
 
 
@@ -331,22 +331,31 @@ def test_manual_mode_has_no_certificate_tooling_and_publishes_the_given_ca(
     assert secret["type"] == "kubernetes.io/tls" and set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
     ca = (overlays_dir / "hami-manual" / "ca.crt").read_bytes()
     assert base64.b64decode(secret["data"]["ca.crt"]) == ca
-    for webhook in one(objects, "MutatingWebhookConfiguration", "hami-webhook")["webhooks"]:
+    for webhook in one(objects, "MutatingWebhookConfiguration", "hami-webhook-pods")["webhooks"]:
         assert base64.b64decode(webhook["clientConfig"]["caBundle"]) == ca
 
 
 def test_default_mode_leaves_the_ca_bundle_to_certgen(base: list[Obj]) -> None:
     """No caBundle in the manifests: kubectl apply then never overwrites the one certgen wrote."""
     assert "caBundle" not in hook(base)["clientConfig"]
-    assert "annotations" not in one(base, "MutatingWebhookConfiguration", "hami-webhook")["metadata"]
+    assert "annotations" not in one(base, "MutatingWebhookConfiguration", "hami-webhook-pods")["metadata"]
 
 
-def test_readme_image_overlay_sets_every_image(overlays_dir: Path) -> None:
+def test_readme_production_overlay_sets_the_image_and_the_tls_mode(
+    overlays_dir: Path, rendered: dict[str, list[Obj]]
+) -> None:
+    """The README's overlay for a registry of one's own: every Pod pulls from it, and cert-manager makes the TLS."""
     from tests.manifests.conftest import kustomize, write_overlay
 
-    objects = kustomize(write_overlay(overlays_dir / "hami-image", "hami-image"))
+    objects = kustomize(write_overlay(overlays_dir / "hami-production", "hami-production"))
     images = {c["image"] for pod in pod_specs(objects).values() for c in containers(pod)}
-    assert images == {"registry.example.com/hami-webhook:0.1.0"}
+    assert images == {"registry.example.com/gpu/hami-webhook:0.1.0"}
+    assert "Deployment/hami-webhook" in pod_specs(objects)
+    assert {(o["kind"], o["metadata"]["name"]) for o in objects} == {
+        (o["kind"], o["metadata"]["name"]) for o in rendered["cert-manager"]
+    }, "exactly the cert-manager mode's objects"
+    annotations = one(objects, "MutatingWebhookConfiguration", "hami-webhook-pods")["metadata"]["annotations"]
+    assert annotations["cert-manager.io/inject-ca-from"] == f"{NAMESPACE}/hami-webhook-serving"
 
 
 def test_readme_rollout_overlay_opts_in_and_ignores_failures(overlays_dir: Path) -> None:
@@ -361,4 +370,6 @@ def test_readme_rollout_overlay_opts_in_and_ignores_failures(overlays_dir: Path)
     )
     assert config["failurePolicy"] == "Ignore"
     for version in ("1.30.0", kubernetes_validate.latest_version()):
-        kubernetes_validate.validate(one(objects, "MutatingWebhookConfiguration", "hami-webhook"), version, strict=True)
+        kubernetes_validate.validate(
+            one(objects, "MutatingWebhookConfiguration", "hami-webhook-pods"), version, strict=True
+        )

@@ -20,7 +20,7 @@ import pytest
 from app.devices.config import load_device_config
 from app.devices.registry import build_devices
 from tests.realkube.cluster import RealKube
-from tests.realkube.install import WEBHOOK, Installed
+from tests.realkube.install import CONFIGURATION, WEBHOOK, Installed
 
 VENDOR_RESOURCES = sorted(
     {
@@ -177,7 +177,7 @@ def test_ephemeral_containers_never_reach_the_webhook(any_installed: Installed, 
 def test_conditions_are_served_as_written(any_installed: Installed) -> None:
     """The API server kept every condition (an older one would drop the field silently)."""
     kube = any_installed.kube
-    (hook,) = kube.get("mutatingwebhookconfiguration", "hami-webhook")["webhooks"]
+    (hook,) = kube.get("mutatingwebhookconfiguration", CONFIGURATION)["webhooks"]
     (rendered,) = next(o for o in any_installed.objects if o["kind"] == "MutatingWebhookConfiguration")["webhooks"]
     assert hook["matchConditions"] == rendered["matchConditions"]
     assert re.fullmatch(r"v1\.\d+\.\d+", kube.version)
