@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography import x509
@@ -98,18 +99,39 @@ def serving_certificate(server: WebhookServer) -> x509.Certificate:
     return x509.load_der_x509_certificate(der)
 
 
+def certificate_of(secret: dict[str, Any]) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+
+
+def settled(kube: RealKube) -> dict[str, Any]:
+    """The serving Secret once its certificate, and the caBundle cainjector copies from it, stay the same for
+    3 s (cert-manager is done issuing)."""
+
+    def state() -> tuple[str, str]:
+        secret = kube.get("secret", SECRET, namespace=NAMESPACE)
+        hook = kube.get("mutatingwebhookconfiguration", CONFIGURATION)["webhooks"][0]
+        if base64.b64decode(hook["clientConfig"].get("caBundle", "")) != base64.b64decode(secret["data"]["ca.crt"]):
+            return ("", "")
+        return (secret["data"]["tls.crt"], secret["metadata"]["resourceVersion"])
+
+    def steady() -> bool:
+        before = state()
+        time.sleep(3)
+        return before != ("", "") and state() == before
+
+    kube.wait_for(steady, 90)
+    return kube.get("secret", SECRET, namespace=NAMESPACE)
+
+
 def test_cert_manager_issues_injects_and_renews(kube: RealKube, cert_manager: CertManager, tmp_path: Path) -> None:
     overlay = write_overlay(tmp_path / "hami-cert-manager", "hami-cert-manager")
     applied = kube.kubectl("apply", "-k", str(overlay))
     assert "Warning" not in applied.stderr, applied.stderr
     kube.kubectl("wait", "--for=condition=Ready", "certificate", "--all", "-n", NAMESPACE, "--timeout=120s")
-    secret = kube.get("secret", SECRET, namespace=NAMESPACE)
-    bundle = kube.wait_for(
-        lambda: kube.get("mutatingwebhookconfiguration", CONFIGURATION)["webhooks"][0]["clientConfig"].get("caBundle"),
-        60,
-    )
-    assert base64.b64decode(bundle) == base64.b64decode(secret["data"]["ca.crt"])
-    leaf = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    # cert-manager may issue the serving certificate once more right after install (its CA Issuer turning ready
+    # in between): wait until the Secret and the caBundle agree and stay put for a few seconds.
+    secret = settled(kube)
+    leaf = certificate_of(secret)
     names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
     assert SERVICE_HOST in names
     assert not kube.exists("job", "hami-webhook-certgen", namespace=NAMESPACE)
@@ -120,22 +142,23 @@ def test_cert_manager_issues_injects_and_renews(kube: RealKube, cert_manager: Ce
         body = json.dumps(pod("gpu-", GPU))
         created = kube.kubectl("create", "-n", ns, "-f", "-", "-o", "json", stdin=body)
         assert json.loads(created.stdout)["spec"]["schedulerName"] == "hami-scheduler"
-        first = serving_certificate(server)
-        assert first.serial_number == leaf.serial_number
+        assert serving_certificate(server).serial_number == leaf.serial_number
 
         # Renew as `cmctl renew` does: an Issuing condition on the Certificate's status. cert-manager writes a
         # new key pair into the Secret; the kubelet (here: sync()) updates the mounted files; the webhook
         # reloads them. Device Pods are created all along, and every one is admitted.
+        revision = kube.get("certificate", SERVING, namespace=NAMESPACE)["status"]["revision"]
         issuing = {"type": "Issuing", "status": "True", "reason": "ManuallyTriggered", "message": "test"}
         kube.kubectl(
             "patch", "certificate", SERVING, "-n", NAMESPACE, "--subresource=status", "--type=json",
             "-p", json.dumps([{"op": "add", "path": "/status/conditions/-", "value": issuing}]),
         )  # fmt: skip
-        renewed = kube.wait_for(
-            lambda: kube.get("secret", SECRET, namespace=NAMESPACE)["data"]["tls.crt"] != secret["data"]["tls.crt"], 60
+        kube.wait_for(
+            lambda: kube.get("certificate", SERVING, namespace=NAMESPACE)["status"]["revision"] > revision, 60
         )
-        assert renewed
-        deadline, refused, made = time.monotonic() + 30, [], 0
+        renewed = certificate_of(settled(kube))
+        assert renewed.serial_number != leaf.serial_number
+        deadline, refused, made = time.monotonic() + 60, [], 0
         while time.monotonic() < deadline:
             done = kube.kubectl("create", "-n", ns, "-f", "-", stdin=body, check=False)
             made += 1
@@ -143,10 +166,10 @@ def test_cert_manager_issues_injects_and_renews(kube: RealKube, cert_manager: Ce
                 refused.append(done.stderr)
             if made == 1:
                 server.ctr.sync(kube)  # the first Pod before the files change, the others until the reload
-            elif serving_certificate(server).serial_number != first.serial_number:
+            elif serving_certificate(server).serial_number == renewed.serial_number:
                 break
             time.sleep(0.5)
-        assert serving_certificate(server).serial_number != first.serial_number, "the webhook did not reload"
+        assert serving_certificate(server).serial_number == renewed.serial_number, "the webhook did not reload"
         assert refused == [] and made >= 2
         created = kube.kubectl("create", "-n", ns, "-f", "-", "-o", "json", stdin=body)
         assert json.loads(created.stdout)["spec"]["schedulerName"] == "hami-scheduler"
