@@ -311,7 +311,8 @@ class RealKube:
         try:
             self._get(f"{self.url}{path}", ADMIN_TOKEN)
             return True
-        except urllib.error.HTTPError:
+        except urllib.error.HTTPError as exc:
+            exc.close()  # it holds the response, and with it the connection
             return False
 
     def _wait(self, url: str, timeout: float, *, ok: Callable[[str], bool], token: str | None = None) -> None:
