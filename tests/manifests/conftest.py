@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from certgen.pki import write_local
-from tests.kubeapi.server import kubectl_binary
+from tests.realkube.cluster import kubectl_binary
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"

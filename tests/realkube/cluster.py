@@ -131,6 +131,12 @@ class RealKube:
         return self.run_dir / "apiserver-ca.crt"
 
     @property
+    def serving_pair(self) -> tuple[Path, Path]:
+        """The API server's serving certificate (the leaf, then the self-signed CA `ca_path` holds) and key."""
+        serving = self.run_dir / "certs" / "serving"
+        return serving / "apiserver.crt", serving / "apiserver.key"
+
+    @property
     def minor(self) -> int:
         return int(self.version.split(".")[1])
 
@@ -344,17 +350,15 @@ class RealKube:
 
     def _write_kubeconfig(self) -> None:
         # The self-signed serving certificate file holds the leaf, then the CA that signed it.
-        pem = (self.run_dir / "certs" / "serving" / "apiserver.crt").read_text()
+        pem = self.serving_pair[0].read_text()
         blocks = [b + "-----END CERTIFICATE-----\n" for b in pem.split("-----END CERTIFICATE-----") if b.strip()]
         self.ca_path.write_text(blocks[-1].lstrip())
         Path(self.kubeconfig_path).write_text(kubeconfig(self.url, self.ca_path, ADMIN_TOKEN))
 
 
-def kubeconfig(url: str, ca: Path | None, token: str) -> str:
-    """A kubeconfig for `url` with a bearer `token` (`ca` None: a plain-HTTP server such as tests' proxies)."""
-    cluster: dict[str, Any] = {"server": url}
-    if ca is not None:
-        cluster["certificate-authority"] = str(ca)
+def kubeconfig(url: str, ca: Path, token: str) -> str:
+    """A kubeconfig for `url`, trusting the CA in file `ca`, with a bearer `token`."""
+    cluster = {"server": url, "certificate-authority": str(ca)}
     return json.dumps(
         {
             "apiVersion": "v1",
