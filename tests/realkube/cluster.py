@@ -253,6 +253,11 @@ class RealKube:
         scope = ["-n", namespace] if namespace else []
         return json.loads(self.kubectl("get", *what, *scope, "-o", "json").stdout)  # type: ignore[no-any-return]
 
+    def read(self, path: str) -> dict[str, Any]:
+        """GET `path` (e.g. "/api/v1/namespaces") as admin, straight over HTTPS: for per-test bookkeeping,
+        where a kubectl process each time would cost more than the test."""
+        return json.loads(self._get(f"{self.url}{path}", ADMIN_TOKEN))  # type: ignore[no-any-return]
+
     def exists(self, *what: str, namespace: str | None = None) -> bool:
         scope = ["-n", namespace] if namespace else []
         return self.kubectl("get", *what, *scope, "-o", "name", "--ignore-not-found", check=False).stdout.strip() != ""

@@ -104,6 +104,7 @@ class FaultyProxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out in two writes: no delayed-ACK stall between
             upstream: http.client.HTTPSConnection | None = None
 
             def log_message(self, format: str, *args: object) -> None:
