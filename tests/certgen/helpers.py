@@ -20,7 +20,6 @@ from kubernetes.client.exceptions import ApiException
 from certgen import pki
 from tests.realkube.cluster import RealKube
 from tests.realkube.faults import FaultyProxy
-from tests.realkube.install import token
 
 SECRET = "hami-webhook-tls"
 CA_SECRET = "hami-webhook-tls-ca"
@@ -261,31 +260,6 @@ def webhook(name: str, **extra: Any) -> Obj:
         "objectSelector": {"matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]},
     }
     return entry | extra
-
-
-def account_kubeconfig(cluster: Cluster, path: Path, *grants: str) -> str:
-    """A kubeconfig for a new ServiceAccount of the test's namespace that may do only `grants` (`kubectl create
-    role` arguments: "--verb=get", "--resource=secrets"), so that a 403 comes from the real RBAC authorizer."""
-    kube, ns, account = cluster.kube, cluster.namespace, "certgen"
-    kube.kubectl("create", "serviceaccount", account, "-n", ns)
-    if grants:
-        user = f"system:serviceaccount:{ns}:{account}"
-        kube.kubectl("create", "role", account, "-n", ns, *grants)
-        kube.kubectl(
-            "create", "rolebinding", account, "-n", ns, f"--role={account}", f"--serviceaccount={ns}:{account}"
-        )
-        # The authorizer learns of new bindings from a watch: wait until it allows what was granted.
-        options = dict(grant.removeprefix("--").split("=", 1) for grant in grants)
-        kube.wait_for(
-            lambda: (
-                kube.kubectl(
-                    "auth", "can-i", options["verb"], options["resource"], "-n", ns, f"--as={user}", check=False
-                ).returncode
-                == 0
-            ),
-            30,
-        )
-    return kube.kubeconfig_for(token(kube, account, ns), path)
 
 
 def requests_to(api: FaultyProxy, fragment: str, method: str | None = None) -> list[Any]:

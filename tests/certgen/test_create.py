@@ -18,7 +18,6 @@ from tests.certgen.helpers import (
     SERVICE_HOST,
     Certgen,
     Cluster,
-    account_kubeconfig,
     certs,
     handshake,
     issue,
@@ -342,7 +341,7 @@ def test_forbidden_read_exits_1_with_the_servers_status(
     certgen: Certgen, cluster: Cluster, create: tuple[str, ...], tmp_path: Path
 ) -> None:
     """A ServiceAccount without any grant: the first request, the CA Secret's GET, is refused by RBAC."""
-    kubeconfig = account_kubeconfig(cluster, tmp_path / "no-grant.kubeconfig")
+    kubeconfig = cluster.kube.account(cluster.namespace, "certgen", tmp_path / "no-grant.kubeconfig")
     run = certgen("--log-format", "json", *create, "--kubeconfig", kubeconfig)
     assert run.code == 1
     [error] = [record["msg"] for record in json_lines(run.stderr) if record["level"] == "error"]

@@ -17,7 +17,6 @@ from tests.certgen.helpers import (
     VALIDATING,
     Certgen,
     Cluster,
-    account_kubeconfig,
     issue,
     json_lines,
     read_secret,
@@ -244,7 +243,9 @@ def test_patch_forbidden_read_exits_1(
 ) -> None:
     """A ServiceAccount that may read the Secrets but not the configuration: RBAC refuses the GET."""
     configuration(cluster, [webhook("a.hami.io")])
-    kubeconfig = account_kubeconfig(cluster, tmp_path / "secrets-only.kubeconfig", "--verb=get", "--resource=secrets")
+    kubeconfig = cluster.kube.account(
+        cluster.namespace, "certgen", tmp_path / "secrets-only.kubeconfig", "--verb=get", "--resource=secrets"
+    )
     run = certgen("--log-format", "json", *patch, "--kubeconfig", kubeconfig)
     assert run.code == 1
     [error] = [record["msg"] for record in json_lines(run.stderr) if record["level"] == "error"]

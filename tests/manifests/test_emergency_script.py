@@ -21,7 +21,6 @@ import pytest
 from tests.manifests.conftest import REPO, Obj, one
 from tests.realkube.cluster import RealKube, kubectl_binary
 from tests.realkube.faults import FaultyProxy
-from tests.realkube.install import token
 from tests.support import free_port
 
 SCRIPT = REPO / "scripts" / "emergency-failure-policy.sh"
@@ -153,22 +152,15 @@ def test_missing_configuration_fails_with_kubectls_message(run: Any, unique: str
 @pytest.fixture
 def read_only_user(bare_kube: RealKube, unique: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
     """A ServiceAccount that may read MutatingWebhookConfigurations but not change them: (kubeconfig, user)."""
-    kube, account = bare_kube, "reader"
-    kube.kubectl("create", "namespace", unique)
+    bare_kube.kubectl("create", "namespace", unique)
     try:
-        kube.kubectl("create", "serviceaccount", account, "-n", unique)
-        user = f"system:serviceaccount:{unique}:{account}"
-        kube.kubectl("create", "clusterrole", unique, "--verb=get", "--resource=mutatingwebhookconfigurations")
-        kube.kubectl(
-            "create", "clusterrolebinding", unique, f"--clusterrole={unique}", f"--serviceaccount={unique}:{account}"
-        )
-        # The authorizer learns of new bindings from a watch: wait until it allows the read.
-        can_read = ("auth", "can-i", "get", "mutatingwebhookconfigurations", f"--as={user}")
-        kube.wait_for(lambda: kube.kubectl(*can_read, check=False).returncode == 0, 30)
-        yield kube.kubeconfig_for(token(kube, account, unique), tmp_path / "reader.kubeconfig"), user
+        grants = ("--verb=get", "--resource=mutatingwebhookconfigurations")
+        kubeconfig = bare_kube.account(unique, "reader", tmp_path / "reader.kubeconfig", *grants, cluster_wide=True)
+        yield kubeconfig, f"system:serviceaccount:{unique}:reader"
     finally:
-        kube.kubectl("delete", "--ignore-not-found", f"clusterrolebinding/{unique}", f"clusterrole/{unique}")
-        kube.kubectl("delete", "namespace", unique, "--wait=false")
+        role = f"{unique}-reader"
+        bare_kube.kubectl("delete", "--ignore-not-found", f"clusterrolebinding/{role}", f"clusterrole/{role}")
+        bare_kube.kubectl("delete", "namespace", unique, "--wait=false")
 
 
 def test_forbidden_patch_fails_with_kubectls_message(

@@ -281,6 +281,26 @@ class RealKube:
         path.write_text(kubeconfig(self.url, self.ca_path, token))
         return str(path)
 
+    def account(self, namespace: str, name: str, path: Path, *grants: str, cluster_wide: bool = False) -> str:
+        """A kubeconfig for a new ServiceAccount `namespace/name` that may do only `grants` (`kubectl create role`
+        arguments: "--verb=get", "--resource=secrets"; none: nothing), so a 403 comes from the real RBAC
+        authorizer. The grant is a Role in `namespace`, or with `cluster_wide` a ClusterRole named
+        `namespace-name`, which the caller deletes. Returns once the authorizer allows what was granted."""
+        self.kubectl("create", "serviceaccount", name, "-n", namespace)
+        if grants:
+            role, scope = ("clusterrole", []) if cluster_wide else ("role", ["-n", namespace])
+            role_name = f"{namespace}-{name}" if cluster_wide else name
+            self.kubectl("create", role, role_name, *scope, *grants)
+            account = f"--serviceaccount={namespace}:{name}"
+            self.kubectl("create", f"{role}binding", role_name, *scope, f"--{role}={role_name}", account)
+            # The authorizer learns of new bindings from a watch.
+            options = dict(grant.removeprefix("--").split("=", 1) for grant in grants)
+            user = f"system:serviceaccount:{namespace}:{name}"
+            can = ("auth", "can-i", options["verb"], options["resource"], *scope, f"--as={user}")
+            self.wait_for(lambda: self.kubectl(*can, check=False).returncode == 0, 30)
+        token = self.kubectl("create", "token", name, "-n", namespace).stdout.strip()
+        return self.kubeconfig_for(token, path)
+
     @staticmethod
     def wait_for(condition: Callable[[], object], timeout: float, interval: float = 0.2) -> Any:
         """Poll `condition` until it returns something true; its value, or TimeoutError."""
