@@ -8,7 +8,6 @@ default is the point; the `api` fixture deletes every configuration a test made.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -18,8 +17,8 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from tests.manifests.conftest import REPO, Obj, one
-from tests.realkube.cluster import RealKube, kubectl_binary
+from tests.manifests.conftest import REPO, Obj, create, kubectl_env, one
+from tests.realkube.cluster import RealKube
 from tests.realkube.faults import FaultyProxy
 from tests.support import free_port
 
@@ -54,12 +53,7 @@ def kubeconfig(api: FaultyProxy, tmp_path: Path) -> Path:
 @pytest.fixture
 def run(kubeconfig: Path, tmp_path: Path) -> Any:
     """Run the script with only kubectl (the venv's) added to PATH, as the user of `kubeconfig` unless told."""
-    env = {
-        **os.environ,
-        "PATH": f"{Path(kubectl_binary()).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "KUBECONFIG": str(kubeconfig),
-        "KUBECACHEDIR": str(tmp_path / "kubectl-cache"),
-    }
+    env = kubectl_env(str(kubeconfig), tmp_path / "kubectl-cache")
 
     def run(*args: str, as_user: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -78,11 +72,6 @@ def run(kubeconfig: Path, tmp_path: Path) -> Any:
 def unique() -> str:
     """A name no other test uses, for the configurations and RBAC objects a test makes for itself."""
     return f"emergency-{uuid.uuid4().hex[:8]}"
-
-
-def create(kube: RealKube, obj: Obj) -> Obj:
-    """Create `obj` straight on the server (not through `api`); the stored object."""
-    return json.loads(kube.kubectl("create", "-f", "-", "-o", "json", stdin=json.dumps(obj)).stdout)
 
 
 def policies(kube: RealKube, name: str = DEFAULT) -> list[str]:
