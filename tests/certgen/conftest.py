@@ -1,50 +1,81 @@
-"""Fixtures for certgen tests: the fake API server, a seeded namespace, and an in-process runner."""
+"""Fixtures for certgen tests: the real API server (tests/realkube), a namespace of the test's own, and an
+in-process runner whose requests go through the FaultyProxy `api`."""
 
 from __future__ import annotations
 
 import base64
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from certgen import cli
-from tests.certgen.helpers import NAMESPACE, Certgen, Run
-from tests.kubeapi.server import FakeKubeAPI
+from tests.certgen.helpers import MUTATING, VALIDATING, Certgen, Cluster, Run, namespace
+from tests.realkube.cluster import RealKube
+from tests.realkube.faults import FaultyProxy
+
+
+@pytest.fixture(scope="session")
+def bare_client(bare_kube: RealKube) -> Iterator[client.ApiClient]:
+    """The official client, as admin, straight to `bare_kube` (closed at the end: unclosed pools warn)."""
+    with config.new_client_from_config(config_file=bare_kube.kubeconfig_path) as api_client:
+        yield api_client
 
 
 @pytest.fixture
-def api(kube_api: FakeKubeAPI) -> FakeKubeAPI:
-    """The fake API server with the webhook's namespace."""
-    kube_api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    return kube_api
+def cluster(bare_kube: RealKube, bare_client: client.ApiClient) -> Iterator[Cluster]:
+    """A new namespace and a webhook configuration name no other test uses; both removed afterwards."""
+    suffix = uuid.uuid4().hex[:8]
+    with namespace(bare_client, f"certgen-{suffix}") as name:
+        made = Cluster(bare_kube, bare_client, name, f"hami-webhook-{suffix}")
+        try:
+            yield made
+        finally:
+            for kind in (MUTATING, VALIDATING):
+                try:
+                    made.delete(kind, made.webhook)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
 
 
 @pytest.fixture
-def certgen(api: FakeKubeAPI, capsys: pytest.CaptureFixture[str]) -> Certgen:
-    """Run ``certgen COMMAND ARGS`` in-process against `api` (``--kubeconfig`` added for cluster commands).
+def certgen(
+    api: FaultyProxy, bare_client: client.ApiClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> Certgen:
+    """Run ``certgen COMMAND ARGS`` in-process through `api` (``--kubeconfig`` added for cluster commands that
+    do not name one).
 
     Every run is checked for leaked key material: no PEM key header and no
     Secret value stored on the server may appear in the output.
     """
+    kubeconfig = api.kubeconfig(tmp_path / "proxy.kubeconfig")
 
     def run(*argv: str) -> Run:
         args = list(argv)
         command = next((i for i, arg in enumerate(args) if arg in ("create", "patch", "failure-policy")), None)
-        if command is not None:
-            args[command + 1 : command + 1] = ["--kubeconfig", api.kubeconfig_path]
+        if command is not None and "--kubeconfig" not in args:
+            args[command + 1 : command + 1] = ["--kubeconfig", kubeconfig]
         code = cli.main(args)
         out, err = capsys.readouterr()
         output = out + err
         assert "PRIVATE KEY" not in output
-        for value in _secret_values(api):
+        for value in _secret_values(bare_client):
             assert value[:40] not in output
         return Run(code, err)
 
     return run
 
 
-def _secret_values(api: FakeKubeAPI) -> list[str]:
-    values = []
-    for secret in api.list("v1", "Secret"):
+def _secret_values(api_client: client.ApiClient) -> list[str]:
+    values: list[str] = []
+    raw: Any = client.CoreV1Api(api_client).list_secret_for_all_namespaces(_preload_content=False)
+    for secret in json.loads(raw.data)["items"]:
         for encoded in (secret.get("data") or {}).values():
             values.append(encoded)
             values.extend(

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from certgen import cli
-from tests.certgen.helpers import CA_SECRET, HOSTS, NAMESPACE, SECRET, WEBHOOK, Certgen, json_lines, read_secret
-from tests.kubeapi.server import FakeKubeAPI
+from tests.certgen.helpers import CA_SECRET, HOSTS, SECRET, Certgen, Cluster, json_lines, read_secret
+from tests.realkube.faults import FaultyProxy
 
 REPO = Path(__file__).resolve().parents[2]
+NAMESPACE, WEBHOOK = "hami-system", "hami-webhook"  # for command lines refused before any request
 CREATE = ("create", "--namespace", NAMESPACE, "--secret-name", SECRET)
 PATCH = ("patch", "--namespace", NAMESPACE, "--secret-name", SECRET, "--webhook-name", WEBHOOK)
 
@@ -71,7 +72,7 @@ def test_help_explains_each_command(capsys: pytest.CaptureFixture[str], argv: li
     ],
 )
 def test_usage_errors_exit_2_without_any_request(
-    certgen: Certgen, api: FakeKubeAPI, argv: list[str], message: str
+    certgen: Certgen, api: FaultyProxy, argv: list[str], message: str
 ) -> None:
     run = certgen(*argv)
     assert run.code == 2
@@ -105,18 +106,34 @@ def test_missing_kubeconfig_exits_1(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_kubeconfig_from_the_environment(
-    api: FakeKubeAPI, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    api: FaultyProxy,
+    cluster: Cluster,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.setenv("KUBECONFIG", api.kubeconfig_path)
-    assert cli.main([*CREATE, "--host", HOSTS]) == 0, capsys.readouterr().err
-    assert read_secret(api, CA_SECRET)
+    monkeypatch.setenv("KUBECONFIG", api.kubeconfig(tmp_path / "kubeconfig"))
+    argv = ["create", "--namespace", cluster.namespace, "--secret-name", SECRET, "--host", HOSTS]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert read_secret(cluster, CA_SECRET)
+    assert api.writes(), "through the kubeconfig named by KUBECONFIG"
 
 
-def test_python_dash_m_and_console_script(api: FakeKubeAPI, tmp_path: Path) -> None:
-    env = {**os.environ, "KUBECONFIG": api.kubeconfig_path, "PYTHONPATH": str(REPO)}
+def test_python_dash_m_and_console_script(api: FaultyProxy, cluster: Cluster, tmp_path: Path) -> None:
+    env = {**os.environ, "KUBECONFIG": api.kubeconfig(tmp_path / "kubeconfig"), "PYTHONPATH": str(REPO)}
     env.pop("KUBERNETES_SERVICE_HOST", None)
-    argv = [*CREATE, "--host", HOSTS, "--log-format", "json"]
+    argv = [
+        "create",
+        "--namespace",
+        cluster.namespace,
+        "--secret-name",
+        SECRET,
+        "--host",
+        HOSTS,
+        "--log-format",
+        "json",
+    ]
     done = subprocess.run(
         [sys.executable, "-m", "certgen", *argv], env=env, capture_output=True, text=True, timeout=60, check=False
     )

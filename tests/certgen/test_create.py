@@ -1,4 +1,5 @@
-"""`certgen create` against the fake API server (checklist A1, B13-B19)."""
+"""`certgen create` against the real API server, through the FaultyProxy `api` where a test counts requests or
+needs a fault."""
 
 from __future__ import annotations
 
@@ -13,15 +14,16 @@ from certgen import pki
 from tests.certgen.helpers import (
     CA_SECRET,
     HOSTS,
-    NAMESPACE,
     SECRET,
     SERVICE_HOST,
     Certgen,
+    Cluster,
     certs,
     handshake,
     issue,
     json_lines,
     key_public_bytes,
+    namespace,
     read_secret,
     requests_to,
     secret,
@@ -29,27 +31,35 @@ from tests.certgen.helpers import (
     seed_secrets,
     spki,
 )
-from tests.kubeapi.server import FakeKubeAPI
+from tests.realkube.cluster import RealKube
+from tests.realkube.faults import FaultyProxy
 
 DAY = timedelta(days=1)
-CREATE = ("create", "--namespace", NAMESPACE, "--secret-name", SECRET, "--host", HOSTS)
 
 
-def _snapshot(api: FakeKubeAPI) -> dict[str, dict]:
-    return {name: read_secret(api, name) for name in (SECRET, CA_SECRET)}
+@pytest.fixture
+def create(cluster: Cluster) -> tuple[str, ...]:
+    """`certgen create` for the test's namespace."""
+    return ("create", "--namespace", cluster.namespace, "--secret-name", SECRET, "--host", HOSTS)
 
 
-def test_fresh_create_writes_both_secrets(certgen: Certgen, api: FakeKubeAPI, tmp_path: Path) -> None:
-    run = certgen(*CREATE)
+def _snapshot(cluster: Cluster) -> dict[str, dict]:
+    return {name: read_secret(cluster, name) for name in (SECRET, CA_SECRET)}
+
+
+def test_fresh_create_writes_both_secrets(
+    certgen: Certgen, api: FaultyProxy, cluster: Cluster, create: tuple[str, ...], tmp_path: Path
+) -> None:
+    run = certgen(*create)
     assert run.code == 0, run.stderr
 
-    serving, ca_secret = read_secret(api, SECRET), read_secret(api, CA_SECRET)
+    serving, ca_secret = read_secret(cluster, SECRET), read_secret(cluster, CA_SECRET)
     assert serving["type"] == "kubernetes.io/tls"
     assert sorted(serving["data"]) == ["ca.crt", "tls.crt", "tls.key"]
     assert ca_secret["type"] == "Opaque"
     assert sorted(ca_secret["data"]) == ["ca.crt", "ca.key"]
 
-    data, ca_data = secret_data(api, SECRET), secret_data(api, CA_SECRET)
+    data, ca_data = secret_data(cluster, SECRET), secret_data(cluster, CA_SECRET)
     [ca] = certs(data["ca.crt"])
     assert certs(ca_data["ca.crt"]) == [ca]
     assert key_public_bytes(ca_data["ca.key"]) == spki(ca.public_key())
@@ -65,39 +75,43 @@ def test_fresh_create_writes_both_secrets(certgen: Certgen, api: FakeKubeAPI, tm
     handshake(tmp_path / "tls.crt", tmp_path / "tls.key", data["ca.crt"], SERVICE_HOST)
 
     assert [(r.method, r.path) for r in api.writes()] == [
-        ("POST", f"/api/v1/namespaces/{NAMESPACE}/secrets"),
-        ("POST", f"/api/v1/namespaces/{NAMESPACE}/secrets"),
+        ("POST", f"/api/v1/namespaces/{cluster.namespace}/secrets"),
+        ("POST", f"/api/v1/namespaces/{cluster.namespace}/secrets"),
     ]
     assert run.has("issued new CA", 'reason="no CA certificate and key stored"')
     assert run.has("created Secret", f"name={SECRET}", "type=kubernetes.io/tls")
     assert run.has("created Secret", f"name={CA_SECRET}", "type=Opaque")
 
 
-def test_second_run_changes_nothing(certgen: Certgen, api: FakeKubeAPI) -> None:
-    assert certgen(*CREATE).code == 0
-    before, writes = _snapshot(api), len(api.writes())
+def test_second_run_changes_nothing(
+    certgen: Certgen, api: FaultyProxy, cluster: Cluster, create: tuple[str, ...]
+) -> None:
+    assert certgen(*create).code == 0
+    before, writes = _snapshot(cluster), len(api.writes())
 
-    run = certgen(*CREATE)
+    run = certgen(*create)
     assert run.code == 0
-    assert _snapshot(api) == before, "byte-identical Secrets, same resourceVersion"
+    assert _snapshot(cluster) == before, "byte-identical Secrets, same resourceVersion"
     assert len(api.writes()) == writes, "no write request"
     assert run.has("Secret unchanged", f"name={SECRET}") and run.has("Secret unchanged", f"name={CA_SECRET}")
     assert run.has("CA still valid, kept") and run.has("serving certificate still valid, kept")
 
 
-def test_expiring_leaf_is_reissued_with_the_same_ca(certgen: Certgen, api: FakeKubeAPI) -> None:
+def test_expiring_leaf_is_reissued_with_the_same_ca(
+    certgen: Certgen, api: FaultyProxy, cluster: Cluster, create: tuple[str, ...]
+) -> None:
     old = issue(HOSTS, now=datetime.now(UTC) - 340 * DAY)  # expires in ~25 days, inside 720h
-    ca_before, serving_before = seed_secrets(api, old)
+    ca_before, serving_before = seed_secrets(cluster, old)
 
-    run = certgen(*CREATE)
+    run = certgen(*create)
     assert run.code == 0, run.stderr
-    data = secret_data(api)
+    data = secret_data(cluster)
     assert data["ca.crt"] == old.bundle, "caBundle stays valid without a re-patch"
     assert data["tls.crt"] != old.cert and data["tls.key"] != old.key
     [leaf] = certs(data["tls.crt"])
     leaf.verify_directly_issued_by(certs(old.ca_cert)[0])
     assert leaf.not_valid_after_utc > datetime.now(UTC) + 360 * DAY
-    assert read_secret(api, CA_SECRET) == ca_before
+    assert read_secret(cluster, CA_SECRET) == ca_before
     [put] = api.writes()
     assert put.method == "PUT" and put.path.endswith(f"/secrets/{SECRET}")
     assert put.json()["metadata"]["resourceVersion"] == serving_before["metadata"]["resourceVersion"]
@@ -115,14 +129,14 @@ def test_expiring_leaf_is_reissued_with_the_same_ca(certgen: Certgen, api: FakeK
     ids=["name-added", "ip-removed", "ipv6-added"],
 )
 def test_changed_hosts_reissue_the_leaf(
-    certgen: Certgen, api: FakeKubeAPI, hosts: str, dns: list[str], ips: int
+    certgen: Certgen, cluster: Cluster, create: tuple[str, ...], hosts: str, dns: list[str], ips: int
 ) -> None:
-    assert certgen(*CREATE).code == 0
-    ca_before = secret_data(api)["ca.crt"]
+    assert certgen(*create).code == 0
+    ca_before = secret_data(cluster)["ca.crt"]
 
-    run = certgen("create", "--namespace", NAMESPACE, "--secret-name", SECRET, "--host", hosts)
+    run = certgen("create", "--namespace", cluster.namespace, "--secret-name", SECRET, "--host", hosts)
     assert run.code == 0, run.stderr
-    data = secret_data(api)
+    data = secret_data(cluster)
     assert data["ca.crt"] == ca_before
     san = certs(data["tls.crt"])[0].extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert san.get_values_for_type(x509.DNSName) == dns
@@ -130,15 +144,17 @@ def test_changed_hosts_reissue_the_leaf(
     assert run.has("issued serving certificate", "hosts changed")
 
 
-def test_expiring_ca_is_rotated_with_an_overlap_bundle(certgen: Certgen, api: FakeKubeAPI, tmp_path: Path) -> None:
+def test_expiring_ca_is_rotated_with_an_overlap_bundle(
+    certgen: Certgen, cluster: Cluster, create: tuple[str, ...], tmp_path: Path
+) -> None:
     now = datetime.now(UTC)
     old = issue(HOSTS, now=now - timedelta(hours=87600) + 10 * DAY)  # CA expires in ~10 days
     [old_ca] = certs(old.ca_cert)
-    seed_secrets(api, old)
+    seed_secrets(cluster, old)
 
-    run = certgen(*CREATE)
+    run = certgen(*create)
     assert run.code == 0, run.stderr
-    data, ca_data = secret_data(api), secret_data(api, CA_SECRET)
+    data, ca_data = secret_data(cluster), secret_data(cluster, CA_SECRET)
     [new_ca] = certs(ca_data["ca.crt"])
     assert new_ca != old_ca and new_ca.not_valid_after_utc > now + 3600 * DAY
     assert certs(data["ca.crt"]) == [new_ca, old_ca], "new CA first, previous CA kept for the overlap"
@@ -150,9 +166,9 @@ def test_expiring_ca_is_rotated_with_an_overlap_bundle(certgen: Certgen, api: Fa
     (tmp_path / "tls.key").write_bytes(data["tls.key"])
     handshake(tmp_path / "tls.crt", tmp_path / "tls.key", data["ca.crt"], SERVICE_HOST)
 
-    before = _snapshot(api)
-    assert certgen(*CREATE).code == 0
-    assert _snapshot(api) == before, "the rotated state is stable"
+    before = _snapshot(cluster)
+    assert certgen(*create).code == 0
+    assert _snapshot(cluster) == before, "the rotated state is stable"
 
 
 GOOD = issue(HOSTS, now=datetime.now(UTC) - DAY)
@@ -172,19 +188,21 @@ GOOD = issue(HOSTS, now=datetime.now(UTC) - DAY)
 )
 def test_malformed_serving_secret_is_repaired(
     certgen: Certgen,
-    api: FakeKubeAPI,
+    api: FaultyProxy,
+    cluster: Cluster,
+    create: tuple[str, ...],
     serving: dict[str, bytes],
     secret_type: str,
     keeps_ca: bool,
     reason: str | None,
 ) -> None:
-    seed_secrets(api, GOOD, serving=serving, secret_type=secret_type)
+    seed_secrets(cluster, GOOD, serving=serving, secret_type=secret_type)
 
-    run = certgen(*CREATE)
+    run = certgen(*create)
     assert run.code == 0, run.stderr
-    stored = read_secret(api)
+    stored = read_secret(cluster)
     assert stored["type"] == "kubernetes.io/tls"
-    data = secret_data(api)
+    data = secret_data(cluster)
     assert sorted(data) == ["ca.crt", "tls.crt", "tls.key"]
     assert data["ca.crt"] == GOOD.bundle
     certs(data["tls.crt"])[0].verify_directly_issued_by(certs(GOOD.ca_cert)[0])
@@ -199,46 +217,50 @@ def test_malformed_serving_secret_is_repaired(
         assert run.has("deleted Secret to recreate it", "type Opaque is immutable")
     else:
         assert not requests_to(api, "/secrets", "DELETE")
-    assert certgen(*CREATE).code == 0
-    assert read_secret(api) == stored
+    assert certgen(*create).code == 0
+    assert read_secret(cluster) == stored
 
 
-def test_migrates_a_kube_webhook_certgen_secret(certgen: Certgen, api: FakeKubeAPI) -> None:
+def test_migrates_a_kube_webhook_certgen_secret(
+    certgen: Certgen, api: FaultyProxy, cluster: Cluster, create: tuple[str, ...]
+) -> None:
     """Opaque with ca/cert/key and no CA key anywhere: new CA, old CA trusted for the overlap."""
     jet = issue(HOSTS, now=datetime.now(UTC) - 400 * DAY)
     old = secret(SECRET, {"ca": jet.ca_cert, "cert": jet.cert, "key": jet.key}, "Opaque")
     old["metadata"]["labels"] = {"app": "hami"}
-    old = api.put(old)
+    old = cluster.create(old)
 
-    run = certgen(*CREATE)
+    run = certgen(*create)
     assert run.code == 0, run.stderr
     [delete] = requests_to(api, f"/secrets/{SECRET}", "DELETE")
     assert delete.json()["preconditions"] == {
         "uid": old["metadata"]["uid"],
         "resourceVersion": old["metadata"]["resourceVersion"],
     }
-    migrated = read_secret(api)
+    migrated = read_secret(cluster)
     assert migrated["type"] == "kubernetes.io/tls" and migrated["metadata"]["uid"] != old["metadata"]["uid"]
     assert migrated["metadata"]["labels"] == {"app": "hami"}, "labels survive the re-creation"
-    [new_ca] = certs(secret_data(api, CA_SECRET)["ca.crt"])
-    assert certs(secret_data(api)["ca.crt"]) == [new_ca, certs(jet.ca_cert)[0]]
+    [new_ca] = certs(secret_data(cluster, CA_SECRET)["ca.crt"])
+    assert certs(secret_data(cluster)["ca.crt"]) == [new_ca, certs(jet.ca_cert)[0]]
     assert run.has("deleted Secret to recreate it", "type Opaque is immutable and must be kubernetes.io/tls")
 
 
-def test_lost_ca_secret_is_replaced_and_the_old_ca_kept_in_the_bundle(certgen: Certgen, api: FakeKubeAPI) -> None:
-    seed_secrets(api, GOOD)
-    api.delete("v1", "Secret", CA_SECRET, NAMESPACE)
+def test_lost_ca_secret_is_replaced_and_the_old_ca_kept_in_the_bundle(
+    certgen: Certgen, cluster: Cluster, create: tuple[str, ...]
+) -> None:
+    seed_secrets(cluster, GOOD)
+    cluster.delete("Secret", CA_SECRET)
 
-    run = certgen(*CREATE)
+    run = certgen(*create)
     assert run.code == 0, run.stderr
-    [new_ca] = certs(secret_data(api, CA_SECRET)["ca.crt"])
-    assert certs(secret_data(api)["ca.crt"]) == [new_ca, certs(GOOD.ca_cert)[0]]
+    [new_ca] = certs(secret_data(cluster, CA_SECRET)["ca.crt"])
+    assert certs(secret_data(cluster)["ca.crt"]) == [new_ca, certs(GOOD.ca_cert)[0]]
     assert run.has("issued serving certificate", "the CA was re-issued")
 
 
-def test_custom_names_and_key_type(certgen: Certgen, api: FakeKubeAPI) -> None:
+def test_custom_names_and_key_type(certgen: Certgen, cluster: Cluster, create: tuple[str, ...]) -> None:
     run = certgen(
-        *CREATE,
+        *create,
         "--ca-secret-name",
         "my-ca",
         "--cert-name",
@@ -255,77 +277,111 @@ def test_custom_names_and_key_type(certgen: Certgen, api: FakeKubeAPI) -> None:
         "10d",
     )
     assert run.code == 0, run.stderr
-    serving = read_secret(api)
+    serving = read_secret(cluster)
     assert serving["type"] == "Opaque", "kubernetes.io/tls requires tls.crt and tls.key"
-    data = secret_data(api)
+    data = secret_data(cluster)
     assert sorted(data) == ["ca", "cert", "key"]
     [leaf] = certs(data["cert"])
     assert pki.KeyType.of(leaf.public_key()) is pki.KeyType.RSA_3072
     assert leaf.not_valid_after_utc - leaf.not_valid_before_utc == 90 * DAY
-    assert sorted(secret_data(api, "my-ca")) == ["ca.crt", "ca.key"]
+    assert sorted(secret_data(cluster, "my-ca")) == ["ca.crt", "ca.key"]
 
 
-def test_concurrent_update_is_reread_not_overwritten(certgen: Certgen, api: FakeKubeAPI) -> None:
+def test_concurrent_update_is_reread_not_overwritten(
+    certgen: Certgen, api: FaultyProxy, cluster: Cluster, create: tuple[str, ...]
+) -> None:
     """A 409 on the PUT makes certgen read again; the other writer's change survives."""
-    seed_secrets(api, issue(HOSTS, now=datetime.now(UTC) - 340 * DAY))
+    seed_secrets(cluster, issue(HOSTS, now=datetime.now(UTC) - 340 * DAY))
 
-    def someone_else_labels_it(server: FakeKubeAPI) -> None:
-        current = read_secret(server)
+    def someone_else_labels_it(_: RealKube) -> None:
+        current = read_secret(cluster)
         current["metadata"].setdefault("labels", {})["team"] = "gpu"
-        server.put(current)
+        cluster.replace(current)
 
     api.before("PUT", f"/secrets/{SECRET}$", someone_else_labels_it)
-    run = certgen(*CREATE)
+    run = certgen(*create)
     assert run.code == 0, run.stderr
     puts = requests_to(api, f"/secrets/{SECRET}", "PUT")
     assert len(puts) == 2
-    assert read_secret(api)["metadata"]["labels"] == {"team": "gpu"}
+    assert read_secret(cluster)["metadata"]["labels"] == {"team": "gpu"}
     assert run.has("concurrent change, reading again", "409")
-    certs(secret_data(api)["tls.crt"])[0].verify_directly_issued_by(certs(secret_data(api, CA_SECRET)["ca.crt"])[0])
+    certs(secret_data(cluster)["tls.crt"])[0].verify_directly_issued_by(
+        certs(secret_data(cluster, CA_SECRET)["ca.crt"])[0]
+    )
 
 
-def test_losing_a_create_race_rereads_and_keeps_the_winner(certgen: Certgen, api: FakeKubeAPI) -> None:
+def test_losing_a_create_race_rereads_and_keeps_the_winner(
+    certgen: Certgen, api: FaultyProxy, cluster: Cluster, create: tuple[str, ...]
+) -> None:
     winner = issue(HOSTS, now=datetime.now(UTC))
-    api.before("POST", "/secrets$", lambda server: seed_secrets(server, winner))
 
-    run = certgen(*CREATE)
+    def the_winner_writes_first(_: RealKube) -> None:
+        seed_secrets(cluster, winner)
+
+    api.before("POST", "/secrets$", the_winner_writes_first)
+
+    run = certgen(*create)
     assert run.code == 0, run.stderr
-    assert secret_data(api, CA_SECRET) == {"ca.crt": winner.ca_cert, "ca.key": winner.ca_key}
-    assert secret_data(api)["tls.crt"] == winner.cert
+    assert secret_data(cluster, CA_SECRET) == {"ca.crt": winner.ca_cert, "ca.key": winner.ca_key}
+    assert secret_data(cluster)["tls.crt"] == winner.cert
     assert len(api.writes()) == 1, "only the POST that lost with 409 AlreadyExists"
 
 
-def test_endless_conflicts_give_up_with_exit_1(certgen: Certgen, api: FakeKubeAPI) -> None:
-    seed_secrets(api, issue(HOSTS, now=datetime.now(UTC) - 340 * DAY))
+def test_endless_conflicts_give_up_with_exit_1(
+    certgen: Certgen, api: FaultyProxy, cluster: Cluster, create: tuple[str, ...]
+) -> None:
+    seed_secrets(cluster, issue(HOSTS, now=datetime.now(UTC) - 340 * DAY))
     api.fail_next("PUT", f"/secrets/{SECRET}$", 409, times=5, message="the object has been modified")
-    run = certgen(*CREATE)
+    run = certgen(*create)
     assert run.code == 1
     assert run.has("level=error", "gave up after 5 attempts")
+
+
+def test_forbidden_read_exits_1_with_the_servers_status(
+    certgen: Certgen, cluster: Cluster, create: tuple[str, ...], tmp_path: Path
+) -> None:
+    """A ServiceAccount without any grant: the first request, the CA Secret's GET, is refused by RBAC."""
+    kubeconfig = cluster.kube.account(cluster.namespace, "certgen", tmp_path / "no-grant.kubeconfig")
+    run = certgen("--log-format", "json", *create, "--kubeconfig", kubeconfig)
+    assert run.code == 1
+    [error] = [record["msg"] for record in json_lines(run.stderr) if record["level"] == "error"]
+    ns = cluster.namespace
+    assert error == (
+        f'read Secret {ns}/{CA_SECRET}: HTTP 403 Forbidden: secrets "{CA_SECRET}" is forbidden: User'
+        f' "system:serviceaccount:{ns}:certgen" cannot get resource "secrets" in API group "" in the namespace "{ns}"'
+    )
+    assert "Traceback" not in run.stderr
 
 
 @pytest.mark.parametrize(
     ("method", "path", "status", "expected"),
     [
-        ("GET", f"/secrets/{CA_SECRET}$", 403, "HTTP 403 Forbidden: injected failure"),
         ("POST", "/secrets$", 500, "HTTP 500 InternalError: injected failure"),
         ("PUT", f"/secrets/{SECRET}$", 422, "HTTP 422 Invalid: injected failure"),
     ],
 )
 def test_api_errors_exit_1_with_status(
-    certgen: Certgen, api: FakeKubeAPI, method: str, path: str, status: int, expected: str
+    certgen: Certgen,
+    api: FaultyProxy,
+    cluster: Cluster,
+    create: tuple[str, ...],
+    method: str,
+    path: str,
+    status: int,
+    expected: str,
 ) -> None:
     if method == "PUT":
-        seed_secrets(api, issue(HOSTS, now=datetime.now(UTC) - 340 * DAY))
-    api.fail_next(method, path, status)
-    run = certgen(*CREATE)
+        seed_secrets(cluster, issue(HOSTS, now=datetime.now(UTC) - 340 * DAY))
+    api.fail_next(method, path, status, message="injected failure")
+    run = certgen(*create)
     assert run.code == 1
     [error] = [line for line in run.lines if "level=error" in line]
     assert expected in error
     assert "Traceback" not in run.stderr
 
 
-def test_json_log_format(certgen: Certgen) -> None:
-    run = certgen("--log-format", "json", *CREATE)
+def test_json_log_format(certgen: Certgen, create: tuple[str, ...]) -> None:
+    run = certgen("--log-format", "json", *create)
     assert run.code == 0
     records = json_lines(run.stderr)
     assert {r["level"] for r in records} == {"info"}
@@ -334,7 +390,10 @@ def test_json_log_format(certgen: Certgen) -> None:
     assert all(set(r) >= {"time", "level", "msg"} for r in records)
 
 
-def test_existing_secret_of_another_namespace_is_not_touched(certgen: Certgen, api: FakeKubeAPI) -> None:
-    other = api.put(secret(SECRET, {"x": b"y"}, "Opaque") | {"metadata": {"name": SECRET, "namespace": "default"}})
-    assert certgen(*CREATE).code == 0
-    assert api.get("v1", "Secret", SECRET, "default") == other
+def test_existing_secret_of_another_namespace_is_not_touched(
+    certgen: Certgen, cluster: Cluster, create: tuple[str, ...]
+) -> None:
+    with namespace(cluster.client, f"{cluster.namespace}-other") as elsewhere:
+        other = cluster.create(secret(SECRET, {"x": b"y"}, "Opaque", namespace=elsewhere))
+        assert certgen(*create).code == 0
+        assert cluster.get("Secret", SECRET, elsewhere) == other

@@ -1,9 +1,10 @@
-"""`certgen patch` and `certgen failure-policy` against the fake API server (checklist C20-C29)."""
+"""`certgen patch` and `certgen failure-policy` against the real API server, through the FaultyProxy `api`."""
 
 from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,11 +12,13 @@ import pytest
 from certgen import kube
 from tests.certgen.helpers import (
     HOSTS,
-    NAMESPACE,
+    MUTATING,
     SECRET,
-    WEBHOOK,
+    VALIDATING,
     Certgen,
+    Cluster,
     issue,
+    json_lines,
     read_secret,
     requests_to,
     secret,
@@ -23,25 +26,28 @@ from tests.certgen.helpers import (
     webhook,
     webhook_configuration,
 )
-from tests.kubeapi.server import FakeKubeAPI
+from tests.realkube.cluster import RealKube
+from tests.realkube.faults import FaultyProxy
 
-MWC = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", WEBHOOK)
-VWC = ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", WEBHOOK)
-PATCH = ("patch", "--namespace", NAMESPACE, "--secret-name", SECRET, "--webhook-name", WEBHOOK)
 MATERIAL = issue(HOSTS, now=datetime.now(UTC))
 
 
 @pytest.fixture
-def bundle_b64(api: FakeKubeAPI) -> str:
+def patch(cluster: Cluster) -> tuple[str, ...]:
+    """`certgen patch` for the test's namespace and webhook configuration."""
+    return ("patch", "--namespace", cluster.namespace, "--secret-name", SECRET, "--webhook-name", cluster.webhook)
+
+
+@pytest.fixture
+def bundle_b64(cluster: Cluster) -> str:
     """Seed the Secrets `create` would have written; return the Secret's base64 ``ca.crt``."""
-    seed_secrets(api, MATERIAL)
-    return read_secret(api)["data"]["ca.crt"]
+    seed_secrets(cluster, MATERIAL)
+    return read_secret(cluster)["data"]["ca.crt"]
 
 
-def _config(api: FakeKubeAPI, which: tuple[str, str, str] = MWC) -> dict[str, Any]:
-    stored = api.get(*which)
-    assert stored is not None
-    return stored
+def configuration(cluster: Cluster, webhooks: list[dict[str, Any]], kind: str = MUTATING) -> dict[str, Any]:
+    """Create the test's webhook configuration of `kind` on the server; the stored object."""
+    return cluster.create(webhook_configuration(cluster.webhook, webhooks, kind))
 
 
 def _without(obj: dict[str, Any], *webhook_fields: str) -> dict[str, Any]:
@@ -55,20 +61,21 @@ def _without(obj: dict[str, Any], *webhook_fields: str) -> dict[str, Any]:
     return {**obj, "metadata": meta, "webhooks": webhooks}
 
 
-def test_patch_sets_the_bundle_on_every_webhook(certgen: Certgen, api: FakeKubeAPI, bundle_b64: str) -> None:
-    before = api.put(
-        webhook_configuration(
-            [
-                webhook("vgpu.hami.io", reinvocationPolicy="IfNeeded"),
-                webhook("mlu.hami.io", clientConfig={"url": "https://example.test/webhook", "caBundle": "b2xk"}),
-                webhook("dcu.hami.io", failurePolicy="Ignore", matchPolicy="Exact"),
-            ]
-        )
+def test_patch_sets_the_bundle_on_every_webhook(
+    certgen: Certgen, api: FaultyProxy, cluster: Cluster, patch: tuple[str, ...], bundle_b64: str
+) -> None:
+    before = configuration(
+        cluster,
+        [
+            webhook("vgpu.hami.io", reinvocationPolicy="IfNeeded"),
+            webhook("mlu.hami.io", clientConfig={"url": "https://example.test/webhook", "caBundle": "b2xk"}),
+            webhook("dcu.hami.io", failurePolicy="Ignore", matchPolicy="Exact"),
+        ],
     )
 
-    run = certgen(*PATCH)
+    run = certgen(*patch)
     assert run.code == 0, run.stderr
-    after = _config(api)
+    after = cluster.configuration()
     assert [w["clientConfig"]["caBundle"] for w in after["webhooks"]] == [bundle_b64] * 3
     assert _without(after, "caBundle") == _without(before, "caBundle"), "only caBundle changes"
     assert [w["failurePolicy"] for w in after["webhooks"]] == ["Fail", "Fail", "Ignore"]
@@ -76,7 +83,7 @@ def test_patch_sets_the_bundle_on_every_webhook(certgen: Certgen, api: FakeKubeA
     [put] = api.writes()
     assert (
         put.method == "PUT"
-        and put.path == f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{WEBHOOK}"
+        and put.path == f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{cluster.webhook}"
     )
     assert put.json()["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert not requests_to(api, "validatingwebhookconfigurations")
@@ -88,188 +95,218 @@ def test_patch_sets_the_bundle_on_every_webhook(certgen: Certgen, api: FakeKubeA
         )
         == 3
     )
-    assert run.has("updated MutatingWebhookConfiguration", f"name={WEBHOOK}")
+    assert run.has("updated MutatingWebhookConfiguration", f"name={cluster.webhook}")
 
 
-def test_second_patch_writes_nothing(certgen: Certgen, api: FakeKubeAPI, bundle_b64: str) -> None:
-    api.put(webhook_configuration([webhook("a.hami.io"), webhook("b.hami.io")]))
-    assert certgen(*PATCH).code == 0
-    before, writes = _config(api), len(api.writes())
+def test_second_patch_writes_nothing(
+    certgen: Certgen, api: FaultyProxy, cluster: Cluster, patch: tuple[str, ...], bundle_b64: str
+) -> None:
+    configuration(cluster, [webhook("a.hami.io"), webhook("b.hami.io")])
+    assert certgen(*patch).code == 0
+    before, writes = cluster.configuration(), len(api.writes())
 
-    run = certgen(*PATCH)
+    run = certgen(*patch)
     assert run.code == 0
-    assert _config(api) == before
+    assert cluster.configuration() == before
     assert len(api.writes()) == writes
     assert run.has("already up to date, not written")
 
 
 @pytest.mark.parametrize("policy", ["Fail", "Ignore"])
-def test_patch_failure_policy_is_written(certgen: Certgen, api: FakeKubeAPI, bundle_b64: str, policy: str) -> None:
-    api.put(
-        webhook_configuration(
-            [
-                webhook("a.hami.io", failurePolicy="Fail"),
-                webhook("b.hami.io", failurePolicy="Ignore"),
-                webhook("c.hami.io"),
-            ]
-        )
+def test_patch_failure_policy_is_written(
+    certgen: Certgen, cluster: Cluster, patch: tuple[str, ...], bundle_b64: str, policy: str
+) -> None:
+    configuration(
+        cluster,
+        [
+            webhook("a.hami.io", failurePolicy="Fail"),
+            webhook("b.hami.io", failurePolicy="Ignore"),
+            webhook("c.hami.io"),
+        ],
     )
-    run = certgen(*PATCH, "--patch-failure-policy", policy)
+    run = certgen(*patch, "--patch-failure-policy", policy)
     assert run.code == 0, run.stderr
-    after = _config(api)
+    after = cluster.configuration()
     assert [w["failurePolicy"] for w in after["webhooks"]] == [policy] * 3
     assert {w["clientConfig"]["caBundle"] for w in after["webhooks"]} == {bundle_b64}
     other = "Ignore" if policy == "Fail" else "Fail"
     assert run.has("webhook changed", f'failure_policy="{other} -> {policy}"')
 
 
-def test_patch_waits_until_the_configuration_appears(certgen: Certgen, api: FakeKubeAPI, bundle_b64: str) -> None:
+def test_patch_waits_until_the_configuration_appears(
+    certgen: Certgen, api: FaultyProxy, cluster: Cluster, patch: tuple[str, ...], bundle_b64: str
+) -> None:
     seen = []
 
-    def appear_on_third_get(server: FakeKubeAPI) -> None:
+    def appear_on_third_get(_: RealKube) -> None:
         seen.append(1)
         if len(seen) == 3:
-            server.put(webhook_configuration([webhook("a.hami.io")]))
+            configuration(cluster, [webhook("a.hami.io")])
 
-    api.before("GET", "/mutatingwebhookconfigurations/", appear_on_third_get, times=3)
-    run = certgen(*PATCH, "--timeout", "20s")
+    api.before("GET", f"/mutatingwebhookconfigurations/{cluster.webhook}$", appear_on_third_get, times=3)
+    run = certgen(*patch, "--timeout", "20s")
     assert run.code == 0, run.stderr
     assert len(requests_to(api, "/mutatingwebhookconfigurations/", "GET")) == 3
-    assert _config(api)["webhooks"][0]["clientConfig"]["caBundle"] == bundle_b64
+    assert cluster.configuration()["webhooks"][0]["clientConfig"]["caBundle"] == bundle_b64
     assert run.has("not found yet, waiting")
 
 
 def test_patch_times_out_when_the_configuration_never_appears(
-    certgen: Certgen, api: FakeKubeAPI, bundle_b64: str
+    certgen: Certgen, api: FaultyProxy, cluster: Cluster, patch: tuple[str, ...], bundle_b64: str
 ) -> None:
     started = time.monotonic()
-    run = certgen(*PATCH, "--timeout", "1s")
+    run = certgen(*patch, "--timeout", "1s")
     assert run.code == 1
     assert time.monotonic() - started < 3
-    assert run.has("level=error", f"MutatingWebhookConfiguration '{WEBHOOK}' not found")
+    assert run.has("level=error", f"MutatingWebhookConfiguration '{cluster.webhook}' not found")
     assert not api.writes()
 
 
-def test_patch_validating_only(certgen: Certgen, api: FakeKubeAPI, bundle_b64: str) -> None:
-    api.put(webhook_configuration([webhook("v.hami.io")], kind="ValidatingWebhookConfiguration"))
-    run = certgen(*PATCH, "--patch-mutating=false", "--patch-validating")
+def test_patch_validating_only(
+    certgen: Certgen, api: FaultyProxy, cluster: Cluster, patch: tuple[str, ...], bundle_b64: str
+) -> None:
+    configuration(cluster, [webhook("v.hami.io")], VALIDATING)
+    run = certgen(*patch, "--patch-mutating=false", "--patch-validating")
     assert run.code == 0, run.stderr
-    assert _config(api, VWC)["webhooks"][0]["clientConfig"]["caBundle"] == bundle_b64
+    assert cluster.configuration(VALIDATING)["webhooks"][0]["clientConfig"]["caBundle"] == bundle_b64
     assert not requests_to(api, "mutatingwebhookconfigurations")
 
 
-def test_patch_both_kinds(certgen: Certgen, api: FakeKubeAPI, bundle_b64: str) -> None:
-    api.put(webhook_configuration([webhook("m.hami.io")]))
-    api.put(webhook_configuration([webhook("v.hami.io")], kind="ValidatingWebhookConfiguration"))
-    run = certgen(*PATCH, "--patch-validating=true", "--patch-failure-policy", "Ignore")
+def test_patch_both_kinds(certgen: Certgen, cluster: Cluster, patch: tuple[str, ...], bundle_b64: str) -> None:
+    configuration(cluster, [webhook("m.hami.io")])
+    configuration(cluster, [webhook("v.hami.io")], VALIDATING)
+    run = certgen(*patch, "--patch-validating=true", "--patch-failure-policy", "Ignore")
     assert run.code == 0, run.stderr
-    for which in (MWC, VWC):
-        [entry] = _config(api, which)["webhooks"]
+    for which in (MUTATING, VALIDATING):
+        [entry] = cluster.configuration(which)["webhooks"]
         assert entry["clientConfig"]["caBundle"] == bundle_b64 and entry["failurePolicy"] == "Ignore"
 
 
-def test_patch_rereads_after_a_conflict(certgen: Certgen, api: FakeKubeAPI, bundle_b64: str) -> None:
-    api.put(webhook_configuration([webhook("a.hami.io")]))
+def test_patch_rereads_after_a_conflict(
+    certgen: Certgen, api: FaultyProxy, cluster: Cluster, patch: tuple[str, ...], bundle_b64: str
+) -> None:
+    configuration(cluster, [webhook("a.hami.io")])
 
-    def concurrent_label(server: FakeKubeAPI) -> None:
-        current = _config(server)
+    def concurrent_label(_: RealKube) -> None:
+        current = cluster.configuration()
         current["metadata"]["labels"]["touched"] = "yes"
-        server.put(current)
+        cluster.replace(current)
 
     api.before("PUT", "/mutatingwebhookconfigurations/", concurrent_label)
-    run = certgen(*PATCH)
+    run = certgen(*patch)
     assert run.code == 0, run.stderr
-    after = _config(api)
+    after = cluster.configuration()
     assert after["metadata"]["labels"]["touched"] == "yes", "the concurrent change is not overwritten"
     assert after["webhooks"][0]["clientConfig"]["caBundle"] == bundle_b64
     assert len(requests_to(api, "/mutatingwebhookconfigurations/", "PUT")) == 2
 
 
-def test_patch_reads_the_kube_webhook_certgen_key(certgen: Certgen, api: FakeKubeAPI) -> None:
-    stored = api.put(secret(SECRET, {"ca": MATERIAL.bundle, "cert": MATERIAL.cert, "key": MATERIAL.key}, "Opaque"))
-    api.put(webhook_configuration([webhook("a.hami.io")]))
-    run = certgen(*PATCH)
+def test_patch_reads_the_kube_webhook_certgen_key(certgen: Certgen, cluster: Cluster, patch: tuple[str, ...]) -> None:
+    stored = cluster.create(
+        secret(SECRET, {"ca": MATERIAL.bundle, "cert": MATERIAL.cert, "key": MATERIAL.key}, "Opaque")
+    )
+    configuration(cluster, [webhook("a.hami.io")])
+    run = certgen(*patch)
     assert run.code == 0, run.stderr
-    assert _config(api)["webhooks"][0]["clientConfig"]["caBundle"] == stored["data"]["ca"]
+    assert cluster.configuration()["webhooks"][0]["clientConfig"]["caBundle"] == stored["data"]["ca"]
     assert run.has("using the kube-webhook-certgen CA key", "key=ca")
 
 
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
-        (None, f"Secret {NAMESPACE}/{SECRET} not found"),
+        (None, f"Secret {{namespace}}/{SECRET} not found"),
         ({"tls.crt": MATERIAL.cert}, "has no CA certificate under key 'ca.crt' (keys present: tls.crt)"),
         ({"ca.crt": b"not a certificate"}, "has no CA certificate under key 'ca.crt'"),
     ],
     ids=["secret-missing", "ca-key-missing", "ca-garbage"],
 )
 def test_patch_fails_without_a_ca(
-    certgen: Certgen, api: FakeKubeAPI, data: dict[str, bytes] | None, expected: str
+    certgen: Certgen,
+    api: FaultyProxy,
+    cluster: Cluster,
+    patch: tuple[str, ...],
+    data: dict[str, bytes] | None,
+    expected: str,
 ) -> None:
     if data is not None:
-        api.put(secret(SECRET, data, "Opaque"))
-    api.put(webhook_configuration([webhook("a.hami.io")]))
-    run = certgen(*PATCH)
+        cluster.create(secret(SECRET, data, "Opaque"))
+    configuration(cluster, [webhook("a.hami.io")])
+    run = certgen(*patch)
     assert run.code == 1
-    assert run.has("level=error", expected)
+    assert run.has("level=error", expected.format(namespace=cluster.namespace))
     assert not api.writes()
 
 
-@pytest.mark.parametrize(
-    ("method", "status", "expected"),
-    [("GET", 403, "HTTP 403 Forbidden"), ("PUT", 500, "HTTP 500 InternalError")],
-)
-def test_patch_api_errors_exit_1(
-    certgen: Certgen, api: FakeKubeAPI, bundle_b64: str, method: str, status: int, expected: str
+def test_patch_forbidden_read_exits_1(
+    certgen: Certgen, cluster: Cluster, patch: tuple[str, ...], bundle_b64: str, tmp_path: Path
 ) -> None:
-    api.put(webhook_configuration([webhook("a.hami.io")]))
-    api.fail_next(method, "/mutatingwebhookconfigurations/", status, message="nope")
-    run = certgen(*PATCH)
+    """A ServiceAccount that may read the Secrets but not the configuration: RBAC refuses the GET."""
+    configuration(cluster, [webhook("a.hami.io")])
+    kubeconfig = cluster.kube.account(
+        cluster.namespace, "certgen", tmp_path / "secrets-only.kubeconfig", "--verb=get", "--resource=secrets"
+    )
+    run = certgen("--log-format", "json", *patch, "--kubeconfig", kubeconfig)
     assert run.code == 1
-    assert run.has("level=error", expected, "nope")
+    [error] = [record["msg"] for record in json_lines(run.stderr) if record["level"] == "error"]
+    user = f"system:serviceaccount:{cluster.namespace}:certgen"
+    assert error == (
+        f"read MutatingWebhookConfiguration {cluster.webhook}: HTTP 403 Forbidden: mutatingwebhookconfigurations"
+        f'.admissionregistration.k8s.io "{cluster.webhook}" is forbidden: User "{user}" cannot get resource'
+        ' "mutatingwebhookconfigurations" in API group "admissionregistration.k8s.io" at the cluster scope'
+    )
+
+
+def test_patch_server_error_on_the_write_exits_1(
+    certgen: Certgen, api: FaultyProxy, cluster: Cluster, patch: tuple[str, ...], bundle_b64: str
+) -> None:
+    configuration(cluster, [webhook("a.hami.io")])
+    api.fail_next("PUT", "/mutatingwebhookconfigurations/", 500, message="nope")
+    run = certgen(*patch)
+    assert run.code == 1
+    assert run.has("level=error", "HTTP 500 InternalError", "nope")
 
 
 # --- failure-policy ---------------------------------------------------------------------------
 
 
-def test_failure_policy_flip_and_back(certgen: Certgen, api: FakeKubeAPI) -> None:
-    before = api.put(
-        webhook_configuration(
-            [
-                webhook("a.hami.io", failurePolicy="Fail", clientConfig={"url": "https://x.test/", "caBundle": "Y2E="}),
-                webhook("b.hami.io", failurePolicy="Ignore"),
-            ]
-        )
+def test_failure_policy_flip_and_back(certgen: Certgen, api: FaultyProxy, cluster: Cluster) -> None:
+    before = configuration(
+        cluster,
+        [
+            webhook("a.hami.io", failurePolicy="Fail", clientConfig={"url": "https://x.test/", "caBundle": "Y2E="}),
+            webhook("b.hami.io", failurePolicy="Ignore"),
+        ],
     )
 
-    run = certgen("failure-policy", "Ignore", "--webhook-name", WEBHOOK)
+    run = certgen("failure-policy", "Ignore", "--webhook-name", cluster.webhook)
     assert run.code == 0, run.stderr
-    flipped = _config(api)
+    flipped = cluster.configuration()
     assert [w["failurePolicy"] for w in flipped["webhooks"]] == ["Ignore", "Ignore"]
     assert _without(flipped, "failurePolicy") == _without(before, "failurePolicy"), "caBundle and the rest untouched"
     assert run.has("webhook changed", "webhook=a.hami.io", 'failure_policy="Fail -> Ignore"')
     assert run.has("webhook unchanged", "webhook=b.hami.io", "failure_policy=Ignore")
 
     writes = len(api.writes())
-    again = certgen("failure-policy", "Ignore", "--webhook-name", WEBHOOK)
-    assert again.code == 0 and len(api.writes()) == writes and _config(api) == flipped
+    again = certgen("failure-policy", "Ignore", "--webhook-name", cluster.webhook)
+    assert again.code == 0 and len(api.writes()) == writes and cluster.configuration() == flipped
 
-    back = certgen("failure-policy", "Fail", "--webhook-name", WEBHOOK)
+    back = certgen("failure-policy", "Fail", "--webhook-name", cluster.webhook)
     assert back.code == 0
-    assert [w["failurePolicy"] for w in _config(api)["webhooks"]] == ["Fail", "Fail"]
+    assert [w["failurePolicy"] for w in cluster.configuration()["webhooks"]] == ["Fail", "Fail"]
     assert back.has('failure_policy="Ignore -> Fail"', "webhook=b.hami.io")
 
 
-def test_failure_policy_on_validating_kind(certgen: Certgen, api: FakeKubeAPI) -> None:
-    api.put(webhook_configuration([webhook("v.hami.io")], kind="ValidatingWebhookConfiguration"))
-    run = certgen("failure-policy", "Ignore", "--webhook-name", WEBHOOK, "--kind", "validating")
+def test_failure_policy_on_validating_kind(certgen: Certgen, cluster: Cluster) -> None:
+    configuration(cluster, [webhook("v.hami.io")], VALIDATING)
+    run = certgen("failure-policy", "Ignore", "--webhook-name", cluster.webhook, "--kind", "validating")
     assert run.code == 0
-    assert _config(api, VWC)["webhooks"][0]["failurePolicy"] == "Ignore"
+    assert cluster.configuration(VALIDATING)["webhooks"][0]["failurePolicy"] == "Ignore"
 
 
-def test_failure_policy_missing_configuration_fails_at_once(certgen: Certgen, api: FakeKubeAPI) -> None:
+def test_failure_policy_missing_configuration_fails_at_once(certgen: Certgen, cluster: Cluster) -> None:
     started = time.monotonic()
-    run = certgen("failure-policy", "Ignore", "--webhook-name", WEBHOOK)
+    run = certgen("failure-policy", "Ignore", "--webhook-name", cluster.webhook)
     assert run.code == 1 and time.monotonic() - started < 1
     assert run.has("level=error", "not found")
 

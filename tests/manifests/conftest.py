@@ -6,6 +6,8 @@ so what the README tells an admin to write is exactly what these tests render.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import textwrap
@@ -16,7 +18,7 @@ import pytest
 import yaml
 
 from certgen.pki import write_local
-from tests.kubeapi.server import kubectl_binary
+from tests.realkube.cluster import RealKube, kubectl_binary
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
@@ -112,3 +114,15 @@ def pod_specs(objects: list[Obj]) -> dict[str, Obj]:
 
 def containers(pod: Obj) -> list[Obj]:
     return [*pod.get("initContainers", []), *pod["containers"]]
+
+
+def kubectl_env(kubeconfig: str, cache: Path) -> dict[str, str]:
+    """What the kubectl-only scripts run with: the venv's kubectl first on PATH, `kubeconfig`, and a discovery
+    cache of their own."""
+    path = f"{Path(kubectl_binary()).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    return {**os.environ, "PATH": path, "KUBECONFIG": kubeconfig, "KUBECACHEDIR": str(cache)}
+
+
+def create(kube: RealKube, obj: Obj) -> Obj:
+    """Create `obj` straight on the real server (not through a test's FaultyProxy); the stored object."""
+    return json.loads(kube.kubectl("create", "-f", "-", "-o", "json", stdin=json.dumps(obj)).stdout)

@@ -1,22 +1,27 @@
-"""scripts/migrate-from-hami.sh with the real kubectl against the fake API server: HAMi's configuration is
-switched to our webhook in one patch, or left exactly as it was."""
+"""scripts/migrate-from-hami.sh with the real kubectl against the real API server: HAMi's configuration is
+switched to our webhook in one patch, or left exactly as it was.
+
+The script reaches the server through the FaultyProxy `api`, so a test sees what it sent; the tests set up and
+check the configurations straight on the server. Both names are fixed (HAMi's chart's `hami-webhook`, ours
+`hami-webhook-pods`, which the script knows): the `api` fixture deletes every configuration a test made.
+"""
 
 from __future__ import annotations
 
 import base64
-import copy
 import json
 import os
 import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import pytest
 
 from certgen.kube import desired_webhooks
-from tests.kubeapi import FakeKubeAPI
-from tests.kubeapi.server import kubectl_binary
-from tests.manifests.conftest import MANIFESTS, REPO, Obj, kustomize, one, write_overlay
+from tests.manifests.conftest import MANIFESTS, REPO, Obj, create, kubectl_env, kustomize, one, write_overlay
+from tests.realkube.cluster import RealKube, kubectl_binary
+from tests.realkube.faults import FaultyProxy
 
 SCRIPT = REPO / "scripts" / "migrate-from-hami.sh"
 MWC = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")
@@ -64,13 +69,9 @@ def with_ca(configuration: Obj) -> Obj:
 
 
 @pytest.fixture
-def run(kube_api: FakeKubeAPI, kubeconfig: str, tmp_path: Path) -> Any:
-    env = {
-        **os.environ,
-        "PATH": f"{Path(kubectl_binary()).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "KUBECONFIG": kubeconfig,
-        "KUBECACHEDIR": str(tmp_path / "kubectl-cache"),
-    }
+def run(api: FaultyProxy, tmp_path: Path) -> Any:
+    """Run the script in `tmp_path` (where it writes its backup) through `api`."""
+    env = kubectl_env(api.kubeconfig(tmp_path / "kubeconfig"), tmp_path / "kubectl-cache")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -80,24 +81,25 @@ def run(kube_api: FakeKubeAPI, kubeconfig: str, tmp_path: Path) -> Any:
     return run
 
 
-def webhooks(kube_api: FakeKubeAPI, name: str) -> list[Obj]:
-    stored = kube_api.get(*MWC, name)
-    assert stored is not None
-    return stored["webhooks"]
+def webhooks(kube: RealKube, name: str) -> list[Obj]:
+    return kube.get("mutatingwebhookconfiguration", name)["webhooks"]
+
+
+def patches(api: FaultyProxy) -> list[Any]:
+    return [r for r in api.requests if r.method == "PATCH"]
 
 
 def test_switches_hamis_configuration_to_ours_in_one_patch(
-    kube_api: FakeKubeAPI, run: Any, ours: dict[str, Obj], tmp_path: Path
+    bare_kube: RealKube, api: FaultyProxy, run: Any, ours: dict[str, Obj], tmp_path: Path
 ) -> None:
-    kube_api.put(with_ca(ours["standby"]))
-    original = webhooks(kube_api, "hami-webhook") if kube_api.put(hamis()) else []
+    create(bare_kube, with_ca(ours["standby"]))
+    original = create(bare_kube, hamis())["webhooks"]
     switched = run("hami-webhook")
     assert switched.returncode == 0, switched.stderr
     assert "webhooks vgpu.hami.io -> pods.hami.io" in switched.stdout
-    assert webhooks(kube_api, "hami-webhook") == with_ca(ours["active"])["webhooks"], "ours, without standby"
-    assert webhooks(kube_api, "hami-webhook-pods") == with_ca(ours["standby"])["webhooks"], "ours stays on standby"
-    patches = [r for r in kube_api.requests if r.method == "PATCH"]
-    assert len(patches) == 1, "one write"
+    assert webhooks(bare_kube, "hami-webhook") == with_ca(ours["active"])["webhooks"], "ours, without standby"
+    assert webhooks(bare_kube, "hami-webhook-pods") == with_ca(ours["standby"])["webhooks"], "ours stays on standby"
+    assert len(patches(api)) == 1, "one write"
 
     backup = tmp_path / "hami-webhook.webhooks.json"
     assert json.loads(backup.read_text()) == {"webhooks": original}
@@ -106,14 +108,14 @@ def test_switches_hamis_configuration_to_ours_in_one_patch(
     restored = subprocess.run(
         undo.split(),
         cwd=tmp_path,
-        env={**os.environ, "KUBECONFIG": kube_api.kubeconfig_path, "PATH": str(Path(kubectl_binary()).parent)},
+        env={**os.environ, "KUBECONFIG": bare_kube.kubeconfig_path, "PATH": str(Path(kubectl_binary()).parent)},
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
     assert restored.returncode == 0, restored.stderr
-    assert webhooks(kube_api, "hami-webhook") == original
+    assert webhooks(bare_kube, "hami-webhook") == original
 
     assert run("hami-webhook").returncode == 0, "switched again after the undo"
     assert run("hami-webhook").stdout.endswith("holds pods.hami.io only: nothing to do\n")
@@ -128,13 +130,18 @@ def test_standby_is_one_condition_that_is_never_true(ours: dict[str, Obj]) -> No
     }
 
 
-def test_dry_run_changes_nothing(kube_api: FakeKubeAPI, run: Any, ours: dict[str, Obj], tmp_path: Path) -> None:
-    kube_api.put(with_ca(ours["standby"]))
-    before = webhooks(kube_api, "hami-webhook") if kube_api.put(hamis()) else []
+def test_dry_run_changes_nothing(
+    bare_kube: RealKube, api: FaultyProxy, run: Any, ours: dict[str, Obj], tmp_path: Path
+) -> None:
+    create(bare_kube, with_ca(ours["standby"]))
+    before = create(bare_kube, hamis())
     checked = run("hami-webhook", "--dry-run")
     assert checked.returncode == 0, checked.stderr
     assert "(dry run: nothing changed): webhooks vgpu.hami.io -> pods.hami.io" in checked.stdout
-    assert webhooks(kube_api, "hami-webhook") == before and not list(tmp_path.glob("*.webhooks.json"))
+    after = bare_kube.get("mutatingwebhookconfiguration", "hami-webhook")
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert after["webhooks"] == before["webhooks"] and not list(tmp_path.glob("*.webhooks.json"))
+    assert patches(api) and all(parse_qs(r.query).get("dryRun") == ["All"] for r in patches(api))
 
 
 @pytest.mark.parametrize(
@@ -145,27 +152,32 @@ def test_dry_run_changes_nothing(kube_api: FakeKubeAPI, run: Any, ours: dict[str
     ],
 )
 def test_refuses_and_changes_nothing_when_ours_is_not_ready(
-    kube_api: FakeKubeAPI, run: Any, ours: dict[str, Obj], ours_as: str, message: str
+    bare_kube: RealKube, api: FaultyProxy, run: Any, ours: dict[str, Obj], ours_as: str, message: str
 ) -> None:
-    kube_api.put(ours["standby"] if ours_as == "no-ca" else with_ca(ours["active"]))
-    before = webhooks(kube_api, "hami-webhook") if kube_api.put(hamis()) else []
+    create(bare_kube, ours["standby"] if ours_as == "no-ca" else with_ca(ours["active"]))
+    before = create(bare_kube, hamis())["webhooks"]
     refused = run("hami-webhook")
     assert refused.returncode == 1 and message in refused.stderr
-    assert webhooks(kube_api, "hami-webhook") == before
-    assert not [r for r in kube_api.requests if r.method == "PATCH"]
+    assert webhooks(bare_kube, "hami-webhook") == before
+    assert not patches(api)
 
 
 def test_a_configuration_changed_meanwhile_is_not_half_switched(
-    kube_api: FakeKubeAPI, run: Any, ours: dict[str, Obj]
+    bare_kube: RealKube, api: FaultyProxy, run: Any, ours: dict[str, Obj]
 ) -> None:
-    kube_api.put(with_ca(ours["standby"]))
-    kube_api.put(hamis())
-    edited = copy.deepcopy(hamis())
-    edited["webhooks"][0]["name"] = "vgpu2.hami.io"
-    kube_api.before("PATCH", r"/mutatingwebhookconfigurations/hami-webhook$", lambda api: api.put(edited))
+    create(bare_kube, with_ca(ours["standby"]))
+    create(bare_kube, hamis())
+
+    def renamed(kube: RealKube) -> None:
+        edited = kube.get("mutatingwebhookconfiguration", "hami-webhook")
+        edited["webhooks"][0]["name"] = "vgpu2.hami.io"
+        kube.kubectl("replace", "-f", "-", stdin=json.dumps(edited))
+
+    api.before("PATCH", r"/mutatingwebhookconfigurations/hami-webhook$", renamed)
     refused = run("hami-webhook")
     assert refused.returncode != 0
-    assert [w["name"] for w in webhooks(kube_api, "hami-webhook")] == ["vgpu2.hami.io"]
+    assert "The request is invalid: the server rejected our request due to an error in our request" in refused.stderr
+    assert [w["name"] for w in webhooks(bare_kube, "hami-webhook")] == ["vgpu2.hami.io"]
 
 
 def test_usage_errors(run: Any) -> None:

@@ -131,6 +131,12 @@ class RealKube:
         return self.run_dir / "apiserver-ca.crt"
 
     @property
+    def serving_pair(self) -> tuple[Path, Path]:
+        """The API server's serving certificate (the leaf, then the self-signed CA `ca_path` holds) and key."""
+        serving = self.run_dir / "certs" / "serving"
+        return serving / "apiserver.crt", serving / "apiserver.key"
+
+    @property
     def minor(self) -> int:
         return int(self.version.split(".")[1])
 
@@ -247,6 +253,11 @@ class RealKube:
         scope = ["-n", namespace] if namespace else []
         return json.loads(self.kubectl("get", *what, *scope, "-o", "json").stdout)  # type: ignore[no-any-return]
 
+    def read(self, path: str) -> dict[str, Any]:
+        """GET `path` (e.g. "/api/v1/namespaces") as admin, straight over HTTPS: for per-test bookkeeping,
+        where a kubectl process each time would cost more than the test."""
+        return json.loads(self._get(f"{self.url}{path}", ADMIN_TOKEN))  # type: ignore[no-any-return]
+
     def exists(self, *what: str, namespace: str | None = None) -> bool:
         scope = ["-n", namespace] if namespace else []
         return self.kubectl("get", *what, *scope, "-o", "name", "--ignore-not-found", check=False).stdout.strip() != ""
@@ -269,6 +280,26 @@ class RealKube:
         """A kubeconfig like the admin's that authenticates with `token` (e.g. a ServiceAccount's)."""
         path.write_text(kubeconfig(self.url, self.ca_path, token))
         return str(path)
+
+    def account(self, namespace: str, name: str, path: Path, *grants: str, cluster_wide: bool = False) -> str:
+        """A kubeconfig for a new ServiceAccount `namespace/name` that may do only `grants` (`kubectl create role`
+        arguments: "--verb=get", "--resource=secrets"; none: nothing), so a 403 comes from the real RBAC
+        authorizer. The grant is a Role in `namespace`, or with `cluster_wide` a ClusterRole named
+        `namespace-name`, which the caller deletes. Returns once the authorizer allows what was granted."""
+        self.kubectl("create", "serviceaccount", name, "-n", namespace)
+        if grants:
+            role, scope = ("clusterrole", []) if cluster_wide else ("role", ["-n", namespace])
+            role_name = f"{namespace}-{name}" if cluster_wide else name
+            self.kubectl("create", role, role_name, *scope, *grants)
+            account = f"--serviceaccount={namespace}:{name}"
+            self.kubectl("create", f"{role}binding", role_name, *scope, f"--{role}={role_name}", account)
+            # The authorizer learns of new bindings from a watch.
+            options = dict(grant.removeprefix("--").split("=", 1) for grant in grants)
+            user = f"system:serviceaccount:{namespace}:{name}"
+            can = ("auth", "can-i", options["verb"], options["resource"], *scope, f"--as={user}")
+            self.wait_for(lambda: self.kubectl(*can, check=False).returncode == 0, 30)
+        token = self.kubectl("create", "token", name, "-n", namespace).stdout.strip()
+        return self.kubeconfig_for(token, path)
 
     @staticmethod
     def wait_for(condition: Callable[[], object], timeout: float, interval: float = 0.2) -> Any:
@@ -345,17 +376,15 @@ class RealKube:
 
     def _write_kubeconfig(self) -> None:
         # The self-signed serving certificate file holds the leaf, then the CA that signed it.
-        pem = (self.run_dir / "certs" / "serving" / "apiserver.crt").read_text()
+        pem = self.serving_pair[0].read_text()
         blocks = [b + "-----END CERTIFICATE-----\n" for b in pem.split("-----END CERTIFICATE-----") if b.strip()]
         self.ca_path.write_text(blocks[-1].lstrip())
         Path(self.kubeconfig_path).write_text(kubeconfig(self.url, self.ca_path, ADMIN_TOKEN))
 
 
-def kubeconfig(url: str, ca: Path | None, token: str) -> str:
-    """A kubeconfig for `url` with a bearer `token` (`ca` None: a plain-HTTP server such as tests' proxies)."""
-    cluster: dict[str, Any] = {"server": url}
-    if ca is not None:
-        cluster["certificate-authority"] = str(ca)
+def kubeconfig(url: str, ca: Path, token: str) -> str:
+    """A kubeconfig for `url`, trusting the CA in file `ca`, with a bearer `token`."""
+    cluster = {"server": url, "certificate-authority": str(ca)}
     return json.dumps(
         {
             "apiVersion": "v1",

@@ -3,7 +3,9 @@
 What a test cannot make a healthy API server do on cue — answer 500 or 409 to the next request, let another
 writer slip in between a client's read and its write, drop every watch — this proxy does, and forwards every
 other request to the real server untouched (same path, headers and body; the client's token authenticates
-there). It listens on plain HTTP on 127.0.0.1: clients reach it through `kubeconfig()`.
+there). It listens on 127.0.0.1 with the API server's own serving certificate, so a client trusts it with the
+same CA: over plain HTTP, client-go (kubectl) would send no credentials at all. Clients reach it through
+`kubeconfig()`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from tests.realkube.cluster import ADMIN_TOKEN, RealKube, kubeconfig
@@ -32,6 +35,11 @@ class Request:
     method: str
     path: str  # without the query
     query: str
+    body: bytes = b""
+
+    def json(self) -> Any:
+        """The body as JSON: what the client asked for (a write's resourceVersion, a delete's preconditions)."""
+        return json.loads(self.body)
 
 
 @dataclass
@@ -59,10 +67,10 @@ class FaultyProxy:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"https://127.0.0.1:{self.port}"
 
     def kubeconfig(self, path: Path, token: str = ADMIN_TOKEN) -> str:
-        path.write_text(kubeconfig(self.url, None, token))
+        path.write_text(kubeconfig(self.url, self.kube.ca_path, token))
         return str(path)
 
     def fail_next(self, method: str, path_regex: str, status: int, times: int = 1, message: str = "") -> None:
@@ -96,15 +104,25 @@ class FaultyProxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out in two writes: no delayed-ACK stall between
             upstream: http.client.HTTPSConnection | None = None
 
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
+            def finish(self) -> None:
+                """The client's connection ends: end the upstream one with it (an unclosed TLS socket warns)."""
+                try:
+                    super().finish()
+                finally:
+                    if self.upstream is not None:
+                        self.upstream.close()
+                        self.upstream = None
+
             def _any(self) -> None:
                 parts = urlsplit(self.path)
-                request = Request(self.command, parts.path, parts.query)
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                request = Request(self.command, parts.path, parts.query, body)
                 rule = proxy._take(request)
                 if rule is not None and rule.status:
                     return self._status(rule.status, rule.message)
@@ -165,8 +183,13 @@ class FaultyProxy:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+        serving = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        serving.load_cert_chain(*self.kube.serving_pair)
+        # The handshake happens on the handler's first read, in its own thread, not in the accept loop.
+        self._server.socket = serving.wrap_socket(self._server.socket, server_side=True, do_handshake_on_connect=False)
         self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        # A short poll: stop() waits for the loop to see the shutdown, once per test.
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
 
     def stop(self) -> None:

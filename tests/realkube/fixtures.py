@@ -117,15 +117,20 @@ def bare_kube(clusters: Clusters) -> RealKube:
 @pytest.fixture
 def api(bare_kube: RealKube, tmp_path: Path) -> Iterator[FaultyProxy]:
     """A FaultyProxy in front of `bare_kube`; webhook configurations the test made are deleted after it."""
-    before = set(bare_kube.kubectl("get", "mutatingwebhookconfigurations", "-o", "name").stdout.split())
+    before = _webhook_configurations(bare_kube)
     proxy = FaultyProxy(bare_kube).start()
     try:
         yield proxy
     finally:
         proxy.stop()
-        after = set(bare_kube.kubectl("get", "mutatingwebhookconfigurations", "-o", "name").stdout.split())
-        if after - before:
-            bare_kube.kubectl("delete", "--wait=false", *sorted(after - before))
+        made = _webhook_configurations(bare_kube) - before
+        if made:
+            bare_kube.kubectl("delete", "--wait=false", "mutatingwebhookconfigurations", *sorted(made))
+
+
+def _webhook_configurations(kube: RealKube) -> set[str]:
+    listed = kube.read("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations")
+    return {item["metadata"]["name"] for item in listed["items"]}
 
 
 @pytest.fixture
