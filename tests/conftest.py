@@ -9,6 +9,7 @@ from tests.realkube.fixtures import (  # noqa: F401
     bare_kube,
     clusters,
     installed,
+    namespaces,
     real_kube,
     webhook,
 )

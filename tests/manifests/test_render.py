@@ -73,5 +73,5 @@ def test_the_preview_evaluates_the_webhook_configuration_the_manifests_apply(bas
         conditions = [{**c, "expression": " ".join(c["expression"].split())} for c in hook["matchConditions"]]
         return {**hook, "matchConditions": conditions}
 
-    (rendered,) = one(base, "MutatingWebhookConfiguration", "hami-webhook")["webhooks"]
+    (rendered,) = one(base, "MutatingWebhookConfiguration", "hami-webhook-pods")["webhooks"]
     assert unfolded(load_scope().webhook) == unfolded(rendered)

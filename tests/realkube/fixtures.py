@@ -13,7 +13,8 @@ MutatingWebhookConfigurations it made are deleted, so none is left to block anot
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -131,6 +132,21 @@ def api(bare_kube: RealKube, tmp_path: Path) -> Iterator[FaultyProxy]:
 def _webhook_configurations(kube: RealKube) -> set[str]:
     listed = kube.read("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations")
     return {item["metadata"]["name"] for item in listed["items"]}
+
+
+@pytest.fixture
+def namespaces(installed: Installed) -> Iterator[Callable[[str], str]]:
+    """Make namespaces on the installed cluster, deleted after the test: controllers stop retrying what they
+    were asked for there (a Deployment beyond its quota keeps calling the webhook), so no call outlives its test."""
+    made: list[str] = []
+
+    def make(prefix: str) -> str:
+        made.append(installed.kube.namespace(f"{prefix}-{uuid.uuid4().hex[:8]}"))
+        return made[-1]
+
+    yield make
+    if made:
+        installed.kube.kubectl("delete", "namespace", "--wait=false", *made)
 
 
 @pytest.fixture

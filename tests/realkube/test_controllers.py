@@ -7,7 +7,7 @@ each gets exactly the Pods that fit, and its events carry the webhook's quota me
 from __future__ import annotations
 
 import json
-import uuid
+from collections.abc import Callable
 from typing import Any
 
 from tests.realkube.cluster import RealKube
@@ -57,9 +57,9 @@ def quota(kube: RealKube, ns: str, pods_that_fit: int) -> None:
     kube.kubectl("apply", "-f", "-", stdin=json.dumps(body))
 
 
-def test_a_deployments_pods_are_mutated(installed: Installed) -> None:
+def test_a_deployments_pods_are_mutated(installed: Installed, namespaces: Callable[[str], str]) -> None:
     kube = installed.kube
-    ns = kube.namespace(f"ctl-{uuid.uuid4().hex[:8]}")
+    ns = namespaces("ctl")
     create(kube, ns, deployment("gpu", 3, {"nvidia.com/gpu": "1"}))
     made = kube.wait_for(lambda: len(pods(kube, ns)) == 3 and pods(kube, ns), 60)
     for stored in made:
@@ -68,9 +68,9 @@ def test_a_deployments_pods_are_mutated(installed: Installed) -> None:
         assert stored["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet"
 
 
-def test_a_deployment_beyond_the_quota_gets_what_fits(installed: Installed) -> None:
+def test_a_deployment_beyond_the_quota_gets_what_fits(installed: Installed, namespaces: Callable[[str], str]) -> None:
     kube = installed.kube
-    ns = kube.namespace(f"ctl-{uuid.uuid4().hex[:8]}")
+    ns = namespaces("ctl")
     quota(kube, ns, 2)
     create(kube, ns, deployment("gpu", 5, {"nvidia.com/gpu": "1", MEM: "1000"}))
     denial = f'admission webhook "pods.hami.io" denied the request: exceeding resource quota: namespace {ns} {MEM}'
@@ -79,9 +79,9 @@ def test_a_deployment_beyond_the_quota_gets_what_fits(installed: Installed) -> N
     assert all(p["spec"]["schedulerName"] == "hami-scheduler" for p in pods(kube, ns))
 
 
-def test_a_job_beyond_the_quota_gets_what_fits(installed: Installed) -> None:
+def test_a_job_beyond_the_quota_gets_what_fits(installed: Installed, namespaces: Callable[[str], str]) -> None:
     kube = installed.kube
-    ns = kube.namespace(f"ctl-{uuid.uuid4().hex[:8]}")
+    ns = namespaces("ctl")
     quota(kube, ns, 3)
     create(kube, ns, job("train", 8, {"nvidia.com/gpu": "1", MEM: "1000"}))
     denial = f'admission webhook "pods.hami.io" denied the request: exceeding resource quota: namespace {ns} {MEM}'

@@ -9,7 +9,7 @@ import dataclasses
 import json
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -64,14 +64,16 @@ def test_strict_annotations_refuse_with_the_readme_message(
     assert printed == expected
 
 
-def test_a_deployments_warnings_are_dropped_by_the_controller(installed: Installed) -> None:
+def test_a_deployments_warnings_are_dropped_by_the_controller(
+    installed: Installed, namespaces: Callable[[str], str]
+) -> None:
     """The API server returns warnings to the client that created the Pod: for a Deployment that is the
     ReplicaSet controller, and kube-controller-manager silences every warning (it installs client-go's
     NoWarnings handler). So no event and no controller log line carries them; the Pod is mutated as with
     kubectl, and only the webhook's own review log line (`warnings`) and metric count them. Authors of
     workloads see them with `hami-webhook review` on the manifest."""
     kube = installed.kube
-    ns = kube.namespace(f"warn-{uuid.uuid4().hex[:8]}")
+    ns = namespaces("warn")
     marker = f"hami.io/gpu-schedular-policy-{uuid.uuid4().hex[:6]}"
     ctr = {"name": "cuda", "image": "cuda:12", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
     template = {
