@@ -3,9 +3,9 @@
 The newest end is constraints.txt (scripts/lock.sh), which the image and the rest of the suite run on. The
 oldest end is tested here: a fresh virtualenv gets the package with each declared dependency at its lower
 bound (the constraints are computed from setup.cfg, so they cannot drift from it), then serves a review over
-TLS with quota on against tests/kubeapi, answers /metrics, previews a Pod with the CLI, and runs certgen
-against the API. A lower bound that is too old fails here, as gunicorn 23 did (its gthread worker lacks what
-app/worker.py builds on).
+TLS with quota on against a real kube-apiserver (tests/realkube), answers /metrics, previews a Pod with the
+CLI, and runs certgen against the API. A lower bound that is too old fails here, as gunicorn 23 did (its
+gthread worker lacks what app/worker.py builds on).
 """
 
 from __future__ import annotations
@@ -31,14 +31,16 @@ from packaging.utils import canonicalize_name
 from certgen.pki import LocalFiles
 from tests.app.reviews import admission_review, container, pod
 from tests.app.tlsserver import ROOT, Server, client_context, free_port, stop, wait_ready
-from tests.kubeapi import FakeKubeAPI
+from tests.realkube.cluster import RealKube
 
 
-def requirements() -> list[Requirement]:
-    """setup.cfg's install_requires."""
+def requirements(review: bool = True) -> list[Requirement]:
+    """setup.cfg's install_requires, and its `review` extra (the preview's CEL: the product's, not the tests',
+    though the image does not install it)."""
     parser = configparser.ConfigParser()
     parser.read(ROOT / "setup.cfg")
-    return [Requirement(line) for line in parser["options"]["install_requires"].split("\n") if line.strip()]
+    lines = parser["options"]["install_requires"] + (parser["options.extras_require"]["review"] if review else "")
+    return [Requirement(line) for line in lines.split("\n") if line.strip()]
 
 
 def lower_bounds() -> list[str]:
@@ -61,7 +63,7 @@ def test_the_lock_is_inside_the_declared_ranges() -> None:
         if line and not line.startswith("#")
     )
     pinned = {canonicalize_name(name): version for name, version in pins.items()}
-    outside = {str(r): pinned.get(canonicalize_name(r.name)) for r in requirements()}
+    outside = {str(r): pinned.get(canonicalize_name(r.name)) for r in requirements(review=False)}
     outside = {r: v for r, v in outside.items() if v is None or not Requirement(r).specifier.contains(v)}
     assert not outside, f"constraints.txt is outside setup.cfg (run scripts/lock.sh): {outside}"
 
@@ -108,7 +110,8 @@ def oldest(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv.EnvBuilder(with_pip=False).create(target)
     wheel = next((root / "wheels").glob("hami_webhook-*.whl"))
     python = target / "bin" / "python"
-    run(*pip, "--python", python, "install", "--quiet", "--constraint", root / "lower-bounds.txt", wheel, cwd=root)
+    spec = f"{wheel}[review]"
+    run(*pip, "--python", python, "install", "--quiet", "--constraint", root / "lower-bounds.txt", spec, cwd=root)
     installed = {
         canonicalize_name(p["name"]): p["version"]
         for p in json.loads(run(*pip, "--python", python, "list", "--format=json", cwd=root))
@@ -120,23 +123,17 @@ def oldest(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_oldest_allowed_versions_serve_review_and_make_certificates(
-    oldest: Path, kube_api: FakeKubeAPI, tmp_path: Path
+    oldest: Path, bare_kube: RealKube, tmp_path: Path
 ) -> None:
     bin_dir = oldest / "bin"
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path), "KUBECONFIG": kube_api.kubeconfig_path}
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path), "KUBECONFIG": bare_kube.kubeconfig_path}
     run(bin_dir / "certgen", "local", "--out-dir", tmp_path / "tls", cwd=tmp_path, env=env)
     pki = LocalFiles(*(tmp_path / "tls" / name for name in ("ca.crt", "tls.crt", "tls.key")))
 
-    for name in ("hami-system", "ai"):
-        kube_api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    kube_api.put(
-        {
-            "apiVersion": "v1",
-            "kind": "ResourceQuota",
-            "metadata": {"name": "gpu", "namespace": "ai"},
-            "spec": {"hard": {"nvidia.com/gpu": "2"}},
-        }
-    )
+    suffix = tmp_path.name[-12:].lower().replace("_", "-").strip("-")
+    home, ai = bare_kube.namespace(f"deps-home-{suffix}"), bare_kube.namespace(f"deps-ai-{suffix}")
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpu", "namespace": ai}}
+    bare_kube.kubectl("apply", "-f", "-", stdin=json.dumps(quota | {"spec": {"hard": {"nvidia.com/gpu": "2"}}}))
     port, metrics_port = free_port(), free_port()
     server = Server(
         [str(bin_dir / "hami-webhook"), "serve"],
@@ -148,12 +145,12 @@ def test_oldest_allowed_versions_serve_review_and_make_certificates(
             "HAMI_METRICS_BIND": f"127.0.0.1:{metrics_port}",
             "HAMI_WEBHOOK_WORKERS": "1",
             "HAMI_QUOTA_ENABLED": "true",
-            "HAMI_NAMESPACE": "hami-system",
+            "HAMI_NAMESPACE": home,
         },
     )
     try:
         wait_ready(port, client_context(pki.ca_cert), server, timeout=60)  # ready = quota lists synced
-        review = admission_review(pod(container(limits={"nvidia.com/gpu": "1"}), namespace="ai"), uid="lower-1")
+        review = admission_review(pod(container(limits={"nvidia.com/gpu": "1"}), namespace=ai), uid="lower-1")
         conn = http.client.HTTPSConnection("localhost", port, context=client_context(pki.ca_cert), timeout=20)
         conn.request("POST", "/webhook", json.dumps(review), {"Content-Type": "application/json"})
         reply = conn.getresponse()
@@ -171,7 +168,7 @@ def test_oldest_allowed_versions_serve_review_and_make_certificates(
     patch = json.loads(base64.b64decode(answer["response"]["patch"]))
     assert {"op": "replace", "path": "/spec/schedulerName", "value": "hami-scheduler"} in patch
     assert "hami.io/quota-reservation" in json.dumps(patch), "the quota ledger (a Lease) was written"
-    assert kube_api.get("coordination.k8s.io/v1", "Lease", "hami-quota-ai", "hami-system")
+    assert bare_kube.exists("lease", f"hami-quota-{ai}", namespace=home)
     assert re.search(r'^hami_webhook_decisions_total\{[^}]*outcome="patched"[^}]*\} 1\.0$', scraped, re.M), scraped
 
     manifest = tmp_path / "pod.yaml"
@@ -185,7 +182,7 @@ def test_oldest_allowed_versions_serve_review_and_make_certificates(
         bin_dir / "certgen",
         "create",
         "--namespace",
-        "hami-system",
+        home,
         "--secret-name",
         "hami-webhook-tls",
         "--host",
@@ -193,5 +190,5 @@ def test_oldest_allowed_versions_serve_review_and_make_certificates(
         cwd=tmp_path,
         env=env,
     )
-    secret = kube_api.get("v1", "Secret", "hami-webhook-tls", "hami-system")
-    assert secret and set(secret["data"]) >= {"tls.crt", "tls.key", "ca.crt"}
+    secret = bare_kube.get("secret", "hami-webhook-tls", namespace=home)
+    assert set(secret["data"]) >= {"tls.crt", "tls.key", "ca.crt"}
