@@ -3,15 +3,16 @@
 This module is the event loop only; app.framing decides when a buffered request is complete, what
 body the app is handed, and which status a refused request gets.
 
-Bound to gunicorn 27.0.x (``GUNICORN_TESTED``; tests/app/test_worker.py fails on any other version and
-when a private name below is gone). What it compensates for in gunicorn 27's gthread worker:
+Bound to gunicorn 27 (``GUNICORN_TESTED``, verified with 27.0.0 and 27.0.1; tests/app/test_worker.py
+fails on any other version and when a private name below is gone or changes shape). Under 26.x a bad
+chunk is an OSError to gthread, closed unanswered. What it compensates for in gunicorn 27's gthread:
 
-- A connection gets a thread as soon as its first byte arrives (after at most 5 s of waiting), and
-  the thread then blocks, with no time limit, on the TLS handshake, the headers and the body: a few
-  stalled clients take every thread. Here the event loop does the handshake and buffers the request
-  (non-blocking), and a thread gets the connection only when the whole request is in memory; threads
-  only ever run the app. Bounds: a handshake must finish within HAMI_WEBHOOK_HANDSHAKE_TIMEOUT of
-  accept, a request within HAMI_WEBHOOK_REQUEST_TIMEOUT of its first byte (else 408).
+- A connection takes a thread from accept (waiting up to 5 s for a first byte), and the thread then
+  blocks, with no time limit, on the TLS handshake, the headers and the body: a few stalled clients
+  take every thread. Here the event loop does the handshake and buffers the request (non-blocking),
+  and a thread gets the connection only when the whole request is in memory; threads only ever run
+  the app. Bounds: a handshake must finish within HAMI_WEBHOOK_HANDSHAKE_TIMEOUT of accept, a
+  request within HAMI_WEBHOOK_REQUEST_TIMEOUT of its first byte (else 408).
 - Every TLS connection builds a new SSLContext from the files; here one context per worker, reloaded
   when the mounted pair changes (app.tls).
 - A chunked body streams into the app without a length, so Flask cannot refuse it as too large before
@@ -88,7 +89,7 @@ def error_response(status: int, message: str) -> bytes:
 class Connection(gthread.TConn):
     """A client connection with the bytes read so far and the time by which the current step must finish."""
 
-    def __init__(self, cfg: Any, sock: ssl.SSLSocket, client: Any, server: Any, deadline: float) -> None:
+    def __init__(self, cfg: Any, sock: socket.socket, client: Any, server: Any, deadline: float) -> None:
         super().__init__(cfg, sock, client, server)
         self.deadline = deadline
         self.request = RequestBuffer(head_limit(cfg), MAX_BODY)
