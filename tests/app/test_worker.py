@@ -194,6 +194,9 @@ def answers(worker: WebhookWorker, data: bytes, count: int = 1) -> list[tuple[in
                     break
                 found.append((int(lines[0].split()[1]), headers, json.loads(rest[:length])))
                 received = rest[length:]
+        while conn not in worker.watched:  # the thread's end reaches the loop: kept alive, or draining
+            assert time.monotonic() < deadline, "the connection never came back to the loop"
+            worker.wait_for_and_dispatch_events(timeout=0.05)
         return found
 
 
