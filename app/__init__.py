@@ -1,22 +1,32 @@
-"""hami-webhook: HAMi's mutating admission policy for GPU Pods, as a Flask app."""
+"""hami-webhook: HAMi's mutating admission policy for GPU Pods, as a Flask app.
+
+Importing ``app`` or any module in it is cheap and has no side effect: Flask, the Kubernetes client
+and the settings are loaded by ``create_app``, the factory gunicorn calls in each worker.
+"""
 
 from __future__ import annotations
 
 import atexit
 import logging
+from typing import TYPE_CHECKING
 
-from flask import Flask
+if TYPE_CHECKING:
+    from flask import Flask
 
-from app.http import Webhook, install
-from app.quota import QuotaOff, QuotaPort
-from app.quota.kube import QuotaStartError, open_quota
-from app.settings import Settings
+    from app.quota import QuotaPort
+    from app.settings import Settings
 
 
 def create_app(settings: Settings | None = None, quota: QuotaPort | None = None) -> Flask:
     """The WSGI app. Without arguments (gunicorn's entry, run in each worker after the fork) the settings
     come from the environment and quota from HAMI_QUOTA_ENABLED, with a feed per worker process; with
     settings given, quota defaults to off."""
+    from flask import Flask
+
+    from app.http import Webhook, install
+    from app.quota import QuotaOff
+    from app.settings import Settings
+
     if settings is None:
         settings = Settings.from_env()
         if quota is None:
@@ -27,6 +37,8 @@ def create_app(settings: Settings | None = None, quota: QuotaPort | None = None)
 
 
 def _open_quota(settings: Settings) -> QuotaPort:
+    from app.quota.kube import QuotaStartError, open_quota
+
     try:
         quota = open_quota(settings)
     except QuotaStartError as exc:  # gunicorn halts when a worker fails to boot

@@ -24,6 +24,12 @@ from app.settings import Settings
 from app.untrusted import UntrustedError, json_document
 
 MAX_BODY = 7 * 1024 * 1024
+"""The body limit, here (Flask's MAX_CONTENT_LENGTH) and in app.worker, which frames requests with app.framing.
+
+Under gunicorn the body arrives whole with an exact Content-Length, never chunked; one over this limit
+arrives empty and unread with a Content-Length over it, so ``get_data`` raises RequestEntityTooLarge
+from the header alone (``_too_large``). Reading the body without that check would see it as empty.
+"""
 log = logging.getLogger("hami_webhook.review")
 blueprint = Blueprint("webhook", __name__)
 
