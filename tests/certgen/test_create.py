@@ -1,4 +1,7 @@
-"""`certgen create` against the fake API server (checklist A1, B13-B19)."""
+"""`certgen create` against the fake API server.
+
+Rules: docs/rules.md#certgen-writes-standard-tls-secrets, #certgen-create-changes-only-what-must-change.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""`certgen patch` and `certgen failure-policy` against the fake API server (checklist C20-C29)."""
+"""`certgen patch` and `certgen failure-policy` against the fake API server.
+
+Rules: docs/rules.md#certgen-patch-touches-only-the-cabundle, #the-emergency-switch-sets-every-webhook.
+"""
 
 from __future__ import annotations
 
