@@ -4,7 +4,7 @@ The policy edits copies of only the fields it may touch (container resources and
 env, a few spec fields, annotations); the JSON Patch is then built from those
 edits alone. Diffing the whole Pod with ``jsonpatch.make_patch`` would cost
 milliseconds per review; this costs microseconds and can only ever emit
-operations for what the policy really changed (decision M7).
+operations for what the policy really changed (docs/rules.md#the-patch-holds-only-what-changed).
 
 An edit that the Pod's author should hear about carries a ``Why``; the admission
 warnings are derived, like the patch, by comparing each such field as written with
@@ -38,7 +38,7 @@ class Why:
 
 
 MIRRORED = Why("device requests must equal limits", filled=None, replaced=notices.REQUEST_FROM_LIMIT)
-"""Requests copied from limits (decision M4): a warning only when the author had asked for a different request."""
+"""Requests copied from limits (requests mirror limits): warned only when the author asked for another request."""
 
 
 def _change(where: str, subject: str, before: str | None, after: str, why: Why) -> Notice | None:
@@ -113,14 +113,14 @@ class ContainerEdit:
         return name in self.limits or name in self.requests
 
     def set_limit(self, name: str, amount: int, why: Why) -> None:
-        """Set a limit to a whole number; an equal existing value is kept as written (requests follow: M4)."""
+        """Set a limit to a whole number; an equal existing value is kept as written (requests mirror limits)."""
         current = self.limits.get(name)
         if current is None or quantity.parse(current).whole != amount:
             self.limits[name] = str(amount)
         self._why[("limits", name)] = why
 
     def mirror_request(self, name: str) -> None:
-        """Request exactly the limit (decision M4)."""
+        """Request exactly the limit (docs/rules.md#requests-mirror-limits)."""
         self.requests[name] = self.limits[name]
         self._why[("requests", name)] = MIRRORED
 
@@ -137,7 +137,7 @@ class ContainerEdit:
         return any(isinstance(e, Mapping) and e.get("name") == name for e in self.env)
 
     def set_env(self, name: str, value: str, why: Why) -> None:
-        """Set an env var: replaced in place when present (decision M2), appended otherwise."""
+        """Set an env var: replaced in place when present (env vars are set, not appended), else appended."""
         self._why[("env", name)] = why
         wanted = {"name": name, "value": value}
         env = self.env

@@ -1,8 +1,8 @@
 """HTTP transport: POST /webhook, GET /healthz and /readyz. Thin: all policy lives in review.
 
 Every request gets an answer a person can read: an AdmissionReview when a uid can
-be read from the body (decision P2), otherwise an HTTP error status with a Kubernetes Status
-(a body over the limit too: its uid is never read).
+be read from the body, otherwise an HTTP error status with a Kubernetes Status (a body
+over the limit too: its uid is never read). Rule: docs/rules.md#bad-input-gets-a-clear-answer.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def _webhook(started: float) -> Response:
     else:
         try:
             decision = decide_review(document, hook.settings, hook.quota, uid)
-        except QuotaUnavailable as exc:  # not the Pod's fault: a non-200 lets the failurePolicy decide (Q5)
+        except QuotaUnavailable as exc:  # not the Pod's fault: a non-200 lets failurePolicy decide (quota undecided)
             log.error("quota undecided", extra={"fields": {"uid": uid, "error": str(exc)}})
             return _error(500, f"namespace quota could not be decided: {exc}")
         except Exception:

@@ -1,6 +1,6 @@
 """The admission policy: an AdmissionReview in, an AdmissionReview out. Pure.
 
-The decision flow and its precedence are HAMi's (spec §1.2): no containers, the
+The decision flow and its precedence are HAMi's (docs/rules.md#hamis-decision-flow): no containers, the
 scheduler-name gate, vendor errors, privileged, nodeName, quota. Flask, sockets,
 the clock and the Kubernetes API stay outside; quota is reached through a port
 (whose QuotaUnavailable passes through to the HTTP layer).
@@ -85,7 +85,7 @@ def read_uid(document: Any) -> str:
 
 
 def decide_review(document: Mapping[str, Any], settings: Settings, quota: QuotaPort, uid: str) -> Decision:
-    """Validate the envelope, then decide for a Pod CREATE; anything else passes unchanged (decision P4)."""
+    """Validate the envelope, then decide for a Pod CREATE; else unchanged (only Pod creates are reviewed)."""
     problem = schemas.problems(schemas.REVIEW, document, "")
     if problem:
         return deny(400, "BadRequest", f"invalid AdmissionReview: {problem}")
@@ -174,7 +174,8 @@ def _mutate(edit: PodEdit, settings: Settings) -> list[str]:
 
 
 def _check_amounts(ctr: ContainerEdit, device_resources: dict[str, bool]) -> None:
-    """Decision M6: no device amount may be negative; a device count is a whole number that fits int32.
+    """Invalid device requests are the author's error: no device amount may be negative; a device count is a
+    whole number that fits int32.
 
     HAMi and the device plugins hold counts in int32: a larger one is denied here, not
     silently read as "no request" (which would also ask nothing of the quota).
@@ -202,7 +203,7 @@ def _check_amounts(ctr: ContainerEdit, device_resources: dict[str, bool]) -> Non
 
 
 def _mirror_requests(ctr: ContainerEdit, device: Device) -> None:
-    """Decision M4: a device resource in limits is requested as much (Kubernetes requires equality).
+    """Requests mirror limits: a device resource in limits is requested as much (Kubernetes requires equality).
 
     Limits are walked in the Pod's order, not the set's (whose order changes with each process's string
     hashing), so the same Pod gets the same patch in every worker.
@@ -213,7 +214,7 @@ def _mirror_requests(ctr: ContainerEdit, device: Device) -> None:
 
 
 def _annotate(edit: PodEdit, found: list[str], settings: Settings) -> None:
-    """Decision M5: scheduling annotations on device Pods, never overwriting the user's."""
+    """Scheduling annotations on device Pods (docs/rules.md#device-pods-are-annotated-never-overwriting-the-author)."""
     wanted = {
         GPU_TYPE_ANNOTATION: ",".join(found),
         NODE_POLICY_ANNOTATION: settings.node_scheduler_policy,

@@ -85,7 +85,7 @@ def on_starting(server: Any) -> None:
         raise SystemExit(1) from None
 
 
-# --- metrics: one /metrics server in the master over every worker's files (README "Metrics") ---
+# --- metrics: one /metrics server in the master over every worker's files (docs/operations.md) ---
 
 
 def when_ready(server: Any) -> None:

@@ -81,7 +81,7 @@ KNOBS: tuple[Knob, ...] = (
         "deny (400) device Pods whose HAMi annotations draw a warning (unknown key, value HAMi ignores, key HAMi"
         " writes) instead of admitting them with it",
     ),
-    # -- observability (README "Metrics", "Logs") --
+    # -- observability (docs/operations.md, "Metrics" and "Logs") --
     Knob(
         "HAMI_METRICS_BIND",
         "metrics_bind",

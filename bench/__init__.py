@@ -1,1 +1,1 @@
-"""Benchmarks that print figures: ``python -m bench`` (see README "Performance")."""
+"""Benchmarks that print figures: ``python -m bench`` (see docs/performance.md)."""

@@ -138,7 +138,7 @@ def over_the_wire(args: argparse.Namespace, wrk: str) -> dict[str, Any]:
 
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each target of issue 11 with the figure measured in this run."""
+    """Each performance target (docs/performance.md) with the figure measured in this run."""
     rows: list[dict[str, Any]] = []
 
     def add(name: str, goal: str, measured: float | None, ok: bool | None, unit: str = "") -> None:
@@ -225,7 +225,7 @@ def table(results: dict[str, Any]) -> str:
         lines += ["  " + line for line in results["quota"]["output"].splitlines()]
     else:
         lines += ["", "4. quota path: not in this build (bench/quota.py is absent)"]
-    lines += ["", "targets (issue 11)"]
+    lines += ["", "targets"]
     for row in results["targets"]:
         measured = "-" if row["measured"] is None else f"{row['measured']:.2f} {row['unit']}".strip()
         verdict = {True: "met", False: "NOT MET", None: "-"}[row["met"]]

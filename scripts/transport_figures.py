@@ -1,10 +1,12 @@
-"""Print the transport figures of issues 7 and 10 for a gunicorn serving the webhook on 127.0.0.1.
+"""Print the transport figures for a gunicorn serving the webhook on 127.0.0.1.
 
     .venv/bin/python scripts/transport_figures.py [framing,large,slow,sigterm] [gunicorn args, e.g. -k gthread]
 
 Starts its own server (1 worker) with a throw-away PKI and measures, each bounded in time:
 slow clients holding connections vs a well-behaved client's answers and p99; the answers to framing
 errors and oversized bodies as a Python client sees them; requests lost on SIGTERM under keep-alive load.
+The rules they measure: docs/rules.md#slow-clients-cannot-starve-the-server,
+#bad-input-gets-a-clear-answer, #shutdown-loses-no-request.
 """
 
 from __future__ import annotations

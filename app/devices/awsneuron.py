@@ -4,7 +4,7 @@ HAMi learns the cores per device from the Nodes its scheduler registers (capped 
 2) and validates core requests against it, falling back to 2 before any Node is
 seen. This webhook observes no Nodes, so it is always in that state: core requests
 are validated and split with 2 cores per device, and a device-count request carries
-no cores for quota, as HAMi's admission does until its first Node (spec §2.11).
+no cores for quota, as HAMi's admission does until its first Node (docs/rules.md#aws-neuron).
 """
 
 from __future__ import annotations

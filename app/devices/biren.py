@@ -6,5 +6,5 @@ from app.devices.base import ConfigSection, CountDevice
 
 
 def build(root: ConfigSection) -> tuple[CountDevice, ...]:
-    """The Biren backend: found by its count in limits, never mutated (spec §2.13)."""
+    """The Biren backend: found by its count in limits, never mutated (docs/rules.md#vastai-and-biren)."""
     return (CountDevice("Biren", root.section("biren").str("resourceCountName")),)

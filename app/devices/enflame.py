@@ -2,7 +2,7 @@
 
 Both read the device-config section ``enflame``. Unlike every other vendor, the DRS
 backend falls back to built-in resource names when the section leaves them empty,
-so it is always active (spec §2.1, §2.8).
+so it is always active (docs/rules.md#an-unconfigured-vendor-is-inert, #enflame).
 """
 
 from __future__ import annotations

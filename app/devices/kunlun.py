@@ -1,7 +1,7 @@
 """Kunlunxin XPUs: whole cards (backend ``kunlun``) and vXPUs (backend ``XPU``), section ``kunlun``.
 
 A vXPU is a fixed quarter, half or whole card, so its memory request is rounded up
-to the next partition size (spec §2.10).
+to the next partition size (docs/rules.md#kunlunxin).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Moore Threads sGPUs (backend ``Mthreads``, device-config section ``mthreads``).
 
 A card has 16 cores and 96 memory units of 512 MiB. Several cards are only handed
-out whole, so the webhook rewrites core and memory to whole cards (spec §2.9).
+out whole, so the webhook rewrites core and memory to whole cards (docs/rules.md#moore-threads).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class Mthreads:
         return True
 
     def _whole_cards(self, ctr: ContainerEdit, gpus: int, why: Why) -> None:
-        """All cores and memory of ``gpus`` cards, overwriting the user's values (requests follow: decision M4)."""
+        """All cores and memory of ``gpus`` cards, overwriting the user's values (requests mirror limits)."""
         for name, amount in ((self.core_name, gpus * CORES_PER_GPU), (self.memory_name, gpus * MEMORY_PER_GPU)):
             if name:
                 ctr.set_limit(name, amount, why)

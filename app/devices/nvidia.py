@@ -29,7 +29,7 @@ POLICY_FROM_POD = Why(f"annotation {CORE_POLICY_ANNOTATION}", POLICY_FROM_ANNOTA
 
 @dataclass(frozen=True)
 class Nvidia:
-    """HAMi's NVIDIA admission rules, with decisions M3 (per-Pod core policy) and M6."""
+    """HAMi's NVIDIA admission rules, plus a per-Pod core policy and invalid requests denied as the author's error."""
 
     count_name: str
     memory_name: str
@@ -130,7 +130,7 @@ class Nvidia:
         return exclusive
 
     def _pod_core_policy(self, pod: PodEdit) -> tuple[str, Why]:
-        """The Pod's core policy (decision M3) and where it came from."""
+        """The Pod's core policy (docs/rules.md#a-per-pod-core-policy) and where it came from."""
         policy = pod.annotations.get(CORE_POLICY_ANNOTATION)
         if policy is None:
             return self.core_policy, POLICY_FROM_CONFIG

@@ -1,4 +1,7 @@
-"""The vendors, in the one fixed order every container is shown to them (decision C3)."""
+"""The vendors, in the one fixed order every container is shown to them.
+
+Rule: docs/rules.md#vendors-are-asked-in-a-fixed-order.
+"""
 
 from __future__ import annotations
 

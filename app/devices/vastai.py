@@ -6,5 +6,5 @@ from app.devices.base import ConfigSection, CountDevice
 
 
 def build(root: ConfigSection) -> tuple[CountDevice, ...]:
-    """The Vastai backend: found by its count in limits, never mutated (spec §2.13)."""
+    """The Vastai backend: found by its count in limits, never mutated (docs/rules.md#vastai-and-biren)."""
     return (CountDevice("Vastai", root.section("vastai").str("resourceCountName")),)

@@ -1,4 +1,4 @@
-"""Namespace device quota (decisions Q1–Q5): demand arithmetic, limits, the Pod/ResourceQuota feed,
+"""Namespace device quota (docs/rules.md#d-namespace-quota): demand arithmetic, limits, the Pod/ResourceQuota feed,
 the Lease ledger and the port the review asks through.
 
 Modules: ``demand`` (a Pod's demand per vendor), ``limits`` (ResourceQuota keys, the fit check),

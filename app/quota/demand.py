@@ -1,4 +1,5 @@
-"""A Pod's demand on namespace device quota: HAMi's fitResourceQuota arithmetic (spec §3.1).
+"""A Pod's demand on namespace device quota: HAMi's fitResourceQuota arithmetic
+(docs/rules.md#hamis-quota-arithmetic).
 
 One function serves admission (the mutated Pod) and usage (the Pods the feed
 watches), so a Pod counts the same when it is admitted and when it runs.
@@ -32,7 +33,7 @@ class Demand:
 
 
 def demands(pod: PodEdit, devices: Sequence[Device]) -> list[Demand]:
-    """Per vendor: app containers summed, init containers as a peak, the larger wins (HAMi §3.1)."""
+    """Per vendor: app containers summed, init containers as a peak, the larger wins (HAMi's quota arithmetic)."""
     out: list[Demand] = []
     named = {name for ctr in pod.containers for side in (ctr.limits, ctr.requests) for name in side}
     apps, inits = pod.app_containers(), pod.init_containers()

@@ -1,4 +1,6 @@
-"""Device usage and limits per namespace, from a list + watch of Pods and ResourceQuotas (decisions Q1, Q2).
+"""Device usage and limits per namespace, from a list + watch of Pods and ResourceQuotas.
+
+Rules: docs/rules.md#usage-is-counted-by-the-webhook, #limits-come-from-every-resourcequota.
 
 One Feed per process, shared by its threads; gunicorn forks workers and threads do
 not survive a fork, so each worker starts its own after the fork. Each kind has one

@@ -1,4 +1,6 @@
-"""The real QuotaPort: limits and usage from the feed, atomic check-and-reserve through the ledger (Q3, Q5).
+"""The real QuotaPort: limits and usage from the feed, atomic check-and-reserve through the ledger.
+
+Rules: docs/rules.md#no-over-admission-under-concurrency, #undecided-quota-is-an-error-never-an-admission.
 
 A Pod is admitted only if used + reserved + requested <= limit for every limited
 resource, decided against the ledger Lease read fresh from the API and written
@@ -96,7 +98,7 @@ class KubeQuota:
             return Verdict(reserved=True)
         used = self.feed.in_use(namespace, {u: e.amounts for u, e in live.items()})
         denial = check(namespace, limits, used, requested)
-        if denial or dry_run:  # dry runs check but never reserve (Q3/P3)
+        if denial or dry_run:  # dry runs check but never reserve (dry runs change nothing)
             return Verdict(denial)
         live[uid] = Entry(now + self._ttl, requested)
         self.ledger.write(snapshot, live, timeout)

@@ -4,7 +4,8 @@ The Lease ``hami-quota-<namespace>`` lives in the webhook's own namespace, so th
 webhook's write access stays inside it. Its annotation ``hami.io/quota-ledger``
 holds ``{request uid: {"expires": unix seconds, "amounts": {resource: amount}}}``.
 Every worker of every replica decides against the same object: a write that lost
-a race gets 409 Conflict and decides again from the fresh state (decision Q3).
+a race gets 409 Conflict and decides again from the fresh state
+(docs/rules.md#no-over-admission-under-concurrency).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Namespace device-quota limits from ResourceQuota objects, and the fit check (decisions Q1, Q4).
+"""Namespace device-quota limits from ResourceQuota objects, and the fit check.
+
+Rules: docs/rules.md#limits-come-from-every-resourcequota, #the-quota-denial-says-why.
 
 Unlike HAMi (only ``limits.<name>``, last writer wins), every key form counts and
 every ResourceQuota in the namespace is enforced: the smallest limit wins, as
@@ -59,7 +61,7 @@ def limited(limits: Mapping[str, int], requested: Mapping[str, int]) -> bool:
 
 
 def check(namespace: str, limits: Mapping[str, int], used: Mapping[str, int], requested: Mapping[str, int]) -> str:
-    """The Q4 denial for the first requested resource that does not fit, or "" when all fit (equal fits)."""
+    """The quota denial for the first requested resource that does not fit, or "" when all fit (equal fits)."""
     for name, amount in requested.items():
         limit = limits.get(name)
         if limit is not None and used.get(name, 0) + amount > limit:

@@ -11,7 +11,7 @@ from app.quota.demand import Demand
 
 @dataclass(frozen=True)
 class Verdict:
-    """A quota answer: ``denial`` is the Q4 message when the Pod does not fit; ``reserved`` says a
+    """A quota answer: ``denial`` is the quota denial's message when the Pod does not fit; ``reserved`` says a
     reservation was recorded under the request uid (the patch then names it on the Pod)."""
 
     denial: str = ""

@@ -1,7 +1,7 @@
 """Builders for Pods as the API server sends them, and a runner that applies the answer.
 
 Pods are built in the defaulted shape a webhook really receives (schedulerName
-``default-scheduler``, requests copied from limits); see the contract's §3.6.
+``default-scheduler``, requests copied from limits); see docs/rules.md#webhooks-see-a-defaulted-pod.
 """
 
 from __future__ import annotations

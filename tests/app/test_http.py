@@ -1,4 +1,7 @@
-"""The HTTP edge (decisions P1, P2): every malformed input gets a clear answer, never a 5xx or a stack trace."""
+"""The HTTP edge: every malformed input gets a clear answer, never a 5xx or a stack trace.
+
+Rules: docs/rules.md#both-review-versions-answered-in-kind, #bad-input-gets-a-clear-answer.
+"""
 
 from __future__ import annotations
 

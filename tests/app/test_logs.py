@@ -155,7 +155,7 @@ def test_forged_uid_stays_in_one_json_line(json_server: Served) -> None:
 
 
 def test_huge_quantity_gives_a_bounded_line(json_server: Served) -> None:
-    """Issue 7: an invalid quantity was echoed, twice, into the log line."""
+    """An invalid quantity was once echoed, twice, into the log line (logs cannot be forged or flooded)."""
     obj = pod(container(limits={"nvidia.com/gpu": "x" * QUANTITY}))
     status, answer = json_server.post(admission_review(obj, uid="uid-huge"))
     assert status == 200 and answer["response"]["status"]["code"] == 400

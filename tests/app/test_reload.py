@@ -1,4 +1,4 @@
-"""Issue 10: the serving certificate is replaced the way kubelet updates a Secret volume, under keep-alive load."""
+"""Certificates reload without a restart: the pair is replaced as kubelet updates a Secret volume, under load."""
 
 from __future__ import annotations
 

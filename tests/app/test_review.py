@@ -1,4 +1,5 @@
-"""The decision flow of spec §1: every outcome row, its precedence, and the protocol rules P1–P4."""
+"""HAMi's decision flow: every outcome, its precedence, and the API server's contract for versions, bad input, dry
+runs and other operations (docs/rules.md#hamis-decision-flow, #c-the-api-servers-webhook-contract)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ class RecordingQuota:
         pass
 
 
-# -- §1.3: every outcome, as (pod, expected (allowed, code, reason, message)) ------------------------------------
+# -- every outcome of HAMi's decision flow, as (pod, expected (allowed, code, reason, message)) ------------------
 OUTCOMES = [
     pytest.param(
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"namespace": "default"}, "spec": {"containers": []}},
@@ -154,7 +155,7 @@ def test_precedence(obj: dict[str, Any], winner: str, settings) -> None:
     assert seen[winner], outcome.denial()
 
 
-# -- the scheduler-name gate (§1.2 step 3) -----------------------------------------------------------------------
+# -- the scheduler-name gate -------------------------------------------------------------------------------------
 GATE = [
     pytest.param(None, {}, True, id="empty-name-processed"),
     pytest.param("default-scheduler", {}, True, id="default-scheduler-force-on-processed"),
@@ -206,7 +207,7 @@ def test_init_container_device_is_mutated(settings) -> None:
     assert run(obj, settings).patched == expected
 
 
-# -- decisions M4, M5, M6 -----------------------------------------------------------------------------------------
+# -- requests mirror limits; device Pods are annotated; invalid requests are the author's error ------------------
 def test_requests_mirror_limits_when_missing(settings) -> None:
     obj = pod(container(limits=GPU_MEM, defaulted=False))
     expected = redirected(obj)

@@ -1,4 +1,4 @@
-"""Issue 10: SIGTERM under keep-alive load loses no request, and readiness turns before the listener closes."""
+"""Shutdown loses no request: SIGTERM under keep-alive load, and readiness turns before the listener closes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Issue 7 at the level a client meets it: slow clients, framing errors and oversized bodies, over TLS to gunicorn."""
+"""Slow clients, framing errors and oversized bodies, at the level a client meets them: over TLS to gunicorn.
+
+Rules: docs/rules.md#slow-clients-cannot-starve-the-server, #bad-input-gets-a-clear-answer.
+"""
 
 from __future__ import annotations
 

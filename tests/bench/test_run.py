@@ -20,7 +20,7 @@ def test_smoke_run_prints_every_part_and_writes_results(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "bench", "--smoke", "--require-wire", "--out", str(tmp_path)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stderr
-    for heading in ("1. in process", "2. over TLS", "3. RSS per worker", "4. quota path", "targets (issue 11)"):
+    for heading in ("1. in process", "2. over TLS", "3. RSS per worker", "4. quota path", "targets"):
         assert heading in done.stdout
 
     results = json.loads((tmp_path / "results.json").read_text())

@@ -1,5 +1,8 @@
 """`certgen create` against the real API server, through the FaultyProxy `api` where a test counts requests or
-needs a fault."""
+needs a fault.
+
+Rules: docs/rules.md#certgen-writes-standard-tls-secrets, #certgen-create-changes-only-what-must-change.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""End to end over a real socket: gunicorn serves what `certgen local` wrote (checklist A11)."""
+"""End to end over a real socket: gunicorn serves what `certgen local` wrote (the certificate profile)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""`certgen patch` and `certgen failure-policy` against the real API server, through the FaultyProxy `api`."""
+"""`certgen patch` and `certgen failure-policy` against the real API server, through the FaultyProxy `api`.
+
+Rules: docs/rules.md#certgen-patch-touches-only-the-cabundle, #the-emergency-switch-sets-every-webhook.
+"""
 
 from __future__ import annotations
 

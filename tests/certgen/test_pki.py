@@ -24,7 +24,7 @@ HOSTS = "hami-webhook.hami-system.svc,hami-webhook.hami-system.svc.cluster.local
 POLICY = pki.Policy()
 
 
-# --- A2-A10: what one issuance looks like --------------------------------------------------
+# --- the certificate profile: what one issuance looks like --------------------------------------------------
 
 
 @pytest.mark.parametrize("key_type", list(pki.KeyType), ids=lambda k: k.value)
@@ -131,7 +131,7 @@ def test_a_foreign_ca_without_subject_key_identifier_can_sign() -> None:
     assert aki == x509.AuthorityKeyIdentifier.from_issuer_public_key(key.public_key())
 
 
-# --- A5 / A11 in memory: a strict client accepts the leaf for its SANs only ----------------
+# --- in memory: a strict client accepts the leaf for its SANs only ----------------
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,7 @@ def env(container: Obj) -> dict[str, Obj]:
     return {e["name"]: e for e in container.get("env", [])}
 
 
-# --- security (R1, R3) -----------------------------------------------------------------------------
+# --- security: least-privilege RBAC, hardened Pods ------------------------------------------------
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -130,7 +130,7 @@ def test_certgen_rbac_is_exactly_docs_certgen_md(base: list[Obj]) -> None:
             assert rule["verbs"] == ["create"] or rule.get("resourceNames"), rule
 
 
-# --- the webhook Deployment (A1-A5, T3) ------------------------------------------------------------
+# --- the webhook Deployment: replicas, probes, shutdown, resources, priority, certificate reload ---
 
 
 def test_replicas_spread_across_nodes_with_a_disruption_budget(base: list[Obj]) -> None:
@@ -221,7 +221,7 @@ def test_service_and_network_policy_reach_the_webhook_port(base: list[Obj]) -> N
     assert "https" in allowed and all("from" not in rule for rule in policy["ingress"])
 
 
-# --- the webhook configuration (S1-S5, F1, F2, M2) -----------------------------------------------------
+# --- the webhook configuration: what is sent, fail closed, a short timeout, called again if needed ---
 
 
 def test_namespace_is_ignored_by_its_own_webhook(base: list[Obj]) -> None:
@@ -262,7 +262,7 @@ def test_selectors_keep_system_namespaces_and_opted_out_objects_away(base: list[
     assert config["objectSelector"]["matchExpressions"] == [ignore]
 
 
-# --- TLS modes (T1, T2, T4) -------------------------------------------------------------------------
+# --- TLS modes: the certificate names the Service, the caBundle is put back, renewal --------------
 
 
 def certgen_pods(objects: list[Obj]) -> dict[str, Obj]:

@@ -1,4 +1,4 @@
-"""AMD (spec §2.12): found by any of count, memory or percentage in limits; the percentage check; quota."""
+"""AMD (docs/rules.md#amd): found by any of count, memory or percentage in limits; the percentage check; quota."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Ascend vNPU (spec §2.6): template rounding, hami-core mode, the 910C super pod, and the Go-tested errors."""
+"""Ascend vNPU: template rounding, hami-core mode, the 910C super pod, and the Go-tested errors.
+
+Rule: docs/rules.md#ascend.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""AWS Neuron (spec §2.11): device and core counts, their exact validation messages, and quota requests."""
+"""AWS Neuron: device and core counts, their exact validation messages, and quota requests.
+
+Rule: docs/rules.md#aws-neuron.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Cambricon MLU (spec §2.3): found by its count in limits, never mutated; quota in 256 MiB units."""
+"""Cambricon MLU: found by its count in limits, never mutated; quota in 256 MiB units.
+
+Rule: docs/rules.md#cambricon-mlu-and-hygon-dcu.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Vastai and Biren (spec §2.13): a whole-card count, found in limits only, never mutated (base.CountDevice)."""
+"""Vastai and Biren: a whole-card count, found in limits only, never mutated (base.CountDevice).
+
+Rule: docs/rules.md#vastai-and-biren.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Enflame (spec §2.8): GCU whole cards, DRS slices or memory/core shares, and their quota requests."""
+"""Enflame (docs/rules.md#enflame): GCU whole cards, DRS slices or memory/core shares, and their quota requests."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Hygon DCU (spec §2.4): found by its count in limits, never mutated; quota memory scaled by ``memoryFactor``."""
+"""Hygon DCU: found by its count in limits, never mutated; quota memory scaled by ``memoryFactor``.
+
+Rule: docs/rules.md#cambricon-mlu-and-hygon-dcu.
+"""
 
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ def test_without_count_in_limits_nothing_changes(ctr: dict[str, Any], settings) 
 
 
 def test_count_only_in_requests_still_counts_for_quota(settings) -> None:
-    """Spec §1.2 step 8: quota runs on every Pod, so a DCU asked for in requests only is counted."""
+    """HAMi's quota arithmetic runs on every Pod, so a DCU asked for in requests only is counted."""
     obj = pod(container(requests={COUNT: "1", MEMORY: "1000"}))
     assert [d for d in demands(PodEdit(obj), settings.devices) if d.device == "DCU"] == [
         Demand("DCU", COUNT, 1, MEMORY, 1000, 1, CORES, 100)

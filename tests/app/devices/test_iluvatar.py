@@ -1,4 +1,7 @@
-"""Iluvatar (spec §2.5): several cards are whole cards (cores = count x 100), and the container name goes to env."""
+"""Iluvatar: several cards are whole cards (cores = count x 100), and the container name goes to env.
+
+Rule: docs/rules.md#iluvatar.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Kunlunxin (spec §2.10): whole XPUs, vXPU memory rounded to a partition, and their quota requests."""
+"""Kunlunxin (docs/rules.md#kunlunxin): whole XPUs, vXPU memory rounded to a partition, and their quota requests."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""MetaX (spec §2.7): whole GPUs by count; sGPU app-class and QoS annotation rules (the Go table); sGPU quota."""
+"""MetaX: whole GPUs by count; sGPU app-class and QoS annotation rules (the Go table); sGPU quota.
+
+Rule: docs/rules.md#metax.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Moore Threads (spec §2.9): whole-card rewriting, the sGPU memory slices, and the quota request."""
+"""Moore Threads (docs/rules.md#moore-threads): whole-card rewriting, the sGPU memory slices, and the quota request."""
 
 from __future__ import annotations
 

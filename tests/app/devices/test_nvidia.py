@@ -1,4 +1,5 @@
-"""NVIDIA (spec §2.2) with decisions M2, M3, M6: the Go-tested cases, through the public review path."""
+"""NVIDIA (docs/rules.md#nvidia): the Go-tested cases, through the public review path; with env vars set, not
+appended, a per-Pod core policy, and invalid device requests denied as the author's error."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""HAMi's fitResourceQuota demand (spec §3.1), computed on the Pod as admitted and as the feed sees it."""
+"""HAMi's fitResourceQuota demand, computed on the Pod as admitted and as the feed sees it.
+
+Rule: docs/rules.md#hamis-quota-arithmetic.
+"""
 
 from __future__ import annotations
 

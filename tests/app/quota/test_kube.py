@@ -1,4 +1,7 @@
-"""Check-and-reserve through the real port: official client, fake API server, no mocks (Q1–Q5)."""
+"""Check-and-reserve through the real port: official client, fake API server, no mocks.
+
+Rule: docs/rules.md#d-namespace-quota.
+"""
 
 from __future__ import annotations
 
@@ -226,7 +229,7 @@ def test_quota_enabled_setting_is_checked() -> None:
 
 
 def test_webhook_answers_http_500_when_quota_cannot_be_decided(cluster: FakeKubeAPI, start_quota) -> None:
-    """A non-200 lets the API server apply the configured failurePolicy (Q5); /readyz follows the feed."""
+    """Undecided quota is an error: a non-200 lets the API server apply failurePolicy; /readyz follows the feed."""
     cluster.put(resource_quota({f"limits.{MEM}": "4000"}))
     port, settings = start_quota(HAMI_QUOTA_STALE_AFTER="1")
     client = create_app(settings, port).test_client()

@@ -1,4 +1,5 @@
-"""HAMi's FitQuota arithmetic (spec §3.2) and decision Q1's key forms and several quota objects."""
+"""HAMi's fit check (used plus requested must not exceed the limit), and limits from every ResourceQuota: every key
+form and several quota objects (docs/rules.md#d-namespace-quota)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ HAMI = [{f"limits.{MEM}": "2000", f"limits.{CORES}": "400"}]
 USED = {MEM: 1000, CORES: 200}
 
 CASES = [
-    # -- spec §3.2, Go-tested: used 1000/200, limit 2000/400 --
+    # -- HAMi's Go-tested cases: used 1000/200, limit 2000/400 --
     pytest.param(HAMI, USED, {MEM: 500, CORES: 100}, FACTORS, "", id="fits"),
     pytest.param(HAMI, USED, {MEM: 1500}, FACTORS, over(MEM, 1000, 1500, 2000), id="memory-over"),
     pytest.param(HAMI, USED, {CORES: 300}, FACTORS, over(CORES, 200, 300, 400), id="cores-over"),
@@ -36,7 +37,7 @@ CASES = [
     pytest.param([{f"limits.{MEM}": "0"}], {}, {CORES: 50}, FACTORS, "", id="limit-0-only-blocks-its-resource"),
     pytest.param([{}], USED, {MEM: 10**9}, FACTORS, "", id="no-limit-never-blocks"),
     pytest.param([{"limits.cpu": "1", "pods": "2"}], {}, {MEM: 10**9}, FACTORS, "", id="other-keys-ignored"),
-    # -- Q1: every key form, the count resource, several objects (the smallest wins) --
+    # -- limits from every ResourceQuota: every key form, the count resource, several objects (the smallest wins) --
     pytest.param([{f"requests.{MEM}": "100"}], {}, {MEM: 101}, FACTORS, over(MEM, 0, 101, 100), id="requests-key"),
     pytest.param([{MEM: "100"}], {}, {MEM: 101}, FACTORS, over(MEM, 0, 101, 100), id="bare-key"),
     pytest.param([{GPU: "2"}], {GPU: 1}, {GPU: 2}, FACTORS, over(GPU, 1, 2, 2), id="device-count"),

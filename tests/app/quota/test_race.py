@@ -1,8 +1,8 @@
-"""No over-admission under concurrency (Q3): two gunicorn webhooks, several workers each, one API server.
+"""No over-admission under concurrency (docs/rules.md): two gunicorn webhooks, several workers each, one API server.
 
 With headroom for exactly K Pods in a namespace, N >> K admissions fired at once,
-spread over both webhooks, must allow exactly K and deny the rest with the Q4
-message. Several namespaces (rounds) with different K, so a lucky pass is unlikely.
+spread over both webhooks, must allow exactly K and deny the rest with the quota
+denial's message. Several namespaces (rounds) with different K, so a lucky pass is unlikely.
 """
 
 from __future__ import annotations

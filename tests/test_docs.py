@@ -1,0 +1,104 @@
+"""The documentation holds together: every relative link and anchor resolves, every rule the tree names exists in
+docs/rules.md, and nothing cites a document a reader of the repository cannot open (a numbered decision, a
+checklist item, a section of a spec, an issue number)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "tests" / "realkube" / "README.md"]
+RULES = REPO / "docs" / "rules.md"
+SOURCE_DIRS = ("app", "certgen", "tests", "manifests", "scripts", "bench", ".github", ".ci", "docs")
+SOURCE_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".sh", ".cfg", ".toml", ".txt"}
+TOP_FILES = ("README.md", "Dockerfile", "setup.cfg", "pyproject.toml", "ruff.toml", "wsgi.py", "gunicorn.conf.py")
+
+FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
+INLINE_CODE = re.compile(r"`[^`\n]*`")
+LINK = re.compile(r"!?\[[^\]\n]*\]\(([^)\s]+)\)")
+HEADING = re.compile(r"^#{1,6} +(.+?) *#*$", re.M)
+EXPLICIT_ANCHOR = re.compile(r"<a (?:id|name)=\"([^\"]+)\"")
+RULE_MENTION = re.compile(r"rules\.md#[a-z0-9-]+(?:[^.\n]|\.(?!\s)|\n(?!\s*\n))*")
+ANCHOR_IN_MENTION = re.compile(r"(?:rules\.md|[\s,(])#([a-z0-9][a-z0-9-]*[a-z0-9])")
+CITATION = re.compile(
+    r"§"
+    r"|\bdecisions? [A-Z][0-9]"
+    r"|\bchecklist\b"
+    r"|\bissues? #?[0-9]+\b"
+    r"|\((?:\w+ )?[A-Z][0-9]{1,2}(?:[-–/, ]+[A-Z]?[0-9]{1,2})*\)",
+    re.I,
+)
+
+
+def prose(text: str) -> str:
+    """Markdown without fenced blocks and inline code, where links and headings are not links and headings."""
+    return INLINE_CODE.sub("", FENCE.sub("", text))
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading).replace("`", "").lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    found: set[str] = set()
+    text = FENCE.sub("", page.read_text())
+    for heading in HEADING.findall(text):
+        base = slug(heading)
+        name, n = base, 0
+        while name in found:
+            n += 1
+            name = f"{base}-{n}"
+        found.add(name)
+    return found | set(EXPLICIT_ANCHOR.findall(text))
+
+
+def sources() -> list[Path]:
+    files = [REPO / name for name in TOP_FILES]
+    for directory in SOURCE_DIRS:
+        files += [p for p in (REPO / directory).rglob("*") if p.is_file() and p.suffix in SOURCE_SUFFIXES]
+    here = Path(__file__).resolve()
+    return [p for p in files if p.exists() and "__pycache__" not in p.parts and p.resolve() != here]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_relative_links_and_anchors_resolve(page: Path) -> None:
+    broken = []
+    for target in LINK.findall(prose(page.read_text())):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        resolved = (page.parent / path).resolve() if path else page
+        if not resolved.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
+            broken.append(f"{target}: no such heading")
+    assert not broken, broken
+
+
+def test_every_rule_named_in_the_tree_exists() -> None:
+    known = anchors(RULES)
+    missing = []
+    for path in sources():
+        text = path.read_text(errors="replace")
+        for mention in RULE_MENTION.findall(text):
+            missing += [f"{path.relative_to(REPO)}: #{a}" for a in ANCHOR_IN_MENTION.findall(mention) if a not in known]
+    assert not missing, missing
+
+
+def test_rules_have_unique_anchors() -> None:
+    headings = [slug(h) for h in HEADING.findall(FENCE.sub("", RULES.read_text()))]
+    assert len(headings) == len(set(headings)), sorted({h for h in headings if headings.count(h) > 1})
+
+
+def test_nothing_cites_a_document_outside_the_tree() -> None:
+    cited = []
+    for path in sources():
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if CITATION.search(line):
+                cited.append(f"{path.relative_to(REPO)}:{number}: {line.strip()[:100]}")
+    assert not cited, cited
