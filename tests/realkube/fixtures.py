@@ -44,6 +44,13 @@ class Clusters:
             kube.start()
         return self.kubes[key]
 
+    def own(self, version: str, purpose: str) -> RealKube:
+        """A cluster of its own for tests that install, switch or uninstall (the shared `installed` one must stay
+        as it is); they bind port 443 on a Service's ClusterIP, which needs root (or CAP_NET_BIND_SERVICE)."""
+        if os.geteuid() != 0 and not CI:
+            pytest.skip("the webhook binds port 443 on its Service's ClusterIP: run as root")
+        return self.kube(version, f"-{purpose}")
+
     def installed(self, version: str) -> Installed:
         if version not in self.installs:
             if os.geteuid() != 0 and not CI:

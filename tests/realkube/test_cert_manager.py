@@ -57,9 +57,7 @@ def cert_manager_binaries() -> CertManager:
 
 @pytest.fixture(scope="module")
 def kube(clusters: Clusters) -> RealKube:
-    if os.geteuid() != 0 and not CI:
-        pytest.skip("the webhook binds port 443 on the Service's ClusterIP: run as root")
-    return clusters.kube(NEWEST, "-cert-manager")
+    return clusters.own(NEWEST, "cert-manager")
 
 
 @pytest.fixture(scope="module")

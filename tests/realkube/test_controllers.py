@@ -10,6 +10,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from tests.realkube.cluster import RealKube
 from tests.realkube.install import Installed
 
@@ -68,22 +70,22 @@ def test_a_deployments_pods_are_mutated(installed: Installed, namespaces: Callab
         assert stored["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet"
 
 
-def test_a_deployment_beyond_the_quota_gets_what_fits(installed: Installed, namespaces: Callable[[str], str]) -> None:
+@pytest.mark.parametrize(
+    ("workload", "events_of"),
+    [
+        pytest.param(deployment("gpu", 5, {"nvidia.com/gpu": "1", MEM: "1000"}), "ReplicaSet", id="deployment"),
+        pytest.param(job("train", 5, {"nvidia.com/gpu": "1", MEM: "1000"}), "Job", id="job"),
+    ],
+)
+def test_a_workload_beyond_the_quota_gets_what_fits(
+    installed: Installed, namespaces: Callable[[str], str], workload: Obj, events_of: str
+) -> None:
+    """Room for 2 of 5: the controller gets 2 Pods, and its events carry the webhook's quota message."""
     kube = installed.kube
     ns = namespaces("ctl")
     quota(kube, ns, 2)
-    create(kube, ns, deployment("gpu", 5, {"nvidia.com/gpu": "1", MEM: "1000"}))
+    create(kube, ns, workload)
     denial = f'admission webhook "pods.hami.io" denied the request: exceeding resource quota: namespace {ns} {MEM}'
-    kube.wait_for(lambda: any(denial in m for m in events(kube, ns, "ReplicaSet")), 60)
+    kube.wait_for(lambda: any(denial in m for m in events(kube, ns, events_of)), 60)
     assert len(pods(kube, ns)) == 2
     assert all(p["spec"]["schedulerName"] == "hami-scheduler" for p in pods(kube, ns))
-
-
-def test_a_job_beyond_the_quota_gets_what_fits(installed: Installed, namespaces: Callable[[str], str]) -> None:
-    kube = installed.kube
-    ns = namespaces("ctl")
-    quota(kube, ns, 3)
-    create(kube, ns, job("train", 8, {"nvidia.com/gpu": "1", MEM: "1000"}))
-    denial = f'admission webhook "pods.hami.io" denied the request: exceeding resource quota: namespace {ns} {MEM}'
-    kube.wait_for(lambda: any(denial in m for m in events(kube, ns, "Job")), 60)
-    assert len(pods(kube, ns)) == 3

@@ -27,8 +27,9 @@ import pytest
 
 from certgen.pki import write_local
 from tests.manifests.conftest import MANIFESTS, REPO, write_overlay
+from tests.manifests.test_migrate_script import hamis
 from tests.realkube.cluster import RealKube, kubectl_binary
-from tests.realkube.fixtures import CI, NEWEST, Clusters
+from tests.realkube.fixtures import NEWEST, Clusters
 from tests.realkube.install import Installed, install
 from tests.realkube.test_match_conditions import metric
 
@@ -77,31 +78,15 @@ class StandIn:
         self.server.server_close()
 
     def configuration(self) -> Obj:
-        """What HAMi's chart renders for `helm install hami` (the parts the API server acts on)."""
-        hook = {
-            "name": HAMI,
-            "admissionReviewVersions": ["v1beta1"],
-            "clientConfig": {
-                "service": {"name": "hami-scheduler", "namespace": "kube-system", "path": "/webhook", "port": 443},
-                "caBundle": base64.b64encode(self.ca).decode(),
-            },
-            "failurePolicy": "Ignore",
-            "matchPolicy": "Equivalent",
-            "reinvocationPolicy": "Never",
-            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
-            "sideEffects": "None",
-            "timeoutSeconds": 10,
-        }
-        meta = {"name": "hami-webhook", "labels": {"app.kubernetes.io/managed-by": "Helm"}}
-        return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-                "metadata": meta, "webhooks": [hook]}  # fmt: skip
+        """HAMi's configuration as its chart renders it, calling this stand-in through its Service."""
+        configuration = hamis()
+        configuration["webhooks"][0]["clientConfig"]["caBundle"] = base64.b64encode(self.ca).decode()
+        return configuration
 
 
 @pytest.fixture(scope="module")
 def kube(clusters: Clusters) -> RealKube:
-    if os.geteuid() != 0 and not CI:
-        pytest.skip("the webhooks bind port 443 on their Services' ClusterIPs: run as root")
-    return clusters.kube(NEWEST, "-migration")
+    return clusters.own(NEWEST, "migration")
 
 
 @pytest.fixture(scope="module")
