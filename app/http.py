@@ -19,7 +19,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTo
 from app import metrics
 from app.lifecycle import stopping
 from app.quota import QuotaPort, QuotaUnavailable
-from app.review import Decision, UnreadableReview, answer, decide_review, deny, read_uid
+from app.review import Decision, UnreadableReview, answer, decide_review, deny, read_uid, request_namespace
 from app.settings import Settings
 from app.untrusted import UntrustedError, json_document
 
@@ -140,11 +140,11 @@ def _record(document: dict[str, Any], uid: str, decision: Decision, started: flo
     req: dict[str, Any] = document["request"] if isinstance(document.get("request"), dict) else {}
     obj: dict[str, Any] = req["object"] if isinstance(req.get("object"), dict) else {}
     meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
-    namespace = req.get("namespace") or meta.get("namespace") or ""
+    namespace = request_namespace(req)
     patch = decision.patch if decision.allowed else []
     outcome = "denied" if not decision.allowed else "patched" if patch else "passed"
     kinds = tuple(w.kind for w in decision.warnings)
-    metrics.decided(outcome, decision.reason, devices=decision.devices, namespace=str(namespace), warnings=kinds)
+    metrics.decided(outcome, decision.reason, devices=decision.devices, namespace=namespace, warnings=kinds)
     fields: dict[str, Any] = {
         "uid": uid,
         "namespace": namespace,

@@ -18,7 +18,7 @@ import jsonpatch
 
 from app.edit import Op, pointer
 from app.quota import QuotaOff
-from app.review import answer, decide_review
+from app.review import answer, decide_review, request_namespace
 from app.scope import Scope
 from app.settings import Settings
 from app.untrusted import json_document, shown
@@ -218,9 +218,8 @@ def _review(
     pod: dict[str, Any], label: str, settings: Settings, scope: Scope, options: Options
 ) -> tuple[Entry, list[Op]]:
     """One Pod's decision line, notes and exit code, and the patch the API server would apply to it."""
-    namespace = pod["metadata"].get("namespace") or options.namespace
-    reach = scope.reach(pod, options.namespace_labels.get(namespace, {}))
     document = admission_review(pod, uid="preview", dry_run=True)
+    reach = scope.reach(pod, options.namespace_labels.get(request_namespace(document["request"]), {}))
     decision = decide_review(document, settings, QuotaOff(), "preview")
     response = answer(document, "preview", decision)["response"]
     status = response["status"]

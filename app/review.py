@@ -84,6 +84,20 @@ def read_uid(document: Any) -> str:
     return uid
 
 
+def request_namespace(request: Any) -> str:
+    """The namespace the Pod is created in: the AdmissionRequest's ``namespace``, which the API server sets from
+    the request's path (having refused an object whose metadata.namespace differs), else the object's
+    metadata.namespace (a review written by hand). Tolerates any shape: the log line reads it from bad input too."""
+    if not isinstance(request, Mapping):
+        return ""
+    obj = request.get("object")
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    for namespace in (request.get("namespace"), meta.get("namespace") if isinstance(meta, Mapping) else None):
+        if isinstance(namespace, str) and namespace:
+            return namespace
+    return ""
+
+
 def decide_review(document: Mapping[str, Any], settings: Settings, quota: QuotaPort, uid: str) -> Decision:
     """Validate the envelope, then decide for a Pod CREATE; else unchanged (only Pod creates are reviewed)."""
     problem = schemas.problems(schemas.REVIEW, document, "")
@@ -99,7 +113,7 @@ def decide_review(document: Mapping[str, Any], settings: Settings, quota: QuotaP
     problem = schemas.problems(schemas.POD, pod, "request.object")
     if problem:
         return deny(400, "BadRequest", f"invalid Pod: {problem}")
-    namespace = (pod.get("metadata") or {}).get("namespace") or request.get("namespace") or ""
+    namespace = request_namespace(request)
     return decide(pod, settings, quota, namespace=namespace, uid=uid, dry_run=request.get("dryRun") is True)
 
 

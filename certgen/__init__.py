@@ -1,5 +1,5 @@
 """certgen: the CA, serving certificate and caBundle wiring for hami-webhook.
 
-`certgen.pki` makes certificates (no Kubernetes), `certgen.kube` keeps them in
+`certgen.pki` makes certificates (no Kubernetes), `certgen.resources` keeps them in
 Secrets and webhook configurations, `certgen.cli` is the command line.
 """

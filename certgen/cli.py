@@ -1,8 +1,8 @@
-"""The ``certgen`` command line: argparse subcommands over `pki` and `kube`.
+"""The ``certgen`` command line: argparse subcommands over `pki` and `resources`.
 
 Everything a user can get wrong is checked before the first API request, so a
 usage error (exit 2) never touches the cluster; failures while talking to the
-cluster are one ``level=error`` line and exit 1.
+cluster are one error line (``[ERROR]``, or ``"level":"error"`` in JSON) and exit 1.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 
-from certgen import kube, log, pki
+from app.kube.errors import ApiError
+from certgen import log, pki, resources
 from certgen.duration import format_duration, parse_duration
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -159,7 +160,7 @@ previous CA then stays in the bundle for one --renew-before period.""",
         "--key-name", default="tls.key", type=_data_key, metavar="KEY", help="data key of the serving key"
     )
     create.add_argument(
-        "--ca-name", default=kube.CA_CERT_KEY, type=_data_key, metavar="KEY", help="data key of the CA bundle"
+        "--ca-name", default=resources.CA_CERT_KEY, type=_data_key, metavar="KEY", help="data key of the CA bundle"
     )
     _add_pki_arguments(create)
 
@@ -187,7 +188,7 @@ exist yet is waited for with backoff, up to --timeout.""",
         "--secret-name", required=True, type=_object_name, metavar="NAME", help="serving Secret holding the CA bundle"
     )
     patch.add_argument(
-        "--ca-name", default=kube.CA_CERT_KEY, type=_data_key, metavar="KEY", help="data key of the CA bundle"
+        "--ca-name", default=resources.CA_CERT_KEY, type=_data_key, metavar="KEY", help="data key of the CA bundle"
     )
     patch.add_argument(
         "--patch-mutating",
@@ -209,7 +210,7 @@ exist yet is waited for with backoff, up to --timeout.""",
     )
     patch.add_argument(
         "--patch-failure-policy",
-        choices=kube.POLICIES,
+        choices=resources.POLICIES,
         help="also set failurePolicy on every webhook (default: leave it)",
     )
     patch.add_argument(
@@ -233,7 +234,7 @@ API default). caBundle is left alone and nothing is written when every webhook
 already has the policy. The API server never sends webhook-configuration
 writes to webhooks, so this works while the webhook is down.""",
     )
-    flip.add_argument("policy", choices=kube.POLICIES, help="the failurePolicy to set")
+    flip.add_argument("policy", choices=resources.POLICIES, help="the failurePolicy to set")
     flip.add_argument(
         "--webhook-name", required=True, type=_object_name, metavar="NAME", help="name of the webhook configuration"
     )
@@ -326,7 +327,7 @@ def _policy(args: argparse.Namespace) -> pki.Policy:
 
 def _create(args: argparse.Namespace) -> None:
     policy = _policy(args)
-    layout = kube.SecretLayout(
+    layout = resources.SecretLayout(
         namespace=args.namespace,
         name=args.secret_name,
         ca_secret_name=args.ca_secret_name or f"{args.secret_name}-ca",
@@ -338,23 +339,23 @@ def _create(args: argparse.Namespace) -> None:
         raise UsageError("--ca-secret-name must differ from --secret-name")
     if len({layout.cert_key, layout.key_key, layout.bundle_key}) < 3:
         raise UsageError("--cert-name, --key-name and --ca-name must be different keys")
-    with kube.connect(args.kubeconfig) as api:
-        kube.ensure_secrets(api, layout, args.host, policy)
+    with resources.connect(args.kubeconfig) as api:
+        resources.ensure_secrets(api, layout, args.host, policy)
 
 
 def _patch(args: argparse.Namespace) -> None:
     kinds = [
         kind
-        for kind, wanted in ((kube.MUTATING, args.patch_mutating), (kube.VALIDATING, args.patch_validating))
+        for kind, wanted in ((resources.MUTATING, args.patch_mutating), (resources.VALIDATING, args.patch_validating))
         if wanted
     ]
     if not kinds:
         raise UsageError("nothing to patch: --patch-mutating and --patch-validating are both false")
-    with kube.connect(args.kubeconfig) as api:
-        bundle = kube.read_ca_bundle(api, args.namespace, args.secret_name, args.ca_name)
+    with resources.connect(args.kubeconfig) as api:
+        bundle = resources.read_ca_bundle(api, args.namespace, args.secret_name, args.ca_name)
         wait_until = time.monotonic() + args.timeout.total_seconds()
         for kind in kinds:
-            kube.update_webhooks(
+            resources.update_webhooks(
                 api,
                 kind,
                 args.webhook_name,
@@ -365,9 +366,9 @@ def _patch(args: argparse.Namespace) -> None:
 
 
 def _failure_policy(args: argparse.Namespace) -> None:
-    kind = kube.MUTATING if args.kind == "mutating" else kube.VALIDATING
-    with kube.connect(args.kubeconfig) as api:
-        kube.update_webhooks(api, kind, args.webhook_name, failure_policy=args.policy)
+    kind = resources.MUTATING if args.kind == "mutating" else resources.VALIDATING
+    with resources.connect(args.kubeconfig) as api:
+        resources.update_webhooks(api, kind, args.webhook_name, failure_policy=args.policy)
 
 
 def _local(args: argparse.Namespace) -> None:
@@ -388,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.command_parser.print_usage(sys.stderr)
         print(f"{args.command_parser.prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except kube.KubeError as exc:
+    except (resources.KubeError, ApiError) as exc:
         log.error(str(exc))
         return EXIT_FAILED
     except OSError as exc:

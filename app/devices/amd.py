@@ -11,7 +11,6 @@ from app.devices.base import (
     QuotaNames,
     QuotaRequest,
     count_memory_core,
-    names,
     whole_in_range,
 )
 from app.edit import ContainerEdit, PodEdit
@@ -35,7 +34,7 @@ class AMD:
 
     @cached_property
     def resource_names(self) -> frozenset[str]:
-        return names(self.count_name, self.memory_name, self.core_name)
+        return self.quota_names.resource_names
 
     @cached_property
     def quota_names(self) -> QuotaNames:

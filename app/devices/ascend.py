@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from app.devices.base import ConfigSection, DeviceRequestError, QuotaNames, QuotaRequest, names, sliced_request
+from app.devices.base import ConfigSection, DeviceRequestError, QuotaNames, QuotaRequest, sliced_request
 from app.edit import ContainerEdit, PodEdit, Why
 from app.notices import ROUNDED
 
@@ -64,7 +64,7 @@ class Ascend:
 
     @cached_property
     def resource_names(self) -> frozenset[str]:
-        return names(self.count_name, self.memory_name, self.core_name)
+        return self.quota_names.resource_names
 
     @cached_property
     def quota_names(self) -> QuotaNames:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from app.devices.base import ConfigSection, DeviceRequestError, QuotaNames, QuotaRequest, names
+from app.devices.base import ConfigSection, DeviceRequestError, QuotaNames, QuotaRequest
 from app.edit import ContainerEdit, PodEdit
 from app.quantity import INT32_MAX, Quantity
 
@@ -46,7 +46,7 @@ class AWSNeuron:
 
     @cached_property
     def resource_names(self) -> frozenset[str]:
-        return names(self.count_name, self.core_name)
+        return self.quota_names.resource_names
 
     @cached_property
     def quota_names(self) -> QuotaNames:

@@ -43,6 +43,11 @@ class QuotaNames:
     count: str = ""
     memory_factor: int = 1
 
+    @property
+    def resource_names(self) -> frozenset[str]:
+        """The non-empty names among them: every resource a vendor owns, unless it has more than these three."""
+        return names(self.memory, self.cores, self.count)
+
 
 class Device(Protocol):
     """One device backend (HAMi's ``Devices`` interface, admission half).
@@ -162,7 +167,7 @@ class CountDevice:
 
     @cached_property
     def resource_names(self) -> frozenset[str]:
-        return names(self.count_name)
+        return self.quota_names.resource_names
 
     @cached_property
     def quota_names(self) -> QuotaNames:
@@ -211,7 +216,7 @@ class SlicedDevice:
 
     @cached_property
     def resource_names(self) -> frozenset[str]:
-        return names(self.count_name, self.memory_name, self.core_name)
+        return self.quota_names.resource_names
 
     @cached_property
     def quota_names(self) -> QuotaNames:

@@ -17,7 +17,6 @@ from app.devices.base import (
     DeviceRequestError,
     QuotaNames,
     QuotaRequest,
-    names,
     whole_in_range,
 )
 from app.edit import ContainerEdit, PodEdit
@@ -47,7 +46,7 @@ class EnflameDRS:
 
     @cached_property
     def resource_names(self) -> frozenset[str]:
-        return names(self.drs_name, self.memory_name, self.core_name)
+        return self.quota_names.resource_names
 
     @cached_property
     def quota_names(self) -> QuotaNames:

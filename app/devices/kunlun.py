@@ -15,7 +15,6 @@ from app.devices.base import (
     Device,
     QuotaNames,
     QuotaRequest,
-    names,
     whole_in_range,
 )
 from app.edit import ContainerEdit, PodEdit, Why
@@ -46,7 +45,7 @@ class KunlunVXPU:
 
     @cached_property
     def resource_names(self) -> frozenset[str]:
-        return names(self.vcount_name, self.vmemory_name)
+        return self.quota_names.resource_names
 
     @cached_property
     def quota_names(self) -> QuotaNames:

@@ -11,7 +11,6 @@ from app.devices.base import (
     DeviceRequestError,
     QuotaNames,
     QuotaRequest,
-    names,
     whole_in_range,
 )
 from app.edit import ContainerEdit, PodEdit, Why
@@ -41,7 +40,7 @@ class MetaxSGPU:
 
     @cached_property
     def resource_names(self) -> frozenset[str]:
-        return names(self.count_name, self.memory_name, self.core_name)
+        return self.quota_names.resource_names
 
     @cached_property
     def quota_names(self) -> QuotaNames:

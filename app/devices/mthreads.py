@@ -15,7 +15,6 @@ from app.devices.base import (
     QuotaNames,
     QuotaRequest,
     count_memory_core,
-    names,
     whole_in_range,
 )
 from app.edit import ContainerEdit, PodEdit, Why
@@ -46,7 +45,7 @@ class Mthreads:
 
     @cached_property
     def resource_names(self) -> frozenset[str]:
-        return names(self.count_name, self.memory_name, self.core_name)
+        return self.quota_names.resource_names
 
     @cached_property
     def quota_names(self) -> QuotaNames:

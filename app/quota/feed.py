@@ -29,6 +29,8 @@ from kubernetes.watch.watch import iter_resp_lines
 from app import metrics
 from app.annotations import QUOTA_RESERVATION_ANNOTATION
 from app.devices.base import Device
+from app.kube.backoff import Backoff
+from app.kube.errors import describe
 from app.quota.demand import Amounts, pod_amounts
 from app.quota.limits import hard_limits, quota_factors, tightest
 
@@ -36,7 +38,7 @@ TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 PAGE_SIZE = 500
 WATCH_SECONDS = (30, 45)  # the server ends each watch after a random time in this range; we resume
 READ_SLACK = 15  # a watch silent this long past its own timeout is a dead connection
-BACKOFF_FIRST, BACKOFF_CAP = 0.5, 30.0
+WATCH_RETRY = Backoff(first=0.5, cap=30.0, jitter=0.5)  # after a broken list or watch
 log = logging.getLogger("hami_webhook.quota")
 
 
@@ -266,7 +268,7 @@ class Feed:
                     metrics.quota_feed_synced(stream.name, False)
                     log.warning("quota feed: %s broken (%s); retrying with backoff", stream.name, describe(exc))
                 failures += 1
-                self._stop.wait(min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** min(failures - 1, 16)) * random.uniform(0.5, 1))
+                self._stop.wait(WATCH_RETRY.delay(failures - 1))
         stream.response = None
 
     def _healthy(self, stream: _Stream) -> None:
@@ -335,14 +337,3 @@ class Feed:
         finally:
             stream.response = None
             response.close()
-
-
-def describe(exc: BaseException) -> str:
-    """One line for a client error: HTTP status and the Status message, not the client's header dump."""
-    if isinstance(exc, ApiException):
-        try:
-            message = json.loads(exc.body or "{}").get("message") or ""
-        except (ValueError, AttributeError):
-            message = ""
-        return f"HTTP {exc.status} {exc.reason}" + (f": {message}" if message else "")
-    return f"{type(exc).__name__}: {exc}"

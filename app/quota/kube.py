@@ -13,19 +13,19 @@ can see a Pod as neither reserved nor used while its own feed is still behind.
 from __future__ import annotations
 
 import logging
-import os
-import random
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from kubernetes import client, config
-from kubernetes.config.config_exception import ConfigException
+from kubernetes import client
 
+from app.kube.backoff import Backoff
+from app.kube.config import LOAD_ERRORS, load_configuration
+from app.kube.errors import CONFLICT, ApiError, describe
 from app.quota.demand import Demand, amounts
-from app.quota.feed import Feed, describe
-from app.quota.ledger import Conflict, Entry, Ledger
+from app.quota.feed import Feed
+from app.quota.ledger import Entry, Ledger
 from app.quota.limits import check, limited
 from app.quota.port import FITS, QuotaOff, QuotaPort, QuotaUnavailable, Verdict
 from app.settings import Settings
@@ -34,6 +34,7 @@ ADMIT_BUDGET = 5.0  # seconds for one admission, sync wait included: half the AP
 REQUEST_TIMEOUT = 2.0  # seconds for one ledger read or write
 SYNC_WAIT = 3.0  # seconds an admission waits for a just-started worker's first lists
 ATTEMPTS = 16  # compare-and-swap rounds; only admissions write, so a round is lost only to another admission
+LEDGER_RETRY = Backoff(first=0.01, jitter=1.0)  # after a lost round; the admission's deadline caps it
 log = logging.getLogger("hami_webhook.quota")
 
 
@@ -78,10 +79,10 @@ class KubeQuota:
                     break
                 try:
                     return self._try(namespace, limits, requested, uid, dry_run, min(remaining, REQUEST_TIMEOUT))
-                except Conflict:
-                    time.sleep(min(random.uniform(0, 0.01 * 2**attempt), max(deadline - time.monotonic(), 0)))
                 except Exception as exc:
-                    raise QuotaUnavailable(f"quota ledger {self._where(namespace)}: {describe(exc)}") from exc
+                    if not (isinstance(exc, ApiError) and exc.code == CONFLICT):
+                        raise QuotaUnavailable(f"quota ledger {self._where(namespace)}: {describe(exc)}") from exc
+                    time.sleep(min(LEDGER_RETRY.delay(attempt), max(deadline - time.monotonic(), 0)))
         finally:
             lock.release()
         raise QuotaUnavailable(
@@ -134,17 +135,6 @@ class KubeQuota:
         self.ledger.close()
 
 
-def client_configuration() -> client.Configuration:
-    """In-cluster service account first, else KUBECONFIG / ~/.kube/config; ConfigException when neither works."""
-    configuration = client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=configuration)
-    except ConfigException:
-        # KUBECONFIG read now: the client reads it once at import, before a test or wrapper may set it
-        config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None, client_configuration=configuration)
-    return configuration
-
-
 def open_quota(settings: Settings) -> QuotaPort:
     """The port HAMI_QUOTA_ENABLED asks for, started (call once per process, after any fork).
 
@@ -153,8 +143,8 @@ def open_quota(settings: Settings) -> QuotaPort:
     if settings.quota_enabled == "false":
         return QuotaOff("HAMI_QUOTA_ENABLED=false")
     try:
-        configuration = client_configuration()
-    except (ConfigException, OSError) as exc:
+        configuration = load_configuration()
+    except LOAD_ERRORS as exc:
         if settings.quota_enabled == "true":
             raise QuotaStartError(f"HAMI_QUOTA_ENABLED=true but no Kubernetes API configuration: {exc}") from exc
         log.warning("namespace device quota is off: no in-cluster config or kubeconfig (%s)", exc)

@@ -4,7 +4,7 @@ The Lease ``hami-quota-<namespace>`` lives in the webhook's own namespace, so th
 webhook's write access stays inside it. Its annotation ``hami.io/quota-ledger``
 holds ``{request uid: {"expires": unix seconds, "amounts": {resource: amount}}}``.
 Every worker of every replica decides against the same object: a write that lost
-a race gets 409 Conflict and decides again from the fresh state
+a race gets 409 Conflict (an ApiError) and decides again from the fresh state
 (docs/rules.md#no-over-admission-under-concurrency).
 """
 
@@ -18,14 +18,11 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from app.kube.errors import CONFLICT, ApiError
 from app.quota.demand import Amounts
 
 LEDGER_ANNOTATION = "hami.io/quota-ledger"
 LEDGER_PREFIX = "hami-quota-"
-
-
-class Conflict(Exception):
-    """Someone else wrote the ledger first (409): read it again."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +68,7 @@ class Ledger:
         return Snapshot(namespace, _entries(json.loads(raw)), lease)
 
     def write(self, snapshot: Snapshot, entries: Mapping[str, Entry], timeout: float) -> None:
-        """Replace the entries if the Lease is still the one read (create it if it was absent); Conflict if not."""
+        """Replace the entries if the Lease is still the one read (create it if absent); ApiError CONFLICT if not."""
         text = json.dumps(
             {uid: {"expires": e.expires, "amounts": e.amounts} for uid, e in entries.items()}, separators=(",", ":")
         )
@@ -98,8 +95,8 @@ class Ledger:
                     self.name(snapshot.namespace), self.home, body, _preload_content=False, _request_timeout=timeout
                 )
         except ApiException as exc:
-            if exc.status == 409:  # stale resourceVersion, or created by someone else meanwhile
-                raise Conflict(str(exc.reason)) from None
+            if exc.status == CONFLICT:  # stale resourceVersion, or created by someone else meanwhile
+                raise ApiError.from_client(exc) from None
             raise
 
 

@@ -69,7 +69,18 @@ def imported(module: str, env: dict[str, str] | None = None) -> dict[str, list[s
     return result
 
 
-CORE = ["app", "app.quantity", "app.untrusted", "app.edit", "app.settings", "app.review", "app.metrics", "app.cli"]
+CORE = [
+    "app",
+    "app.kube",
+    "app.kube.backoff",
+    "app.quantity",
+    "app.untrusted",
+    "app.edit",
+    "app.settings",
+    "app.review",
+    "app.metrics",
+    "app.cli",
+]
 
 
 @pytest.mark.parametrize("module", CORE)

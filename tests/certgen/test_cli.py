@@ -94,7 +94,7 @@ def test_unreachable_api_server_exits_1(tmp_path: Path, capsys: pytest.CaptureFi
     code = cli.main([*CREATE, "--host", HOSTS, "--kubeconfig", str(kubeconfig)])
     err = capsys.readouterr().err
     assert code == 1
-    assert "level=error" in err and "cannot reach the API server" in err and "Connection refused" in err
+    assert "[ERROR]" in err and "cannot reach the API server" in err and "Connection refused" in err
     assert "Traceback" not in err
 
 
@@ -177,5 +177,5 @@ def test_local_unwritable_directory_exits_1(tmp_path: Path, capsys: pytest.Captu
     blocker.write_text("")
     assert cli.main(["local", "--out-dir", str(blocker / "tls")]) == 1
     err = capsys.readouterr().err
-    assert "level=error" in err and str(blocker / "tls") in err
+    assert "[ERROR]" in err and str(blocker / "tls") in err
     assert "Traceback" not in err

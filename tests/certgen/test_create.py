@@ -337,7 +337,7 @@ def test_endless_conflicts_give_up_with_exit_1(
     api.fail_next("PUT", f"/secrets/{SECRET}$", 409, times=5, message="the object has been modified")
     run = certgen(*create)
     assert run.code == 1
-    assert run.has("level=error", "gave up after 5 attempts")
+    assert run.has("[ERROR]", "gave up after 5 attempts")
 
 
 def test_forbidden_read_exits_1_with_the_servers_status(
@@ -378,7 +378,7 @@ def test_api_errors_exit_1_with_status(
     api.fail_next(method, path, status, message="injected failure")
     run = certgen(*create)
     assert run.code == 1
-    [error] = [line for line in run.lines if "level=error" in line]
+    [error] = [line for line in run.lines if "[ERROR]" in line]
     assert expected in error
     assert "Traceback" not in run.stderr
 

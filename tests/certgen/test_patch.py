@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from certgen import kube
+from certgen import resources
 from tests.certgen.helpers import (
     HOSTS,
     MUTATING,
@@ -161,7 +161,7 @@ def test_patch_times_out_when_the_configuration_never_appears(
     run = certgen(*patch, "--timeout", "1s")
     assert run.code == 1
     assert time.monotonic() - started < 3
-    assert run.has("level=error", f"MutatingWebhookConfiguration '{cluster.webhook}' not found")
+    assert run.has("[ERROR]", f"MutatingWebhookConfiguration '{cluster.webhook}' not found")
     assert not api.writes()
 
 
@@ -237,7 +237,7 @@ def test_patch_fails_without_a_ca(
     configuration(cluster, [webhook("a.hami.io")])
     run = certgen(*patch)
     assert run.code == 1
-    assert run.has("level=error", expected.format(namespace=cluster.namespace))
+    assert run.has("[ERROR]", expected.format(namespace=cluster.namespace))
     assert not api.writes()
 
 
@@ -267,7 +267,7 @@ def test_patch_server_error_on_the_write_exits_1(
     api.fail_next("PUT", "/mutatingwebhookconfigurations/", 500, message="nope")
     run = certgen(*patch)
     assert run.code == 1
-    assert run.has("level=error", "HTTP 500 InternalError", "nope")
+    assert run.has("[ERROR]", "HTTP 500 InternalError", "nope")
 
 
 # --- failure-policy ---------------------------------------------------------------------------
@@ -311,7 +311,7 @@ def test_failure_policy_missing_configuration_fails_at_once(certgen: Certgen, cl
     started = time.monotonic()
     run = certgen("failure-policy", "Ignore", "--webhook-name", cluster.webhook)
     assert run.code == 1 and time.monotonic() - started < 1
-    assert run.has("level=error", "not found")
+    assert run.has("[ERROR]", "not found")
 
 
 @pytest.mark.parametrize(
@@ -328,6 +328,6 @@ def test_missing_failure_policy_counts_as_fail(
     entry: dict[str, Any], policy: str | None, old: str, changed: bool
 ) -> None:
     """The API server always stores a policy, so this case is only reachable as a plain dict."""
-    [desired], [change] = kube.desired_webhooks([entry], None, policy)
+    [desired], [change] = resources.desired_webhooks([entry], None, policy)
     assert (change.old_policy, change.changed) == (old, changed)
     assert desired == (entry if not changed else {**entry, "failurePolicy": policy})

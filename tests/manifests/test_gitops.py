@@ -13,7 +13,7 @@ import jsonpatch
 import pytest
 import yaml
 
-from certgen.kube import desired_webhooks
+from certgen.resources import desired_webhooks
 from tests.manifests.conftest import REPO, Obj, find, kustomize, one, write_overlay
 
 GITOPS = REPO / "docs" / "gitops.md"

@@ -18,7 +18,7 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from certgen.kube import desired_webhooks
+from certgen.resources import desired_webhooks
 from tests.manifests.conftest import MANIFESTS, REPO, Obj, create, kubectl_env, kustomize, one, write_overlay
 from tests.realkube.cluster import RealKube, kubectl_binary
 from tests.realkube.faults import FaultyProxy

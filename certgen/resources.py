@@ -1,9 +1,10 @@
-"""Kubernetes I/O for certgen: the two Secrets and the webhook configurations.
+"""The Secrets and webhook configurations certgen reads and writes.
 
 Objects travel as plain JSON dicts through the official client's transport, so
 fields this client version does not model survive a read-modify-write. Every
 write is GET → decide → PUT with the resourceVersion read (POST when absent);
-a 409 means someone else wrote first, so the caller re-reads and decides again.
+a 409 means someone else wrote first, so the caller re-reads and decides again. The client configuration,
+the API error and the back-off are the webhook's own (app.kube).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -21,9 +21,12 @@ from typing import Any
 from urllib.parse import quote
 
 import urllib3
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from app.kube.backoff import Backoff
+from app.kube.config import LOAD_ERRORS, load_configuration
+from app.kube.errors import CONFLICT, NOT_FOUND, ApiError
 from certgen import log, pki
 
 JSON = dict[str, Any]
@@ -36,37 +39,22 @@ OPAQUE_SECRET = "Opaque"
 CA_CERT_KEY, CA_KEY_KEY = "ca.crt", "ca.key"
 LEGACY_CA_KEY = "ca"
 """Where kube-webhook-certgen keeps the CA in its (Opaque) Secret."""
-FIRST_BACKOFF, MAX_BACKOFF = 0.5, 5.0
+APPEARANCE_WAIT = Backoff(first=0.5, cap=5.0)
+"""Polling for a webhook configuration that is not there yet (its manifest may be applied after the Job)."""
+AGAIN = (CONFLICT, NOT_FOUND)
+"""Answers to a write that mean someone else changed the object first: read again and decide again."""
 
 
 class KubeError(Exception):
-    """A failure the CLI reports as one error line and exit code 1."""
-
-
-class NotFound(KubeError):
-    pass
-
-
-class Conflict(KubeError):
-    """Someone else changed the object first (HTTP 409): re-read and decide again."""
+    """A failure the CLI reports as one error line and exit code 1 (as it does an ApiError)."""
 
 
 @contextmanager
 def connect(kubeconfig: str | None) -> Iterator[client.ApiClient]:
     """Client from `kubeconfig` if given, else in-cluster config, else $KUBECONFIG or ~/.kube/config."""
-    configuration = client.Configuration()
     try:
-        if kubeconfig:
-            config.load_kube_config(kubeconfig, client_configuration=configuration)
-        else:
-            try:
-                config.load_incluster_config(client_configuration=configuration)
-            except config.ConfigException:
-                config.load_kube_config(
-                    os.environ.get("KUBECONFIG") or None,
-                    client_configuration=configuration,
-                )
-    except (config.ConfigException, OSError) as exc:
+        configuration = load_configuration(kubeconfig)
+    except LOAD_ERRORS as exc:
         raise KubeError(f"cannot load Kubernetes client configuration: {exc}") from None
     with client.ApiClient(configuration) as api:
         api.user_agent = FIELD_MANAGER
@@ -74,7 +62,7 @@ def connect(kubeconfig: str | None) -> Iterator[client.ApiClient]:
 
 
 def _request(api: client.ApiClient, method: str, path: str, action: str, body: JSON | None = None) -> JSON:
-    """One API call; HTTP and connection errors become KubeError naming `action`."""
+    """One API call; an answer other than 2xx raises ApiError, a connection error KubeError, each naming `action`."""
     query = {"fieldManager": FIELD_MANAGER} if method in ("POST", "PUT") else None
     method, url, headers, payload, _ = api.param_serialize(
         method,
@@ -93,29 +81,16 @@ def _request(api: client.ApiClient, method: str, path: str, action: str, body: J
         raise KubeError(f"{action}: cannot reach the API server: {exc}") from None
     if 200 <= response.status < 300:
         return json.loads(response.data or b"{}")
-    message = f"{action}: HTTP {response.status} {_status_text(response)}"
-    if response.status == 404:
-        raise NotFound(message)
-    if response.status == 409:
-        raise Conflict(message)
-    raise KubeError(message)
-
-
-def _status_text(response: Any) -> str:
-    """`Reason: message` from the API server's Status body, or the raw body if it is not one."""
-    try:
-        status = json.loads(response.data)
-        return f"{status.get('reason') or response.reason}: {status['message']}"
-    except (ValueError, KeyError, TypeError, AttributeError):
-        body = (response.data or b"").decode("utf-8", "replace").strip()[:200]
-        return f"{response.reason}: {body}" if body else str(response.reason)
+    raise ApiError.from_response(response.status, response.reason, response.data, action)
 
 
 def _get(api: client.ApiClient, path: str, action: str) -> JSON | None:
     try:
         return _request(api, "GET", path, action)
-    except NotFound:
-        return None
+    except ApiError as exc:
+        if exc.code == NOT_FOUND:
+            return None
+        raise
 
 
 # --- Secrets -----------------------------------------------------------------
@@ -200,7 +175,9 @@ def ensure_secrets(
                 serving,
             )
             return
-        except (Conflict, NotFound) as exc:
+        except ApiError as exc:
+            if exc.code not in AGAIN:
+                raise
             log.warning("concurrent change, reading again", attempt=attempt, error=str(exc))
     raise KubeError(f"gave up after {MAX_ATTEMPTS} attempts: the Secrets keep changing concurrently")
 
@@ -380,7 +357,9 @@ def update_webhooks(
             return
         try:
             updated = _request(api, "PUT", kind.path(name), f"update {kind.kind} {name}", {**obj, "webhooks": webhooks})
-        except (Conflict, NotFound) as exc:
+        except ApiError as exc:
+            if exc.code not in AGAIN:
+                raise
             log.warning("concurrent change, reading again", attempt=attempt, error=str(exc))
             continue
         _report(kind, name, changes)
@@ -391,16 +370,16 @@ def update_webhooks(
 
 def _wait_for(api: client.ApiClient, kind: WebhookKind, name: str, wait_until: float | None) -> JSON:
     action = f"read {kind.kind} {name}"
-    start, delay = time.monotonic(), FIRST_BACKOFF
+    start, attempt = time.monotonic(), 0
     while (obj := _get(api, kind.path(name), action)) is None:
         remaining = (wait_until or 0) - time.monotonic()
         if remaining <= 0:
             waited = time.monotonic() - start
             raise KubeError(f"{kind.kind} {name!r} not found" + (f" after waiting {waited:.1f}s" if waited else ""))
-        if delay == FIRST_BACKOFF:
+        if attempt == 0:
             log.info(f"{kind.kind} not found yet, waiting", name=name, up_to=f"{remaining:.1f}s")
-        time.sleep(min(delay, remaining))
-        delay = min(delay * 2, MAX_BACKOFF)
+        time.sleep(min(APPEARANCE_WAIT.delay(attempt), remaining))
+        attempt += 1
     return obj
 
 
