@@ -2,13 +2,13 @@
 
 Latency: review() of one single-GPU Pod with quota off, with the real port in a
 namespace without a device quota (no ledger traffic), and in a namespace with one
-(ledger GET + compare-and-swap PUT to the API server). The API server is the test
-suite's fake (tests/kubeapi) on loopback: the ledger figure is a round trip to a
-Python server, not to etcd. Medians over alternating rounds (the machine is shared).
+(ledger GET + compare-and-swap PUT to the API server). The API server is a real
+kube-apiserver with its etcd on loopback (tests/realkube, binaries from
+scripts/kube-binaries.sh). Medians over alternating rounds (the machine is shared).
 
 Memory: traced allocations of the feed's Pod table after it took in 10,000 device
 Pods (each a summary: namespace, reservation uid, amounts), the Pod objects themselves freed.
-Usage (from the repository root; it uses the test suite's fake API server):
+Usage (from the repository root; it starts a control plane of its own):
 PYTHONPATH=. .venv/bin/python bench/quota.py [--rounds 5] [--number 200] [--pods 10000]
 """
 
@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import statistics
-import subprocess
-import sys
+import tempfile
 import time
 import tracemalloc
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from app.edit import PodEdit
@@ -33,6 +34,7 @@ from app.quota.kube import KubeQuota, open_quota
 from app.review import review
 from app.settings import Settings
 from tests.app.reviews import admission_review, container, pod
+from tests.realkube.cluster import RealKube, binaries_from_env, build_binaries, pinned_versions
 
 GPU = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}
 
@@ -44,27 +46,31 @@ def per_call_us(call: Callable[[], Any], number: int) -> float:
     return (time.perf_counter() - started) / number * 1e6
 
 
-SERVER = """
-import sys, tempfile
-from tests.kubeapi import FakeKubeAPI
-api = FakeKubeAPI(kubeconfig_dir=tempfile.mkdtemp(prefix="bench-quota-")).start()
-for name in ("hami-system", "free", "quota"):
-    api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-hard = {"limits.nvidia.com/gpumem": str(10**12)}
-meta = {"name": "q", "namespace": "quota"}
-api.put({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta, "spec": {"hard": hard}})
-print(api.kubeconfig_path, flush=True)
-sys.stdin.read()
-api.stop()
-"""
+def control_plane() -> RealKube:
+    """etcd and kube-apiserver (no controllers: nothing here needs them), with namespaces free and quota,
+    the latter with a device quota no admission here can exhaust."""
+    binaries = binaries_from_env() or build_binaries(pinned_versions()[-1])
+    kube = RealKube(binaries, Path(tempfile.mkdtemp(prefix="bench-quota-")), controllers=False).start()
+    hard = {"limits.nvidia.com/gpumem": str(10**12)}
+    objects = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in ("hami-system", "free", "quota")
+    ]
+    objects.append(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "q", "namespace": "quota"},
+            "spec": {"hard": hard},
+        }
+    )
+    kube.kubectl("apply", "-f", "-", stdin="\n---\n".join(json.dumps(o) for o in objects))
+    return kube
 
 
 def latency(rounds: int, number: int) -> None:
-    # the API server in its own process, so its threads do not share this one's interpreter lock
-    server = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert server.stdout is not None and server.stdin is not None
+    kube = control_plane()
     try:
-        os.environ["KUBECONFIG"] = server.stdout.readline().strip()
+        os.environ["KUBECONFIG"] = kube.kubeconfig_path
         settings = Settings.from_env({"HAMI_QUOTA_ENABLED": "true", "HAMI_QUOTA_RESERVATION_TTL": "1"})
         port = open_quota(settings)
         assert isinstance(port, KubeQuota) and port.feed.synced(wait=30)
@@ -96,8 +102,7 @@ def latency(rounds: int, number: int) -> None:
                 time.sleep(1.1)  # let this round's reservations expire: the ledger stays small
         port.stop()
     finally:
-        server.stdin.close()
-        server.wait(10)
+        kube.stop()
     base = statistics.median(results.pop("quota off"))
     alone = statistics.median(results.pop("port.admit() alone, without quota"))
     print(f"{'admission (one single-GPU Pod, review())':42} {'median µs':>10} {'added µs':>9}")

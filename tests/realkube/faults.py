@@ -54,6 +54,7 @@ class FaultyProxy:
     requests: list[Request] = field(default_factory=list)
     _rules: list[_Rule] = field(default_factory=list)
     _watches: set[socket.socket] = field(default_factory=set)
+    _connections: set[socket.socket] = field(default_factory=set)  # every client connection open now
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
 
@@ -101,6 +102,22 @@ class FaultyProxy:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
+            def setup(self) -> None:
+                super().setup()
+                with proxy._lock:
+                    proxy._connections.add(self.connection)
+
+            def finish(self) -> None:
+                with proxy._lock:
+                    proxy._connections.discard(self.connection)
+                if self.upstream is not None:  # the client closed its kept-alive connection: so do we
+                    self.upstream.close()
+                    self.upstream = None
+                try:
+                    super().finish()
+                except OSError:  # the client is gone already
+                    pass
+
             def _any(self) -> None:
                 parts = urlsplit(self.path)
                 request = Request(self.command, parts.path, parts.query)
@@ -141,7 +158,7 @@ class FaultyProxy:
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                         self.wfile.flush()
                     self.wfile.write(b"0\r\n\r\n")
-                except OSError:
+                except (OSError, http.client.HTTPException):  # either side cut the stream
                     pass
                 finally:
                     with proxy._lock:
@@ -170,11 +187,19 @@ class FaultyProxy:
         return self
 
     def stop(self) -> None:
+        """Stop listening and cut every open connection, kept-alive ones too: the API server is gone."""
         if self._server is not None:
             self.drop_watches()
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+            with self._lock:
+                connections, self._connections = self._connections, set()
+            for sock in connections:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
     def _take(self, request: Request) -> _Rule | None:
         with self._lock:
