@@ -122,8 +122,14 @@ class Cluster:
         return json.loads(lease["metadata"]["annotations"][LEDGER_ANNOTATION]) if lease else {}
 
     def ledger_requests(self) -> list[str]:
-        """What the port asked of the API server about Leases, in order: "GET /apis/...", "PUT ..."."""
-        return [f"{r.method} {r.path}" for r in self.proxy.requests if "/leases" in r.path]
+        """What the port asked of the API server about this test's ledger Lease, in order: "GET /apis/...",
+        "PUT ..." (the POST that creates it included; the watch of all ledgers is not)."""
+        collection = f"/apis/coordination.k8s.io/v1/namespaces/{self.home}/leases"
+        return [
+            f"{r.method} {r.path}"
+            for r in self.proxy.requests
+            if r.path == f"{collection}/{self.ledger_name}" or (r.path == collection and r.method == "POST")
+        ]
 
 
 @pytest.fixture

@@ -14,8 +14,6 @@ from tests.app.reviews import container, pod
 from tests.realkube.cluster import RealKube
 from tests.realkube.faults import Request
 
-POD_PATH = "^/api/v1/pods$"
-
 
 def gpu_pod(name: str, memory: int) -> dict[str, Any]:
     obj = pod(container(limits={GPU: "1", MEM: str(memory)}))
@@ -23,11 +21,16 @@ def gpu_pod(name: str, memory: int) -> dict[str, Any]:
     return obj
 
 
+def pod_path(cluster: Cluster) -> str:
+    """Where the feed lists and watches the quota'd namespace's Pods (and no others)."""
+    return f"/api/v1/namespaces/{cluster.ns}/pods"
+
+
 def pod_requests(cluster: Cluster, *, watch: bool) -> list[Request]:
     return [
         r
         for r in cluster.proxy.requests
-        if r.path == "/api/v1/pods" and (parse_qs(r.query).get("watch", [""])[0] in ("true", "1")) == watch
+        if r.path == pod_path(cluster) and (parse_qs(r.query).get("watch", [""])[0] in ("true", "1")) == watch
     ]
 
 
@@ -40,14 +43,31 @@ def memory(port, cluster: Cluster) -> int:
 
 
 def test_a_dropped_watch_resumes_without_missing_an_event(cluster: Cluster, start_quota) -> None:
+    cluster.quota({MEM: "100000"})
     port, _ = start_quota()
     cluster.create_pod(gpu_pod("a", 1000))
     eventually(lambda: memory(port, cluster) == 1000, what="pod a")
-    assert cluster.proxy.drop_watches() == 2
+    assert cluster.proxy.drop_watches() >= 3  # ResourceQuotas, ledgers, this namespace's Pods (and others')
     cluster.create_pod(gpu_pod("b", 2000))  # written while the feed reconnects
     cluster.delete_pod("a")
     eventually(lambda: memory(port, cluster) == 2000, what="pod b added and pod a deleted")
     assert pod_lists(cluster) == 1  # resumed from its resourceVersion: no re-list needed
+    assert len(pod_requests(cluster, watch=True)) == 2
+
+
+def test_only_the_pods_of_quotad_namespaces_are_listed_and_watched(cluster: Cluster, start_quota) -> None:
+    """A worker's cost follows the quota'd namespaces' Pods: no cluster-wide Pod list or watch; a namespace's
+    stream starts with its first device quota (counting the Pods already there, admitted by the webhook or
+    not) and stops with its last."""
+    cluster.create_pod(gpu_pod("before", 1000))  # never admitted by a webhook: counts once the quota comes
+    port, _ = start_quota()
+    assert pod_requests(cluster, watch=False) == [] and port.feed.in_use(cluster.ns, {}) == {}
+    cluster.quota({MEM: "100000"})
+    eventually(lambda: memory(port, cluster) == 1000, what="the namespace's Pods listed once it has a quota")
+    cluster.quota({"limits.cpu": "4"})  # no device quota any more
+    eventually(lambda: not any(cluster.ns in t.name for t in port.feed.threads()), what="its stream to stop")
+    eventually(lambda: memory(port, cluster) == 0, what="its Pods forgotten")
+    assert not any(r.path == "/api/v1/pods" for r in cluster.proxy.requests)
 
 
 def test_410_gone_lists_again(cluster: Cluster, start_quota) -> None:
@@ -55,6 +75,7 @@ def test_410_gone_lists_again(cluster: Cluster, start_quota) -> None:
     new list shows what happened meanwhile, deletions included. A real server answers so only once the
     resourceVersion is older than its watch cache holds, which a test cannot bring about on cue: the proxy
     answers the reconnecting watch with the 410, and the changes land just before the re-list."""
+    cluster.quota({MEM: "100000"})
     port, _ = start_quota()
     cluster.create_pod(gpu_pod("a", 1000))
     eventually(lambda: memory(port, cluster) == 1000, what="pod a")
@@ -64,17 +85,18 @@ def test_410_gone_lists_again(cluster: Cluster, start_quota) -> None:
         cluster.delete_pod("a")
         kube.compact()
 
-    cluster.proxy.fail_next("GET", POD_PATH, 410, message="too old resource version: 1 (2)")
-    cluster.proxy.before("GET", POD_PATH, meanwhile)
+    cluster.proxy.fail_next("GET", f"^{pod_path(cluster)}$", 410, message="too old resource version: 1 (2)")
+    cluster.proxy.before("GET", f"^{pod_path(cluster)}$", meanwhile)
     cluster.proxy.drop_watches()
     eventually(lambda: memory(port, cluster) == 2000, what="the re-list")
     assert pod_lists(cluster) == 2
 
 
 def test_a_quiet_watch_resumes_from_the_latest_resource_version(cluster: Cluster, start_quota) -> None:
-    """A Pod written elsewhere advances the API server's Pod resourceVersion; the feed's watch carries it
-    (as an event, or as the bookmark the server sends shortly before the watch times out), so the next watch
-    resumes from there and never falls behind the window the server can resume from: no re-list."""
+    """A Pod written in a namespace the feed does not watch advances the API server's Pod resourceVersion; the
+    bookmark the server sends shortly before the watch times out carries it to the feed, so the next watch
+    resumes from there and a quiet namespace never falls behind the window the server can resume from."""
+    cluster.quota({MEM: "100000"})
     start_quota()
     (first,) = pod_requests(cluster, watch=True)
     elsewhere = unique("elsewhere")
@@ -93,7 +115,8 @@ def test_a_quiet_watch_resumes_from_the_latest_resource_version(cluster: Cluster
 
 
 def test_failing_lists_back_off_then_sync(cluster: Cluster, start_quota) -> None:
-    cluster.proxy.fail_next("GET", POD_PATH, 500, times=3)
+    cluster.quota({MEM: "100000"})
+    cluster.proxy.fail_next("GET", f"^{pod_path(cluster)}$", 500, times=3)
     started = time.monotonic()
     port, _ = start_quota()
     assert time.monotonic() - started >= 0.25 + 0.5 + 1.0  # the jittered waits are at least half of 0.5, 1, 2 s
@@ -107,7 +130,7 @@ def test_stop_is_prompt_with_open_watches(cluster: Cluster, start_quota) -> None
     started = time.monotonic()
     port.stop()
     assert time.monotonic() - started < 2
-    assert not any(t.is_alive() for t in port.feed._threads)
+    assert not any(t.is_alive() for t in port.feed.threads())
 
 
 def synced(resource: str) -> float | None:
@@ -115,9 +138,10 @@ def synced(resource: str) -> float | None:
 
 
 def test_sync_state_is_exported_for_the_out_of_sync_alert(cluster: Cluster, start_quota) -> None:
+    cluster.quota({MEM: "100000"})
     start_quota()
     assert synced("pods") == synced("resourcequotas") == 1
-    cluster.proxy.fail_next("GET", POD_PATH, 500, times=3)
+    cluster.proxy.fail_next("GET", f"^{pod_path(cluster)}$", 500, times=3)
     cluster.proxy.drop_watches()
     eventually(lambda: synced("pods") == 0, what="the broken pods stream reported")
     eventually(lambda: synced("pods") == 1, what="the pods stream reported in sync again")

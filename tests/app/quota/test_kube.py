@@ -12,7 +12,7 @@ import pytest
 from app import create_app
 from app.quota import QuotaOff, QuotaUnavailable
 from app.quota.kube import KubeQuota, QuotaStartError, open_quota
-from app.quota.ledger import LEDGER_ANNOTATION
+from app.quota.ledger import LEDGER_ANNOTATION, MARK_ANNOTATION
 from app.review import QUOTA_RESERVATION_ANNOTATION
 from app.settings import Settings, SettingsError
 from tests.app.quota.conftest import GPU, MEM, Cluster, eventually
@@ -79,7 +79,7 @@ def test_dry_run_checks_but_never_reserves(cluster: Cluster, start_quota, admitt
     dry = admit(5000, "dry", dry_run=True)
     assert dry.response["allowed"] and QUOTA_RESERVATION_ANNOTATION not in json.dumps(dry.ops)
     assert denied(admit(6000, "dry-2", dry_run=True)).endswith("requested 6000 > limit 5000")
-    assert [r.split()[0] for r in cluster.ledger_requests()] == ["GET", "GET"]
+    assert [r.split()[0] for r in cluster.ledger_requests()] == ["GET"]  # read once (absent), then cached
     assert admit(5000, "wet").response["allowed"]
 
 
@@ -101,10 +101,15 @@ def test_a_created_pod_counts_once_and_its_generated_name_is_tracked(cluster: Cl
     outcome = admit(4000, "u-1")
     created = cluster.create_pod(outcome.patched)  # generateName: the name is chosen only now
     assert created["metadata"]["name"].startswith("job-")
-    eventually(lambda: port.feed.pods.consumed("u-1"), what="the feed to see the Pod")
+    eventually(lambda: port.feed.pods.consumed(cluster.ns, "u-1"), what="the feed to see the Pod")
     assert port.feed.in_use(cluster.ns, {"u-1": {MEM: 4000}}) == {MEM: 4000, GPU: 1}  # usage, not also reserved
     assert admit(4000, "u-2").response["allowed"]
     assert "used 8000 + requested 1 > limit 8000" in denied(admit(1, "u-3"))
+    # The write that reserved u-2 dropped u-1: its Pod counts as usage for every worker whose Pod watch has
+    # reached the mark, the Pod's resourceVersion, which every decision waits for.
+    lease = cluster.lease()
+    assert lease is not None and set(cluster.ledger()) == {"u-2"}
+    assert int(lease["metadata"]["annotations"][MARK_ANNOTATION]) >= int(created["metadata"]["resourceVersion"])
 
 
 def test_deleting_a_pod_and_raising_the_quota_take_effect(cluster: Cluster, start_quota, admitter) -> None:
@@ -136,6 +141,7 @@ def test_several_quota_objects_are_all_enforced(cluster: Cluster, start_quota, a
     cluster.quota({f"requests.{MEM}": "9000"}, name="memory")
     cluster.quota({GPU: "1"}, name="cards")
     port, settings = start_quota()
+    assert port.feed.limits(cluster.ns) == {MEM: 9000, GPU: 1}
     admit = admitter(port, settings)
     assert admit(1000, "u-1").response["allowed"]
     assert denied(admit(1000, "u-2")).endswith(f"{GPU} used 1 + requested 1 > limit 1")
@@ -185,7 +191,7 @@ def test_ledger_failure_is_an_error_not_an_admission(cluster: Cluster, start_quo
 def test_a_worker_whose_feed_has_not_synced_admits_no_device_pod(cluster: Cluster, admitter) -> None:
     """Before its first ResourceQuota list a worker cannot know a namespace's quota: it must not admit."""
     cluster.quota({f"limits.{MEM}": "4000"})
-    cluster.proxy.fail_next("GET", "^/api/v1/pods$", 500, times=1000, message="etcd is down")
+    cluster.proxy.fail_next("GET", f"^/api/v1/namespaces/{cluster.ns}/pods$", 500, times=1000, message="etcd down")
     settings = cluster.settings()
     port = open_quota(settings)
     assert isinstance(port, KubeQuota)
