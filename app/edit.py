@@ -72,7 +72,18 @@ def _dict_ops(path: tuple[str | int, ...], original: Any, current: dict[str, Any
 class ContainerEdit:
     """One container (init or app) as the vendors see it: resources and env are copies."""
 
-    __slots__ = ("_env", "_env_changed", "_original", "_why", "limits", "name", "path", "privileged", "requests")
+    __slots__ = (
+        "_env",
+        "_env_changed",
+        "_original",
+        "_why",
+        "limits",
+        "name",
+        "path",
+        "privileged",
+        "requests",
+        "sidecar",
+    )
 
     def __init__(self, path: tuple[str | int, ...], container: Mapping[str, Any]) -> None:
         self.path = path
@@ -80,6 +91,8 @@ class ContainerEdit:
         self.name: str = container.get("name") or ""
         security = container.get("securityContext") or {}
         self.privileged: bool = security.get("privileged") is True
+        # A native sidecar: an init container that keeps running beside the app containers.
+        self.sidecar: bool = path[1] == "initContainers" and container.get("restartPolicy") == "Always"
         resources = container.get("resources") or {}
         self.limits: dict[str, Any] = dict(resources.get("limits") or {})
         self.requests: dict[str, Any] = dict(resources.get("requests") or {})
@@ -298,7 +311,7 @@ class PodEdit:
         return [c for c in self.containers if c.path[1] == "containers"]
 
     def init_containers(self) -> list[ContainerEdit]:
-        """The init containers only (quota counts them as a peak)."""
+        """The init containers only, in start order (sidecars among them)."""
         return [c for c in self.containers if c.path[1] == "initContainers"]
 
     def ops(self) -> list[Op]:

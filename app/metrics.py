@@ -42,6 +42,8 @@ class Collectors:
     certificate_loads: Counter
     certificate_rejections: Counter
     quota_feed_synced: Gauge
+    quota_ledger_writes: Counter
+    quota_ledger_full: Counter
 
 
 @cache
@@ -94,6 +96,14 @@ def collectors() -> Collectors:
             "hami_webhook_quota_feed_synced", "1 when the quota feed's list+watch of this resource is in sync, "
             "else 0; the minimum across worker processes.", ["resource"], multiprocess_mode="livemin",
         ),
+        quota_ledger_writes=Counter(
+            "hami_webhook_quota_ledger_writes", "Compare-and-swap writes of quota ledgers: written | conflict "
+            "(another worker wrote first; decided again).", ["outcome"],
+        ),
+        quota_ledger_full=Counter(
+            "hami_webhook_quota_ledger_full", "Admissions refused (HTTP 500) because the namespace's quota ledger "
+            "could hold no more reservations of Pods not seen yet.", ["pod_namespace"],
+        ),
     )  # fmt: skip
     # Exported from the start (0 in flight, an empty histogram), not only after a worker's first request.
     found.in_flight.labels(WEBHOOK)
@@ -121,6 +131,16 @@ def certificate_rejected() -> None:
 def quota_feed_synced(resource: str, synced: bool) -> None:
     """The quota feed's list+watch of ``resource`` (pods, resourcequotas) is (or is no longer) in sync."""
     collectors().quota_feed_synced.labels(resource).set(1 if synced else 0)
+
+
+def quota_ledger_write(outcome: str) -> None:
+    """A ledger compare-and-swap ended: ``written`` or ``conflict``."""
+    collectors().quota_ledger_writes.labels(outcome).inc()
+
+
+def quota_ledger_full(namespace: str) -> None:
+    """An admission in ``namespace`` found its ledger full (answered HTTP 500)."""
+    collectors().quota_ledger_full.labels(namespace).inc()
 
 
 # --- gunicorn master: the shared directory and the HTTP server -----------------------------------

@@ -1,5 +1,5 @@
-"""A Pod's demand on namespace device quota: HAMi's fitResourceQuota arithmetic
-(docs/rules.md#hamis-quota-arithmetic).
+"""A Pod's demand on namespace device quota: HAMi's fitResourceQuota per-container arithmetic, summed the
+way Kubernetes sums a Pod's effective request (native sidecars included).
 
 One function serves admission (the mutated Pod) and usage (the Pods the feed
 watches), so a Pod counts the same when it is admitted and when it runs.
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.devices.base import Device
-from app.edit import PodEdit
+from app.edit import ContainerEdit, PodEdit
 
 Amounts = dict[str, int]
 """Quota resource name -> amount in the units the limit is compared in (memory already scaled)."""
@@ -33,7 +33,7 @@ class Demand:
 
 
 def demands(pod: PodEdit, devices: Sequence[Device]) -> list[Demand]:
-    """Per vendor: app containers summed, init containers as a peak, the larger wins (HAMi's quota arithmetic)."""
+    """Per vendor, the Pod's effective request (see ``_effective``)."""
     out: list[Demand] = []
     named = {name for ctr in pod.containers for side in (ctr.limits, ctr.requests) for name in side}
     apps, inits = pod.app_containers(), pod.init_containers()
@@ -41,9 +41,7 @@ def demands(pod: PodEdit, devices: Sequence[Device]) -> list[Demand]:
         names = device.quota_names
         if not (names.memory or names.cores or names.count) or named.isdisjoint(device.resource_names):
             continue
-        app = _totals(device, apps, peak=False)
-        init = _totals(device, inits, peak=True)
-        count, memory, cores = (max(a, i) for a, i in zip(app, init, strict=True))
+        count, memory, cores = _effective(device, apps, inits)
         if count or memory or cores:
             out.append(
                 Demand(device.key, names.count, count, names.memory, memory, names.memory_factor, names.cores, cores)
@@ -70,15 +68,37 @@ def pod_amounts(pod: Mapping[str, Any], devices: Sequence[Device]) -> Amounts:
     return amounts(demands(PodEdit(pod), devices))
 
 
-def _totals(device: Device, containers: Sequence[Any], *, peak: bool) -> tuple[int, int, int]:
-    count = memory = cores = 0
-    for ctr in containers:
-        request = device.quota_request(ctr)
-        if request is None or request.nums == 0:
-            continue
-        values = (request.nums, request.memory * request.nums, request.cores * request.nums)
-        if peak:
-            count, memory, cores = (max(t, v) for t, v in zip((count, memory, cores), values, strict=True))
+Triple = tuple[int, int, int]  # device count, memory, cores
+
+
+def _effective(device: Device, apps: Sequence[ContainerEdit], inits: Sequence[ContainerEdit]) -> Triple:
+    """Kubernetes' effective request, per resource: app containers and native sidecars (init containers with
+    ``restartPolicy: Always``) run together, so they add up; each other init container runs alone beside the
+    sidecars started before it; the Pod needs the larger of that init-phase peak and the running sum."""
+    sidecars = peak = (0, 0, 0)
+    for ctr in inits:
+        amounts = _amounts(device, ctr)
+        if ctr.sidecar:
+            sidecars = _add(sidecars, amounts)
+            peak = _max(peak, sidecars)
         else:
-            count, memory, cores = (t + v for t, v in zip((count, memory, cores), values, strict=True))
-    return count, memory, cores
+            peak = _max(peak, _add(sidecars, amounts))
+    running = sidecars
+    for ctr in apps:
+        running = _add(running, _amounts(device, ctr))
+    return _max(running, peak)
+
+
+def _amounts(device: Device, ctr: ContainerEdit) -> Triple:
+    request = device.quota_request(ctr)
+    if request is None or request.nums == 0:
+        return 0, 0, 0
+    return request.nums, request.memory * request.nums, request.cores * request.nums
+
+
+def _add(a: Triple, b: Triple) -> Triple:
+    return a[0] + b[0], a[1] + b[1], a[2] + b[2]
+
+
+def _max(a: Triple, b: Triple) -> Triple:
+    return max(a[0], b[0]), max(a[1], b[1]), max(a[2], b[2])

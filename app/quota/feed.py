@@ -1,16 +1,22 @@
-"""Device usage and limits per namespace, from a list + watch of Pods and ResourceQuotas.
+"""Device usage, limits and ledgers, from list + watch streams kept by one Feed per process.
 
 Rules: docs/rules.md#usage-is-counted-by-the-webhook, #limits-come-from-every-resourcequota.
 
-One Feed per process, shared by its threads; gunicorn forks workers and threads do
-not survive a fork, so each worker starts its own after the fork. Each kind has one
-thread: list (paged), then watch from the list's resourceVersion with bookmarks;
-410 Gone re-lists; any other failure waits a capped, jittered backoff and resumes
-from the last resourceVersion seen. Only a small summary per Pod is kept.
+ResourceQuotas are watched cluster-wide (they are few). Pods are watched only in the namespaces that have a
+device quota: a namespace's stream starts when its first device ResourceQuota appears and stops when the last
+one goes, so a worker's cost grows with the quota'd namespaces' Pods, not with the cluster's. Every Pod there
+is counted, admitted by the webhook or not. The ledger Leases in the webhook's own namespace are watched too:
+a cache that spares a read before each compare-and-swap (a stale copy only costs a 409).
+
+gunicorn forks workers and threads do not survive a fork, so each worker starts its own Feed after the fork.
+Each stream has one thread: list (paged), then watch from the list's resourceVersion with bookmarks; 410 Gone
+re-lists; any other failure waits a capped, jittered backoff and resumes from the last resourceVersion seen.
+Only a small summary per device Pod is kept.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
@@ -19,21 +25,22 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from app import metrics
-from app.annotations import QUOTA_RESERVATION_ANNOTATION
 from app.devices.base import Device
 from app.kube.backoff import Backoff
 from app.kube.errors import describe
 from app.quota.demand import Amounts, pod_amounts
+from app.quota.ledger import LEDGER_PREFIX, MANAGED_BY, Snapshot, resource_version, snapshot
 from app.quota.limits import hard_limits, quota_factors, tightest
 
+RESERVATION_ANNOTATION = "hami.io/quota-reservation"
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 PAGE_SIZE = 500
 WATCH_SECONDS = (30, 45)  # the server ends each watch after a random time in this range; we resume
@@ -46,6 +53,12 @@ class Gone(Exception):
     """The resourceVersion is too old (410): list again."""
 
 
+class Table(Protocol):
+    def replace(self, items: Iterable[Mapping[str, Any]]) -> None: ...
+
+    def apply(self, kind: str, obj: Mapping[str, Any]) -> None: ...
+
+
 @dataclass(slots=True)
 class _Pod:
     namespace: str
@@ -54,83 +67,123 @@ class _Pod:
 
 
 class PodTable:
-    """Per-Pod demand summaries, the per-namespace sums, and which reservations Pods have consumed."""
+    """Per-Pod demand summaries, the per-namespace sums, and which reservations Pods have consumed (and at
+    which resourceVersion this process first saw each such Pod)."""
 
     def __init__(self, devices: Sequence[Device], forget_after: float) -> None:
         self._devices = devices
         self._forget_after = forget_after
         self._pods: dict[str, _Pod] = {}
+        self._by_namespace: dict[str, set[str]] = {}
         self._used: dict[str, Amounts] = {}
-        self._consumed: dict[str, float] = {}  # reservation uid -> when it may be forgotten (inf: Pod alive)
-        self._forget: deque[tuple[float, str]] = deque()
+        # (namespace, reservation uid) -> when it may be forgotten (inf: Pod alive); a Pod consumes only its own
+        # namespace's reservations
+        self._consumed: dict[tuple[str, str], float] = {}
+        self._seen: dict[tuple[str, str], int] = {}  # -> the resourceVersion of its Pod when first seen here
+        self._forget: deque[tuple[float, tuple[str, str]]] = deque()
 
-    def replace(self, items: Iterable[Mapping[str, Any]]) -> None:
-        fresh = {uid: pod for uid, pod in (self._summary(o) for o in items) if pod is not None}
-        for uid in set(self._pods) - set(fresh):
+    def replace(self, namespace: str, items: Iterable[Mapping[str, Any]]) -> None:
+        """The namespace's Pods are now exactly ``items`` (a fresh list)."""
+        fresh = {uid: (pod, rv) for uid, pod, rv in (self._summary(o) for o in items) if pod is not None}
+        for uid in self._by_namespace.get(namespace, set()) - set(fresh):
             self._remove(uid)
-        for uid, pod in fresh.items():
+        for uid, (pod, rv) in fresh.items():
             if uid not in self._pods:
-                self._add(uid, pod)
+                self._add(uid, pod, rv)
 
     def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
         uid = (obj.get("metadata") or {}).get("uid") or ""
         if kind == "DELETED" or (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
             self._remove(uid)
         elif uid not in self._pods:  # device requests are immutable: a known Pod's summary stands
-            _, pod = self._summary(obj)
+            _, pod, rv = self._summary(obj)
             if pod is not None:
-                self._add(uid, pod)
+                self._add(uid, pod, rv)
+
+    def forget_namespace(self, namespace: str) -> None:
+        """The namespace is no longer watched (its device quota is gone)."""
+        for uid in list(self._by_namespace.get(namespace, ())):
+            self._remove(uid)
 
     def used(self, namespace: str) -> Amounts:
         return dict(self._used.get(namespace) or {})
 
-    def consumed(self, reservation: str) -> bool:
+    def consumed(self, namespace: str, reservation: str) -> bool:
         """A Pod carrying this reservation has been seen: it is counted as usage (or was, and is gone)."""
-        return reservation in self._consumed
+        return (namespace, reservation) in self._consumed
+
+    def seen(self, namespace: str, reservation: str) -> int | None:
+        """The resourceVersion of the Pod carrying this reservation when this process first saw it."""
+        return self._seen.get((namespace, reservation))
 
     def __len__(self) -> int:
         return len(self._pods)
 
-    def _summary(self, obj: Mapping[str, Any]) -> tuple[str, _Pod | None]:
+    def _summary(self, obj: Mapping[str, Any]) -> tuple[str, _Pod | None, int]:
         meta = obj.get("metadata") or {}
         uid = meta.get("uid") or ""
         if (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
-            return uid, None
+            return uid, None, -1
         try:
             amounts = pod_amounts(obj, self._devices)
         except Exception as exc:  # a stored Pod the arithmetic refuses counts nothing; say which
             log.warning("quota: cannot count pod %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
-            return uid, None
+            return uid, None, -1
         if not amounts:
-            return uid, None
-        reservation = (meta.get("annotations") or {}).get(QUOTA_RESERVATION_ANNOTATION) or ""
-        return uid, _Pod(sys.intern(meta.get("namespace") or ""), reservation, amounts)
+            return uid, None, -1
+        reservation = (meta.get("annotations") or {}).get(RESERVATION_ANNOTATION) or ""
+        pod = _Pod(sys.intern(meta.get("namespace") or ""), reservation, amounts)
+        return uid, pod, resource_version(meta.get("resourceVersion"))
 
-    def _add(self, uid: str, pod: _Pod) -> None:
+    def _add(self, uid: str, pod: _Pod, rv: int) -> None:
         self._pods[uid] = pod
+        self._by_namespace.setdefault(pod.namespace, set()).add(uid)
         used = self._used.setdefault(pod.namespace, {})
         for name, amount in pod.amounts.items():
             used[name] = used.get(name, 0) + amount
         if pod.reservation:
-            self._consumed[pod.reservation] = float("inf")
+            key = (pod.namespace, pod.reservation)
+            self._consumed[key] = float("inf")
+            if rv >= 0:
+                self._seen.setdefault(key, rv)
 
     def _remove(self, uid: str) -> None:
         pod = self._pods.pop(uid, None)
         if pod is None:
             return
+        uids = self._by_namespace[pod.namespace]
+        uids.discard(uid)
+        if not uids:
+            del self._by_namespace[pod.namespace]
         used = self._used[pod.namespace]
         for name, amount in pod.amounts.items():
             used[name] = max(used.get(name, 0) - amount, 0)
         if not any(used.values()):
             del self._used[pod.namespace]
         now = time.monotonic()
-        if pod.reservation:  # its ledger entry may outlive the Pod until it expires: keep not counting it
-            self._consumed[pod.reservation] = now + self._forget_after
-            self._forget.append((now + self._forget_after, pod.reservation))
+        if pod.reservation:  # its ledger entry may outlive the Pod: keep not counting it until it expires
+            key = (pod.namespace, pod.reservation)
+            self._consumed[key] = now + self._forget_after
+            self._forget.append((now + self._forget_after, key))
         while self._forget and self._forget[0][0] <= now:
-            _, reservation = self._forget.popleft()
-            if self._consumed.get(reservation, 0) <= now:
-                self._consumed.pop(reservation, None)
+            _, key = self._forget.popleft()
+            if self._consumed.get(key, 0) <= now:
+                self._consumed.pop(key, None)
+                self._seen.pop(key, None)
+
+
+@dataclass
+class _NamespacePods:
+    """The PodTable as one namespace's stream writes it."""
+
+    table: PodTable
+    namespace: str
+
+    def replace(self, items: Iterable[Mapping[str, Any]]) -> None:
+        self.table.replace(self.namespace, items)
+
+    def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        self.table.apply(kind, obj)
 
 
 class QuotaTable:
@@ -160,35 +213,85 @@ class QuotaTable:
     def limits(self, namespace: str) -> Amounts:
         return tightest((self._by_namespace.get(namespace) or {}).values())
 
+    def namespaces(self) -> set[str]:
+        """The namespaces with a device quota: the ones whose Pods are watched."""
+        return set(self._by_namespace)
+
+
+class LedgerTable:
+    """The newest ledger Lease seen per quota'd namespace: from the watch, and from this process's own
+    reads and writes (whichever is newer wins)."""
+
+    def __init__(self) -> None:
+        self._by_namespace: dict[str, Snapshot] = {}
+
+    def replace(self, items: Iterable[Mapping[str, Any]]) -> None:
+        self._by_namespace = {}
+        for obj in items:
+            self.apply("ADDED", obj)
+
+    def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        name = (obj.get("metadata") or {}).get("name") or ""
+        if not name.startswith(LEDGER_PREFIX):
+            return
+        namespace = name[len(LEDGER_PREFIX) :]
+        if kind == "DELETED":
+            self._by_namespace.pop(namespace, None)
+        else:
+            self.offer(snapshot(namespace, obj))
+
+    def offer(self, found: Snapshot) -> None:
+        current = self._by_namespace.get(found.namespace)
+        if current is None or found.rv > current.rv:
+            self._by_namespace[found.namespace] = found
+
+    def get(self, namespace: str) -> Snapshot | None:
+        return self._by_namespace.get(namespace)
+
 
 @dataclass
 class _Stream:
-    """One watched kind: how to list it, where its events go, and its health."""
+    """One list + watch: what it lists, where its events go, and its health."""
 
-    name: str
+    name: str  # for logs: "pods in <namespace>", "resourcequotas", "leases"
+    resource: str  # the metric label: pods, resourcequotas, leases
     list_call: Callable[..., Any]
-    table: PodTable | QuotaTable
+    table: Table
+    namespace: str = ""  # the quota'd namespace whose Pods it lists ("" for the other kinds)
     rv: str = ""  # where to resume: the last event's or bookmark's resourceVersion ("" = list first)
     synced: bool = False
     broken_since: float | None = None
     response: Any = None
+    stopped: bool = False
+    thread: threading.Thread | None = None
+    listed: threading.Event = field(default_factory=threading.Event)
 
 
 class Feed:
-    """The process's view of device usage and limits, kept current by two daemon threads."""
+    """The process's view of device usage, limits and ledgers, kept current by daemon threads."""
 
-    def __init__(self, api_client: client.ApiClient, devices: Sequence[Device], *, forget_after: float) -> None:
+    def __init__(
+        self, api_client: client.ApiClient, devices: Sequence[Device], *, forget_after: float, home: str
+    ) -> None:
         self._api_client = api_client
-        core = client.CoreV1Api(api_client)
+        self._core = client.CoreV1Api(api_client)
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # notified when a Pod stream or a ledger moves on
         self._stop = threading.Event()
         self.pods = PodTable(devices, forget_after)
         self.quotas = QuotaTable(devices)
-        self._streams = (
-            _Stream("pods", core.list_pod_for_all_namespaces, self.pods),
-            _Stream("resourcequotas", core.list_resource_quota_for_all_namespaces, self.quotas),
+        self.ledgers = LedgerTable()
+        leases = client.CoordinationV1Api(api_client)
+        self._quota_stream = _Stream(
+            "resourcequotas", "resourcequotas", self._core.list_resource_quota_for_all_namespaces, self.quotas
         )
-        self._threads: list[threading.Thread] = []
+        self._lease_stream = _Stream(
+            "leases",
+            "leases",
+            functools.partial(leases.list_namespaced_lease, home, label_selector=MANAGED_BY),
+            self.ledgers,
+        )
+        self._pod_streams: dict[str, _Stream] = {}
         self._synced = threading.Event()
 
     # --- reads (any thread) ------------------------------------------------------------------------
@@ -202,55 +305,141 @@ class Feed:
         with self._lock:
             total = self.pods.used(namespace)
             for reservation, amounts in reservations.items():
-                if not self.pods.consumed(reservation):
+                if not self.pods.consumed(namespace, reservation):
                     for name, amount in amounts.items():
                         total[name] = total.get(name, 0) + amount
         return total
 
+    def seen(self, namespace: str, reservation: str) -> int | None:
+        with self._lock:
+            return self.pods.seen(namespace, reservation)
+
+    def ledger(self, namespace: str) -> Snapshot | None:
+        with self._lock:
+            return self.ledgers.get(namespace)
+
+    def offer_ledger(self, found: Snapshot) -> None:
+        """A ledger this process read or wrote: newer than the cache, unless the watch was quicker."""
+        with self._lock:
+            self.ledgers.offer(found)
+            self._changed.notify_all()
+
+    def wait_ledger_newer(self, namespace: str, rv: int, timeout: float) -> Snapshot | None:
+        """The cached ledger once it is newer than ``rv`` (None if it does not get newer within ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                found = self.ledgers.get(namespace)
+                if found is not None and found.rv > rv:
+                    return found
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._changed.wait(remaining):
+                    return None
+
+    def caught_up(self, namespace: str, rv: int, timeout: float) -> bool:
+        """This process has seen every Pod event of ``namespace`` up to resourceVersion ``rv`` (waits up to
+        ``timeout``): Pods whose reservations another process dropped at ``rv`` are counted here too."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                stream = self._pod_streams.get(namespace)
+                if stream is not None and stream.synced and resource_version(stream.rv) >= rv:
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._changed.wait(remaining):
+                    return False
+
     def synced(self, wait: float = 0) -> bool:
-        """Both kinds have been listed; waits up to ``wait`` seconds for it (a freshly started worker)."""
+        """The first lists are in: ResourceQuotas, and the Pods of every namespace that had a device quota
+        then; waits up to ``wait`` seconds for it (a freshly started worker)."""
         return self._synced.wait(wait) if wait else self._synced.is_set()
 
+    def namespace_synced(self, namespace: str, wait: float = 0) -> bool:
+        """The Pods of a quota'd namespace have been listed (a quota that just appeared: its first list)."""
+        with self._lock:
+            stream = self._pod_streams.get(namespace)
+        return stream is not None and (stream.listed.wait(wait) if wait else stream.listed.is_set())
+
     def broken_for(self) -> float:
-        """Seconds the feed has been unable to list or watch (0 when every stream is connected)."""
-        since = [s.broken_since for s in self._streams if s.broken_since is not None]
+        """Seconds the longest-broken ResourceQuota or Pod stream has been unable to list or watch (0 when all
+        are connected). The ledger stream is not counted: a stale ledger cache costs retries, not exactness."""
+        with self._lock:
+            streams = [self._quota_stream, *self._pod_streams.values()]
+        since = [s.broken_since for s in streams if s.broken_since is not None]
         return time.monotonic() - min(since) if since else 0.0
 
     def status(self) -> dict[str, Any]:
+        with self._lock:
+            pods = list(self._pod_streams.values())
         return {
-            "synced": {s.name: s.synced for s in self._streams},
+            "synced": {"pods": all(s.synced for s in pods), "resourcequotas": self._quota_stream.synced},
             "broken_seconds": round(self.broken_for(), 1),
             "pods_tracked": len(self.pods),
+            "namespaces_watched": len(pods),
         }
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> None:
-        for stream in self._streams:
-            metrics.quota_feed_synced(stream.name, False)
-            thread = threading.Thread(target=self._run, args=(stream,), name=f"quota-feed-{stream.name}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        for name in ("pods", "resourcequotas"):
+            metrics.quota_feed_synced(name, False)
+        for stream in (self._quota_stream, self._lease_stream):
+            self._start(stream)
 
     def stop(self, timeout: float = 5.0) -> None:
-        """End both threads: wake their backoff waits and cut their open watches."""
+        """End every thread: wake their backoff waits and cut their open watches."""
         self._stop.set()
-        for stream in self._streams:
-            response = stream.response
-            if response is not None:
-                try:
-                    response.shutdown()
-                except Exception:  # already closed
-                    pass
-        for thread in self._threads:
-            thread.join(timeout)
+        with self._lock:
+            streams = [self._quota_stream, self._lease_stream, *self._pod_streams.values()]
+        for stream in streams:
+            _cut(stream)
+        for stream in streams:
+            if stream.thread is not None:
+                stream.thread.join(timeout)
         self._api_client.close()
+
+    def threads(self) -> list[threading.Thread]:
+        with self._lock:
+            streams = [self._quota_stream, self._lease_stream, *self._pod_streams.values()]
+        return [s.thread for s in streams if s.thread is not None]
+
+    def _start(self, stream: _Stream) -> None:
+        stream.thread = threading.Thread(target=self._run, args=(stream,), name=f"quota-feed-{stream.name}")
+        stream.thread.daemon = True
+        stream.thread.start()
+
+    def _watch_namespaces(self) -> None:
+        """Start a Pod stream for each namespace that got a device quota, stop those whose quota went.
+        Called with the lock held, after the ResourceQuota table changed."""
+        wanted = self.quotas.namespaces()
+        for namespace in set(self._pod_streams) - wanted:
+            stream = self._pod_streams.pop(namespace)
+            stream.stopped = True
+            _cut(stream)
+            self.pods.forget_namespace(namespace)
+            log.info("quota feed: no device quota in namespace %s any more; its Pods are not watched", namespace)
+        for namespace in wanted - set(self._pod_streams):
+            list_call = functools.partial(self._core.list_namespaced_pod, namespace)
+            stream = _Stream(f"pods in {namespace}", "pods", list_call, _NamespacePods(self.pods, namespace), namespace)
+            self._pod_streams[namespace] = stream
+            self._start(stream)
+        self._report("pods")
+
+    def _report(self, resource: str) -> None:
+        """Export the resource's sync state (pods: all namespaces' streams together). Lock held."""
+        if resource == "leases":
+            return
+        streams = list(self._pod_streams.values()) if resource == "pods" else [self._quota_stream]
+        metrics.quota_feed_synced(resource, all(s.synced and s.broken_since is None for s in streams))
 
     # --- the loop ----------------------------------------------------------------------------------
 
+    def _ended(self, stream: _Stream) -> bool:
+        return self._stop.is_set() or stream.stopped
+
     def _run(self, stream: _Stream) -> None:
         failures = 0
-        while not self._stop.is_set():
+        while not self._ended(stream):
             try:
                 if not stream.rv:
                     self._list(stream)
@@ -261,21 +450,23 @@ class Feed:
                 log.info("quota feed: %s resourceVersion %s expired; listing again", stream.name, stream.rv)
                 stream.rv = ""
             except Exception as exc:
-                if self._stop.is_set():
+                if self._ended(stream):
                     break
                 if stream.broken_since is None:
-                    stream.broken_since = time.monotonic()
-                    metrics.quota_feed_synced(stream.name, False)
+                    with self._lock:
+                        stream.broken_since = time.monotonic()
+                        self._report(stream.resource)
                     log.warning("quota feed: %s broken (%s); retrying with backoff", stream.name, describe(exc))
                 failures += 1
                 self._stop.wait(WATCH_RETRY.delay(failures - 1))
         stream.response = None
 
     def _healthy(self, stream: _Stream) -> None:
+        """Lock held."""
         if stream.broken_since is not None:
             log.info("quota feed: %s connected again", stream.name)
-            metrics.quota_feed_synced(stream.name, stream.synced)
         stream.broken_since = None
+        self._report(stream.resource)
 
     def _list(self, stream: _Stream) -> None:
         items: list[dict[str, Any]] = []
@@ -296,12 +487,25 @@ class Feed:
             if not cont:
                 break
         with self._lock:
+            if self._ended(stream):
+                return
             stream.table.replace(items)
-        stream.rv, stream.synced = rv, True
-        metrics.quota_feed_synced(stream.name, True)
-        if all(s.synced for s in self._streams):
+            stream.rv, stream.synced = rv, True
+            if stream is self._quota_stream:
+                self._watch_namespaces()
+            self._healthy(stream)
+            self._changed.notify_all()
+            self._check_synced()
+        stream.listed.set()
+
+    def _check_synced(self) -> None:
+        """Lock held: the first sync is complete once the quotas and every quota'd namespace's Pods are listed."""
+        if (
+            not self._synced.is_set()
+            and self._quota_stream.synced
+            and all(s.synced for s in self._pod_streams.values())
+        ):
             self._synced.set()
-        self._healthy(stream)
 
     def _watch(self, stream: _Stream) -> None:
         seconds = random.randint(*WATCH_SECONDS)
@@ -320,20 +524,36 @@ class Feed:
             raise
         stream.response = response
         try:
-            self._healthy(stream)
+            if self._ended(stream):
+                return
+            with self._lock:
+                self._healthy(stream)
             for line in iter_resp_lines(response):
-                if self._stop.is_set():
-                    break
                 event = json.loads(line)
                 kind, obj = event.get("type"), event.get("object") or {}
                 if kind == "ERROR":
                     if obj.get("code") == 410:
                         raise Gone()
                     raise RuntimeError(f"watch error: {obj.get('message') or obj}")
-                if kind != "BOOKMARK":
-                    with self._lock:
+                with self._lock:
+                    if self._ended(stream):
+                        break
+                    if kind != "BOOKMARK":
                         stream.table.apply(kind, obj)
-                stream.rv = (obj.get("metadata") or {}).get("resourceVersion") or stream.rv
+                        if stream is self._quota_stream:
+                            self._watch_namespaces()
+                    stream.rv = (obj.get("metadata") or {}).get("resourceVersion") or stream.rv
+                    self._changed.notify_all()
         finally:
             stream.response = None
             response.close()
+
+
+def _cut(stream: _Stream) -> None:
+    """Close a stream's open watch, so its thread notices at once."""
+    response = stream.response
+    if response is not None:
+        try:
+            response.shutdown()
+        except Exception:  # already closed
+            pass

@@ -2,12 +2,15 @@
 
 Rules: docs/rules.md#no-over-admission-under-concurrency, #undecided-quota-is-an-error-never-an-admission.
 
-A Pod is admitted only if used + reserved + requested <= limit for every limited
-resource, decided against the ledger Lease read fresh from the API and written
-back with compare-and-swap. A reservation counts until this process's feed has
-seen its Pod (the Pod's ``hami.io/quota-reservation`` names it; it is usage
-then) or until it expires. Entries are dropped only once expired, so no replica
-can see a Pod as neither reserved nor used while its own feed is still behind.
+A Pod is admitted only if used + reserved + requested <= limit for every limited resource, decided against
+the namespace's ledger Lease and written back with compare-and-swap, so workers and replicas never admit
+past the limit together. A worker decides the admissions that wait on the same namespace together and writes
+them in one compare-and-swap (group commit), starting from its cached copy of the ledger (kept fresh by the
+feed's watch): no read before the write; a 409 brings the newer copy. A reservation counts until the
+deciding worker has seen its Pod, which then counts as usage; the writer drops the reservations whose Pods it
+has seen and moves the ledger's mark to their resourceVersion, and no worker decides on a ledger before its
+own Pod watch has reached the mark. So the ledger holds only admissions not seen yet, and a denial needs no
+write: a copy older than the stored ledger can only count less than it, so what it denies, the newest denies.
 """
 
 from __future__ import annotations
@@ -16,30 +19,58 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client
 
+from app import metrics
 from app.kube.backoff import Backoff
 from app.kube.config import LOAD_ERRORS, load_configuration
 from app.kube.errors import CONFLICT, ApiError, describe
-from app.quota.demand import Demand, amounts
+from app.quota.demand import Amounts, Demand, amounts
 from app.quota.feed import Feed
-from app.quota.ledger import Entry, Ledger
+from app.quota.ledger import MAX_LEDGER_BYTES, Entry, Ledger, Snapshot, encode
 from app.quota.limits import check, limited
 from app.quota.port import FITS, QuotaOff, QuotaPort, QuotaUnavailable, Verdict
 from app.settings import Settings
 
 ADMIT_BUDGET = 5.0  # seconds for one admission, sync wait included: half the API server's 10 s webhook timeout
 REQUEST_TIMEOUT = 2.0  # seconds for one ledger read or write
-SYNC_WAIT = 3.0  # seconds an admission waits for a just-started worker's first lists
-ATTEMPTS = 16  # compare-and-swap rounds; only admissions write, so a round is lost only to another admission
-LEDGER_RETRY = Backoff(first=0.01, jitter=1.0)  # after a lost round; the admission's deadline caps it
+SYNC_WAIT = 3.0  # seconds an admission waits for a just-started worker's (or a new quota's) first lists
+MARK_WAIT = 2.0  # seconds a decision waits for this worker's Pod watch to reach the ledger's mark
+NEWER_WAIT = 0.5  # seconds a lost compare-and-swap waits for the watch to bring the winner's ledger, then reads
+LOST_ROUND = Backoff(first=0.005, jitter=1.0)  # a round is followed at once by the fresher ledger's wait
 log = logging.getLogger("hami_webhook.quota")
 
 
 class QuotaStartError(RuntimeError):
     """HAMI_QUOTA_ENABLED=true but the Kubernetes API cannot be used."""
+
+
+@dataclass(eq=False)
+class _Ticket:
+    """One admission waiting on its namespace's ledger; settled with a verdict or an error."""
+
+    requested: Amounts
+    uid: str
+    dry_run: bool
+    deadline: float
+    verdict: Verdict | None = None
+    error: QuotaUnavailable | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self.verdict is not None or self.error is not None
+
+
+@dataclass(eq=False)
+class _Queue:
+    """The admissions of one namespace in this process: one thread commits, the others wait for it."""
+
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    waiting: list[_Ticket] = field(default_factory=list)
+    busy: bool = False
 
 
 class KubeQuota:
@@ -50,8 +81,8 @@ class KubeQuota:
         self.ledger = ledger
         self._ttl = ttl
         self._stale_after = stale_after
-        self._locks: dict[str, threading.Lock] = {}
-        self._locks_lock = threading.Lock()
+        self._queues: dict[str, _Queue] = {}
+        self._queues_lock = threading.Lock()
 
     def governs(self, namespace: str) -> bool:
         """Also true while the feed cannot tell (not synced, broken too long): admit() must then refuse,
@@ -66,44 +97,138 @@ class KubeQuota:
         unfit = self._unfit(wait=SYNC_WAIT)  # before reading limits: an unsynced feed knows of no quota at all
         if unfit:
             raise QuotaUnavailable(unfit)
-        limits = self.feed.limits(namespace)
-        if not limited(limits, requested):
+        if not limited(self.feed.limits(namespace), requested):
             return FITS  # no device quota here: the ledger is never touched
-        lock = self._lock(namespace)  # this process's threads take turns; other processes meet at the CAS
-        if not lock.acquire(timeout=max(deadline - time.monotonic(), 0)):
-            raise QuotaUnavailable(f"namespace {namespace}: timed out waiting for other admissions in this worker")
-        try:
-            for attempt in range(ATTEMPTS):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                try:
-                    return self._try(namespace, limits, requested, uid, dry_run, min(remaining, REQUEST_TIMEOUT))
-                except Exception as exc:
-                    if not (isinstance(exc, ApiError) and exc.code == CONFLICT):
-                        raise QuotaUnavailable(f"quota ledger {self._where(namespace)}: {describe(exc)}") from exc
-                    time.sleep(min(LEDGER_RETRY.delay(attempt), max(deadline - time.monotonic(), 0)))
-        finally:
-            lock.release()
-        raise QuotaUnavailable(
-            f"quota ledger {self._where(namespace)} stayed contended for {ADMIT_BUDGET:g} s or {ATTEMPTS} attempts"
-        )
+        if not self.feed.namespace_synced(namespace, wait=max(min(SYNC_WAIT, deadline - time.monotonic()), 0)):
+            raise QuotaUnavailable(f"the Pods of namespace {namespace} have not been listed yet")
+        return self._settle(namespace, _Ticket(requested, uid, dry_run, deadline))
 
-    def _try(
-        self, namespace: str, limits: dict[str, int], requested: dict[str, int], uid: str, dry_run: bool, timeout: float
-    ) -> Verdict:
-        snapshot = self.ledger.read(namespace, timeout)
+    def _settle(self, namespace: str, ticket: _Ticket) -> Verdict:
+        """Queue the ticket; the first waiter with no commit in flight commits everything queued (group commit)."""
+        queue = self._queue(namespace)
+        with queue.cond:
+            queue.waiting.append(ticket)
+            while not ticket.settled:
+                if not queue.busy:
+                    queue.busy = True
+                    batch, queue.waiting = queue.waiting, []
+                    queue.cond.release()
+                    try:
+                        self._commit(namespace, queue, batch)
+                    finally:
+                        queue.cond.acquire()
+                        queue.busy = False
+                        queue.cond.notify_all()
+                    continue
+                remaining = ticket.deadline - time.monotonic()
+                if remaining <= 0 and ticket in queue.waiting:  # never picked up: give up on our own
+                    queue.waiting.remove(ticket)
+                    ticket.error = QuotaUnavailable(
+                        f"namespace {namespace}: timed out waiting for other admissions in this worker"
+                    )
+                    break
+                # in a commit already: that commit ends by the earliest deadline of its batch, plus one request
+                queue.cond.wait(max(remaining, 0) + REQUEST_TIMEOUT)
+        if ticket.error is not None:
+            raise ticket.error
+        assert ticket.verdict is not None
+        return ticket.verdict
+
+    def _commit(self, namespace: str, queue: _Queue, batch: list[_Ticket]) -> None:
+        """Decide ``batch`` (and whatever queues meanwhile) against the ledger; write the reservations in one
+        compare-and-swap. Every ticket taken in is settled on return."""
+        found = self.feed.ledger(namespace)
+        lost = 0
+        contended = QuotaUnavailable(f"quota ledger {self._where(namespace)} stayed contended for {ADMIT_BUDGET:g} s")
+        try:
+            while True:
+                remaining = min(t.deadline for t in batch) - time.monotonic()
+                if remaining <= 0:
+                    raise contended
+                timeout = min(remaining, REQUEST_TIMEOUT)
+                try:
+                    if found is None:
+                        found = self.ledger.read(namespace, timeout)
+                        self.feed.offer_ledger(found)
+                    if not self.feed.caught_up(namespace, found.mark, min(remaining, MARK_WAIT)):
+                        raise QuotaUnavailable(
+                            f"namespace {namespace}: this worker's Pod watch has not reached resourceVersion "
+                            f"{found.mark}, which the quota ledger {self._where(namespace)} requires"
+                        )
+                    with queue.cond:  # what queued meanwhile joins this commit
+                        batch += queue.waiting
+                        queue.waiting = []
+                    self._decide(namespace, found, batch, timeout)
+                    return
+                except ApiError as exc:
+                    if exc.code != CONFLICT:
+                        raise QuotaUnavailable(f"quota ledger {self._where(namespace)}: {describe(exc)}") from exc
+                    lost += 1
+                    metrics.quota_ledger_write("conflict")
+                    rv = found.rv if found is not None else -1
+                    for ticket in batch:  # decided on a ledger that is gone: all of them again
+                        ticket.verdict = ticket.error = None
+                    time.sleep(LOST_ROUND.delay(0))  # losers of one round do not all retry at once
+                    found = self.feed.wait_ledger_newer(namespace, rv, min(NEWER_WAIT, timeout))
+                except QuotaUnavailable:
+                    raise
+                except Exception as exc:
+                    if lost and min(t.deadline for t in batch) <= time.monotonic():
+                        raise contended from exc  # the budget ran out mid-request, after lost rounds
+                    raise QuotaUnavailable(f"quota ledger {self._where(namespace)}: {describe(exc)}") from exc
+        except QuotaUnavailable as exc:  # the batch was decided together: none of its verdicts stands alone
+            for ticket in batch:
+                ticket.verdict, ticket.error = None, exc
+
+    def _decide(self, namespace: str, found: Snapshot, batch: list[_Ticket], timeout: float) -> None:
+        """Verdicts for the batch on ``found``; one compare-and-swap when any Pod is to be reserved."""
         now = time.time()
-        live = {u: e for u, e in snapshot.entries.items() if e.expires > now}  # expired entries are pruned here
-        if uid in live:  # the API server sent this very request again: it is already reserved
-            return Verdict(reserved=True)
+        limits = self.feed.limits(namespace)
+        live = {u: e for u, e in found.entries.items() if e.expires > now}  # expired entries are pruned here
+        keep, mark = {}, found.mark
+        for uid, entry in live.items():
+            seen = self.feed.seen(namespace, uid)
+            if seen is None:
+                keep[uid] = entry
+            else:  # its Pod counts as usage here, and for every worker whose Pod watch is past the mark
+                mark = max(mark, seen)
         used = self.feed.in_use(namespace, {u: e.amounts for u, e in live.items()})
-        denial = check(namespace, limits, used, requested)
-        if denial or dry_run:  # dry runs check but never reserve (dry runs change nothing)
-            return Verdict(denial)
-        live[uid] = Entry(now + self._ttl, requested)
-        self.ledger.write(snapshot, live, timeout)
-        return Verdict(reserved=True)
+        reserve: list[_Ticket] = []
+        for ticket in batch:
+            if ticket.uid in live:  # the API server sent this very request again: it is already reserved
+                ticket.verdict = Verdict(reserved=True)
+                continue
+            if not limited(limits, ticket.requested):
+                ticket.verdict = FITS  # the quota went meanwhile
+                continue
+            denial = check(namespace, limits, used, ticket.requested)
+            if denial or ticket.dry_run:  # dry runs check but never reserve (docs/rules.md#dry-runs-change-nothing)
+                ticket.verdict = Verdict(denial)
+                continue
+            for name, amount in ticket.requested.items():
+                used[name] = used.get(name, 0) + amount
+            keep[ticket.uid] = Entry(round(now + self._ttl, 1), ticket.requested)
+            reserve.append(ticket)
+        if not reserve:
+            return  # denials and dry runs only: no write (an older copy never counts more than the newest)
+        text = encode(keep)
+        while len(text) > MAX_LEDGER_BYTES and reserve:
+            full = reserve.pop()
+            del keep[full.uid]
+            metrics.quota_ledger_full(namespace)
+            full.error = QuotaUnavailable(
+                f"quota ledger {self._where(namespace)} is full: {len(keep)} reservations of admitted Pods "
+                f"not seen yet fill the {MAX_LEDGER_BYTES} bytes one Lease can hold; they leave it as their "
+                f"Pods appear, or after HAMI_QUOTA_RESERVATION_TTL ({self._ttl:g} s) if they never do"
+            )
+            text = encode(keep)
+        if not reserve:
+            return
+        written = self.ledger.write(found, text, mark, timeout)
+        metrics.quota_ledger_write("written")
+        self.feed.offer_ledger(written)
+        for ticket in reserve:
+            ticket.verdict = Verdict(reserved=True)
 
     def _where(self, namespace: str) -> str:
         return f"{self.ledger.home}/{self.ledger.name(namespace)}"
@@ -117,9 +242,9 @@ class KubeQuota:
             return f"the Pod/ResourceQuota watch has been broken for {broken:.0f} s"
         return ""
 
-    def _lock(self, namespace: str) -> threading.Lock:
-        with self._locks_lock:
-            return self._locks.setdefault(namespace, threading.Lock())
+    def _queue(self, namespace: str) -> _Queue:
+        with self._queues_lock:
+            return self._queues.setdefault(namespace, _Queue())
 
     def status(self) -> dict[str, Any]:
         feed = self.feed.status()
@@ -152,7 +277,7 @@ def open_quota(settings: Settings) -> QuotaPort:
     if settings.quota_enabled == "true":
         _probe(configuration)
     ttl = settings.quota_reservation_ttl
-    feed = Feed(client.ApiClient(configuration), settings.devices, forget_after=ttl)
+    feed = Feed(client.ApiClient(configuration), settings.devices, forget_after=ttl, home=settings.namespace)
     ledger = Ledger(client.CoordinationV1Api(client.ApiClient(configuration)), settings.namespace)
     port = KubeQuota(feed, ledger, ttl=ttl, stale_after=settings.quota_stale_after)
     port.start()

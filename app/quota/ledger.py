@@ -1,11 +1,13 @@
 """Quota reservations in one Lease per quota'd namespace, written with resourceVersion compare-and-swap.
 
-The Lease ``hami-quota-<namespace>`` lives in the webhook's own namespace, so the
-webhook's write access stays inside it. Its annotation ``hami.io/quota-ledger``
-holds ``{request uid: {"expires": unix seconds, "amounts": {resource: amount}}}``.
-Every worker of every replica decides against the same object: a write that lost
-a race gets 409 Conflict (an ApiError) and decides again from the fresh state
-(docs/rules.md#no-over-admission-under-concurrency).
+The Lease ``hami-quota-<namespace>`` lives in the webhook's own namespace, so the webhook's write access
+stays inside it. Its annotation ``hami.io/quota-ledger`` holds
+``{request uid: {"expires": unix seconds, "amounts": {resource: amount}}}``: the Pods admitted that some
+worker may not have seen yet. ``hami.io/quota-ledger-mark`` is the resourceVersion up to which a worker must
+have seen the namespace's Pods before it decides on this ledger: a reservation is dropped once the writer has
+seen its Pod, and the mark moves to that Pod's resourceVersion, so every reader counts the Pod instead.
+Every worker of every replica decides against the same object: a write that lost a race gets 409 Conflict
+and decides again from the fresh state (docs/rules.md#no-over-admission-under-concurrency).
 """
 
 from __future__ import annotations
@@ -22,7 +24,11 @@ from app.kube.errors import CONFLICT, ApiError
 from app.quota.demand import Amounts
 
 LEDGER_ANNOTATION = "hami.io/quota-ledger"
+MARK_ANNOTATION = "hami.io/quota-ledger-mark"
 LEDGER_PREFIX = "hami-quota-"
+MANAGED_BY = "app.kubernetes.io/managed-by=hami-webhook"
+# The API server refuses more than 256 KiB of annotations on an object; this leaves room for the mark and keys.
+MAX_LEDGER_BYTES = 250_000
 
 
 @dataclass(frozen=True)
@@ -31,13 +37,43 @@ class Entry:
     amounts: Amounts
 
 
-@dataclass
+@dataclass(frozen=True)
 class Snapshot:
-    """The ledger as read: its entries and the Lease it came from (None: not created yet)."""
+    """The ledger as read: its entries, its mark, and the Lease it came from (None: not created yet)."""
 
     namespace: str
     entries: dict[str, Entry]
     lease: dict[str, Any] | None
+    rv: int = -1  # the Lease's resourceVersion (-1: not created yet)
+    mark: int = 0
+
+
+def resource_version(text: Any) -> int:
+    """A resourceVersion as a number (etcd's revision, which the API server compares the same way); -1 when
+    it is not one, so nothing is ever dropped on its account."""
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return -1
+
+
+def snapshot(namespace: str, lease: Mapping[str, Any]) -> Snapshot:
+    """A ledger Lease as stored."""
+    meta = lease.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    try:
+        raw = json.loads(annotations.get(LEDGER_ANNOTATION) or "{}")
+    except ValueError:
+        raw = {}
+    mark = max(resource_version(annotations.get(MARK_ANNOTATION) or 0), 0)
+    return Snapshot(namespace, _entries(raw), dict(lease), resource_version(meta.get("resourceVersion")), mark)
+
+
+def encode(entries: Mapping[str, Entry]) -> str:
+    """The annotation's text (compact: it is read and written on every admission)."""
+    return json.dumps(
+        {uid: {"expires": e.expires, "amounts": e.amounts} for uid, e in entries.items()}, separators=(",", ":")
+    )
 
 
 class Ledger:
@@ -63,41 +99,41 @@ class Ledger:
             if exc.status == 404:
                 return Snapshot(namespace, {}, None)
             raise
-        lease = json.loads(response.data)
-        raw = ((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION) or "{}"
-        return Snapshot(namespace, _entries(json.loads(raw)), lease)
+        return snapshot(namespace, json.loads(response.data))
 
-    def write(self, snapshot: Snapshot, entries: Mapping[str, Entry], timeout: float) -> None:
-        """Replace the entries if the Lease is still the one read (create it if absent); ApiError CONFLICT if not."""
-        text = json.dumps(
-            {uid: {"expires": e.expires, "amounts": e.amounts} for uid, e in entries.items()}, separators=(",", ":")
-        )
+    def write(self, found: Snapshot, text: str, mark: int, timeout: float) -> Snapshot:
+        """Replace the entries (``encode``d) and mark if the Lease is still the one read (create it if it was
+        absent); the ledger as now stored. ApiError CONFLICT if someone wrote first."""
+        annotations = {LEDGER_ANNOTATION: text, MARK_ANNOTATION: str(mark)}
         body: Any  # a plain dict: the client sends it as is
         try:
-            if snapshot.lease is None:
+            if found.lease is None:
                 body = {
                     "apiVersion": "coordination.k8s.io/v1",
                     "kind": "Lease",
                     "metadata": {
-                        "name": self.name(snapshot.namespace),
+                        "name": self.name(found.namespace),
                         "namespace": self.home,
                         "labels": {"app.kubernetes.io/managed-by": "hami-webhook"},
-                        "annotations": {LEDGER_ANNOTATION: text},
+                        "annotations": annotations,
                     },
                     "spec": {},
                 }
-                self._api.create_namespaced_lease(self.home, body, _preload_content=False, _request_timeout=timeout)
+                response: Any = self._api.create_namespaced_lease(
+                    self.home, body, _preload_content=False, _request_timeout=timeout
+                )
             else:
-                meta = snapshot.lease["metadata"]  # keeps resourceVersion: the compare in compare-and-swap
-                annotations = {**(meta.get("annotations") or {}), LEDGER_ANNOTATION: text}
-                body = {**snapshot.lease, "metadata": {**meta, "annotations": annotations}}
-                self._api.replace_namespaced_lease(
-                    self.name(snapshot.namespace), self.home, body, _preload_content=False, _request_timeout=timeout
+                meta = found.lease["metadata"]  # keeps resourceVersion: the compare in compare-and-swap
+                merged = {**(meta.get("annotations") or {}), **annotations}
+                body = {**found.lease, "metadata": {**meta, "annotations": merged}}
+                response = self._api.replace_namespaced_lease(
+                    self.name(found.namespace), self.home, body, _preload_content=False, _request_timeout=timeout
                 )
         except ApiException as exc:
             if exc.status == CONFLICT:  # stale resourceVersion, or created by someone else meanwhile
                 raise ApiError.from_client(exc) from None
             raise
+        return snapshot(found.namespace, json.loads(response.data))
 
 
 def _entries(raw: Any) -> dict[str, Entry]:

@@ -105,7 +105,7 @@ def test_webhook_rbac_is_what_the_quota_feature_needs_and_no_more(base: list[Obj
     ]
     role = one(base, "Role", "hami-webhook")
     assert role["metadata"]["namespace"] == NAMESPACE
-    assert rules(role) == [(("coordination.k8s.io",), ("leases",), ("create", "get", "update"), ())]
+    assert rules(role) == [(("coordination.k8s.io",), ("leases",), ("create", "get", "list", "update", "watch"), ())]
     for kind in ("ClusterRoleBinding", "RoleBinding"):
         binding = one(base, kind, "hami-webhook")
         assert binding["roleRef"]["name"] == "hami-webhook"

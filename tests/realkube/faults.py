@@ -62,6 +62,7 @@ class FaultyProxy:
     requests: list[Request] = field(default_factory=list)
     _rules: list[_Rule] = field(default_factory=list)
     _watches: set[socket.socket] = field(default_factory=set)
+    _connections: set[socket.socket] = field(default_factory=set)  # every client connection open now
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
 
@@ -110,14 +111,21 @@ class FaultyProxy:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
+            def setup(self) -> None:
+                super().setup()
+                with proxy._lock:
+                    proxy._connections.add(self.connection)
+
             def finish(self) -> None:
-                """The client's connection ends: end the upstream one with it (an unclosed TLS socket warns)."""
+                with proxy._lock:
+                    proxy._connections.discard(self.connection)
+                if self.upstream is not None:  # the client closed its kept-alive connection: so do we
+                    self.upstream.close()
+                    self.upstream = None
                 try:
                     super().finish()
-                finally:
-                    if self.upstream is not None:
-                        self.upstream.close()
-                        self.upstream = None
+                except OSError:  # the client is gone already
+                    pass
 
             def _any(self) -> None:
                 parts = urlsplit(self.path)
@@ -159,7 +167,7 @@ class FaultyProxy:
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                         self.wfile.flush()
                     self.wfile.write(b"0\r\n\r\n")
-                except OSError:
+                except (OSError, http.client.HTTPException):  # either side cut the stream
                     pass
                 finally:
                     with proxy._lock:
@@ -193,11 +201,19 @@ class FaultyProxy:
         return self
 
     def stop(self) -> None:
+        """Stop listening and cut every open connection, kept-alive ones too: the API server is gone."""
         if self._server is not None:
             self.drop_watches()
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+            with self._lock:
+                connections, self._connections = self._connections, set()
+            for sock in connections:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
     def _take(self, request: Request) -> _Rule | None:
         with self._lock:

@@ -63,3 +63,26 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
             sink.shutdown(socket.SHUT_WR)
         except OSError:
             pass
+
+
+def main() -> None:
+    """``python -m tests.realkube.forwarder LISTEN BACKEND...`` (host:port each): forward until stdin closes,
+    then print the connections per backend as JSON. A process of its own, so its threads never compete for
+    an interpreter lock with whoever measures through it."""
+    import json
+    import sys
+
+    def address(text: str) -> tuple[str, int]:
+        host, _, port = text.rpartition(":")
+        return host, int(port)
+
+    listen, *backends = (address(a) for a in sys.argv[1:])
+    forwarder = RoundRobin(listen, backends).start()
+    print("listening", flush=True)
+    sys.stdin.read()
+    forwarder.stop()
+    print(json.dumps({f"{h}:{p}": n for (h, p), n in forwarder.connections.items()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

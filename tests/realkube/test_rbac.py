@@ -130,6 +130,10 @@ def test_webhook_account_reads_pods_and_quotas_and_keeps_leases(
         for event in watch.Watch().stream(list_call, timeout_seconds=1):  # a 403 would raise ApiException
             assert event["type"] in ("ADDED", "MODIFIED", "DELETED")
 
+    assert leases.list_namespaced_lease(NAMESPACE).kind == "LeaseList"  # the ledgers' cache: list + watch
+    for event in watch.Watch().stream(leases.list_namespaced_lease, NAMESPACE, timeout_seconds=1):
+        assert event["type"] in ("ADDED", "MODIFIED", "DELETED")
+
     name = f"hami-quota-e2e-{uuid.uuid4().hex[:8]}"
     body = {"metadata": {"name": name, "annotations": {"hami.io/quota-ledger": "{}"}}, "spec": {}}
     created = leases.create_namespaced_lease(NAMESPACE, body)
@@ -156,9 +160,8 @@ def test_webhook_account_cannot_do_more(installed: Installed, as_webhook: client
         "lease elsewhere": lambda: leases.create_namespaced_lease("default", lease),
         "delete a lease": lambda: leases.delete_namespaced_lease("hami-quota-x", NAMESPACE),
         "patch a lease": lambda: leases.patch_namespaced_lease("hami-quota-x", NAMESPACE, {"metadata": {}}),
-        # The ledger is read by name and written with compare-and-swap: never listed or watched.
-        "list leases": lambda: leases.list_namespaced_lease(NAMESPACE),
-        "watch leases": lambda: leases.list_namespaced_lease(NAMESPACE, watch=True, timeout_seconds=1),
+        "list leases elsewhere": lambda: leases.list_namespaced_lease("default"),
+        "watch leases everywhere": lambda: leases.list_lease_for_all_namespaces(watch=True, timeout_seconds=1),
         "rewrite device config": lambda: core.patch_namespaced_config_map(
             "hami-device-config", NAMESPACE, {"data": {"device-config.yaml": "{}"}}
         ),

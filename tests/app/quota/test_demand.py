@@ -1,7 +1,5 @@
-"""HAMi's fitResourceQuota demand, computed on the Pod as admitted and as the feed sees it.
-
-Rule: docs/rules.md#hamis-quota-arithmetic.
-"""
+"""A Pod's demand: HAMi's per-container arithmetic, summed as Kubernetes sums a Pod's effective request (native
+sidecars included), computed on the Pod as admitted and as the feed sees it."""
 
 from __future__ import annotations
 
@@ -20,6 +18,11 @@ def gpu(name: str, memory: int, count: int = 1) -> dict[str, Any]:
     return container(name, limits={GPU: str(count), MEM: str(memory)})
 
 
+def sidecar(name: str, memory: int, count: int = 1) -> dict[str, Any]:
+    """A native sidecar: an init container that keeps running (``restartPolicy: Always``)."""
+    return gpu(name, memory, count) | {"restartPolicy": "Always"}
+
+
 CASES = [
     # Go-tested init peaks: init containers run one after another
     pytest.param(pod(gpu("app", 500), init=[gpu("i1", 800), gpu("i2", 800)]), {MEM: 800, GPU: 1}, id="init-800+800"),
@@ -33,6 +36,35 @@ CASES = [
         pod(container(limits={MLU: "1", MLU_MEM: "4"})), {MLU_MEM: 4 * 256, MLU_CORES: 100, MLU: 1}, id="mlu-factor"
     ),
     pytest.param(pod(container(limits={"cpu": "1"})), {}, id="no-device"),
+    # Native sidecars run beside the app containers: they add to them. Each ordinary init container runs
+    # beside the sidecars started before it. The larger of that init-phase peak and the running sum wins.
+    pytest.param(pod(gpu("app", 500), init=[sidecar("s", 1000)]), {MEM: 1500, GPU: 2}, id="sidecar-adds-to-app"),
+    pytest.param(
+        pod(gpu("app", 500), init=[sidecar("s1", 1000), sidecar("s2", 2000)]), {MEM: 3500, GPU: 3}, id="two-sidecars"
+    ),
+    pytest.param(
+        pod(gpu("app", 500), init=[sidecar("s", 1000), gpu("i", 3000)]),
+        {MEM: 4000, GPU: 2},
+        id="init-after-sidecar-runs-beside-it",
+    ),
+    pytest.param(
+        pod(gpu("app", 500), init=[gpu("i", 3000), sidecar("s", 1000)]),
+        {MEM: 3000, GPU: 2},
+        id="init-before-sidecar-runs-alone",
+    ),
+    pytest.param(
+        pod(gpu("app", 500, count=2), init=[gpu("i", 100, count=4), sidecar("s", 200)]),
+        {MEM: 1200, GPU: 4},
+        id="peak-per-resource",  # the count peaks in the init phase, the memory while running
+    ),
+    pytest.param(
+        pod(container(limits={"cpu": "1"}), init=[sidecar("s", 1000)]), {MEM: 1000, GPU: 1}, id="sidecar-only-gpu"
+    ),
+    pytest.param(
+        pod(gpu("app", 500), init=[gpu("i", 1000) | {"restartPolicy": "OnFailure"}]),
+        {MEM: 1000, GPU: 1},
+        id="other-restart-policy-is-not-a-sidecar",
+    ),
 ]
 
 

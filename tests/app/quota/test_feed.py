@@ -1,100 +1,148 @@
-"""The list + watch feed: resume after a dropped connection, re-list on 410 Gone, bookmarks, backoff, stop."""
+"""The list + watch feed against a real API server: resume after a dropped connection, re-list on 410 Gone,
+bookmarks, backoff, stop."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
+from urllib.parse import parse_qs
 
 from prometheus_client import REGISTRY
 
-from tests.app.quota.conftest import GPU, MEM, QUOTA_NS, eventually, resource_quota
+from tests.app.quota.conftest import GPU, MEM, Cluster, eventually, unique
 from tests.app.reviews import container, pod
-from tests.kubeapi import FakeKubeAPI
+from tests.realkube.cluster import RealKube
+from tests.realkube.faults import Request
 
 
 def gpu_pod(name: str, memory: int) -> dict[str, Any]:
-    obj = pod(container(limits={GPU: "1", MEM: str(memory)}), namespace=QUOTA_NS)
-    obj["metadata"]["name"] = name
+    obj = pod(container(limits={GPU: "1", MEM: str(memory)}))
+    obj["metadata"] = {"name": name}
     return obj
 
 
-def pod_lists(api: FakeKubeAPI) -> int:
-    return sum(1 for r in api.requests if r.path == "/api/v1/pods" and not r.query.get("watch"))
+def pod_path(cluster: Cluster) -> str:
+    """Where the feed lists and watches the quota'd namespace's Pods (and no others)."""
+    return f"/api/v1/namespaces/{cluster.ns}/pods"
 
 
-def memory(port) -> int:
-    return port.feed.in_use(QUOTA_NS, {}).get(MEM, 0)
+def pod_requests(cluster: Cluster, *, watch: bool) -> list[Request]:
+    return [
+        r
+        for r in cluster.proxy.requests
+        if r.path == pod_path(cluster) and (parse_qs(r.query).get("watch", [""])[0] in ("true", "1")) == watch
+    ]
 
 
-def test_a_dropped_watch_resumes_without_missing_an_event(cluster: FakeKubeAPI, start_quota) -> None:
+def pod_lists(cluster: Cluster) -> int:
+    return len(pod_requests(cluster, watch=False))
+
+
+def memory(port, cluster: Cluster) -> int:
+    return port.feed.in_use(cluster.ns, {}).get(MEM, 0)
+
+
+def test_a_dropped_watch_resumes_without_missing_an_event(cluster: Cluster, start_quota) -> None:
+    cluster.quota({MEM: "100000"})
     port, _ = start_quota()
-    cluster.put(gpu_pod("a", 1000))
-    eventually(lambda: memory(port) == 1000, what="pod a")
-    assert cluster.drop_watches() == 2
-    cluster.put(gpu_pod("b", 2000))  # written while the feed reconnects
-    cluster.delete("v1", "Pod", "a", QUOTA_NS)
-    eventually(lambda: memory(port) == 2000, what="pod b added and pod a deleted")
+    cluster.create_pod(gpu_pod("a", 1000))
+    eventually(lambda: memory(port, cluster) == 1000, what="pod a")
+    assert cluster.proxy.drop_watches() >= 3  # ResourceQuotas, ledgers, this namespace's Pods (and others')
+    cluster.create_pod(gpu_pod("b", 2000))  # written while the feed reconnects
+    cluster.delete_pod("a")
+    eventually(lambda: memory(port, cluster) == 2000, what="pod b added and pod a deleted")
     assert pod_lists(cluster) == 1  # resumed from its resourceVersion: no re-list needed
+    assert len(pod_requests(cluster, watch=True)) == 2
 
 
-def test_410_gone_lists_again(cluster: FakeKubeAPI, start_quota) -> None:
+def test_only_the_pods_of_quotad_namespaces_are_listed_and_watched(cluster: Cluster, start_quota) -> None:
+    """A worker's cost follows the quota'd namespaces' Pods: no cluster-wide Pod list or watch; a namespace's
+    stream starts with its first device quota (counting the Pods already there, admitted by the webhook or
+    not) and stops with its last."""
+    cluster.create_pod(gpu_pod("before", 1000))  # never admitted by a webhook: counts once the quota comes
     port, _ = start_quota()
-    cluster.put(gpu_pod("a", 1000))
-    eventually(lambda: memory(port) == 1000, what="pod a")
+    assert pod_requests(cluster, watch=False) == [] and port.feed.in_use(cluster.ns, {}) == {}
+    cluster.quota({MEM: "100000"})
+    eventually(lambda: memory(port, cluster) == 1000, what="the namespace's Pods listed once it has a quota")
+    cluster.quota({"limits.cpu": "4"})  # no device quota any more
+    eventually(lambda: not any(cluster.ns in t.name for t in port.feed.threads()), what="its stream to stop")
+    eventually(lambda: memory(port, cluster) == 0, what="its Pods forgotten")
+    assert not any(r.path == "/api/v1/pods" for r in cluster.proxy.requests)
 
-    def meanwhile(api: FakeKubeAPI) -> None:
-        """Changes the feed's next watch can no longer replay: only a new list shows them."""
-        api.put(gpu_pod("b", 2000))
-        api.delete("v1", "Pod", "a", QUOTA_NS)
-        api.compact()
 
-    cluster.before("GET", "^/api/v1/pods$", meanwhile)
-    cluster.drop_watches()
-    eventually(lambda: memory(port) == 2000, what="the re-list")
+def test_410_gone_lists_again(cluster: Cluster, start_quota) -> None:
+    """A watch that can no longer resume (its resourceVersion left the API server's window) gets 410: only a
+    new list shows what happened meanwhile, deletions included. A real server answers so only once the
+    resourceVersion is older than its watch cache holds, which a test cannot bring about on cue: the proxy
+    answers the reconnecting watch with the 410, and the changes land just before the re-list."""
+    cluster.quota({MEM: "100000"})
+    port, _ = start_quota()
+    cluster.create_pod(gpu_pod("a", 1000))
+    eventually(lambda: memory(port, cluster) == 1000, what="pod a")
+
+    def meanwhile(kube: RealKube) -> None:
+        cluster.create_pod(gpu_pod("b", 2000))
+        cluster.delete_pod("a")
+        kube.compact()
+
+    cluster.proxy.fail_next("GET", f"^{pod_path(cluster)}$", 410, message="too old resource version: 1 (2)")
+    cluster.proxy.before("GET", f"^{pod_path(cluster)}$", meanwhile)
+    cluster.proxy.drop_watches()
+    eventually(lambda: memory(port, cluster) == 2000, what="the re-list")
     assert pod_lists(cluster) == 2
 
 
-def test_bookmarks_keep_the_resource_version_current(cluster: FakeKubeAPI, start_quota) -> None:
-    """Other kinds' writes advance the resourceVersion; bookmarks (every second here) carry it to the feed,
-    so a resume after compaction finds its place instead of re-listing."""
-    port, _ = start_quota()
-    for i in range(3):
-        cluster.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"c{i}", "namespace": QUOTA_NS}})
-    time.sleep(1.5)
-    cluster.compact()
-    cluster.drop_watches()
-    cluster.put(gpu_pod("a", 1000))
-    eventually(lambda: memory(port) == 1000, what="pod a")
+def test_a_quiet_watch_resumes_from_the_latest_resource_version(cluster: Cluster, start_quota) -> None:
+    """A Pod written in a namespace the feed does not watch advances the API server's Pod resourceVersion; the
+    bookmark the server sends shortly before the watch times out carries it to the feed, so the next watch
+    resumes from there and a quiet namespace never falls behind the window the server can resume from."""
+    cluster.quota({MEM: "100000"})
+    start_quota()
+    (first,) = pod_requests(cluster, watch=True)
+    elsewhere = unique("elsewhere")
+    cluster.kube.namespace(elsewhere)
+    try:
+        cpu_pod = pod(container(limits={"cpu": "1"}))
+        cpu_pod["metadata"] = {"name": "cpu"}
+        written = cluster.core.create_namespaced_pod(elsewhere, cpu_pod).metadata.resource_version
+        eventually(lambda: len(pod_requests(cluster, watch=True)) > 1, 60, "the watch to time out and resume")
+    finally:
+        cluster.kube.kubectl("delete", "namespace", "--wait=false", elsewhere)
+    second = pod_requests(cluster, watch=True)[1]
+    resumed_from = int(parse_qs(second.query)["resourceVersion"][0])
+    assert resumed_from >= int(written) > int(parse_qs(first.query)["resourceVersion"][0])
     assert pod_lists(cluster) == 1
 
 
-def test_failing_lists_back_off_then_sync(cluster: FakeKubeAPI, start_quota) -> None:
-    cluster.fail_next("GET", "^/api/v1/pods$", 500, times=3)
+def test_failing_lists_back_off_then_sync(cluster: Cluster, start_quota) -> None:
+    cluster.quota({MEM: "100000"})
+    cluster.proxy.fail_next("GET", f"^{pod_path(cluster)}$", 500, times=3)
     started = time.monotonic()
     port, _ = start_quota()
     assert time.monotonic() - started >= 0.25 + 0.5 + 1.0  # the jittered waits are at least half of 0.5, 1, 2 s
     assert pod_lists(cluster) == 4 and port.status()["ready"]
 
 
-def test_stop_is_prompt_with_open_watches(cluster: FakeKubeAPI, start_quota) -> None:
+def test_stop_is_prompt_with_open_watches(cluster: Cluster, start_quota) -> None:
     port, _ = start_quota()
-    cluster.put(resource_quota({MEM: "1"}))
-    eventually(lambda: port.feed.limits(QUOTA_NS), what="the quota")
+    cluster.quota({MEM: "1"})
+    eventually(lambda: port.feed.limits(cluster.ns), what="the quota")
     started = time.monotonic()
     port.stop()
     assert time.monotonic() - started < 2
-    assert not any(t.is_alive() for t in port.feed._threads)
+    assert not any(t.is_alive() for t in port.feed.threads())
 
 
 def synced(resource: str) -> float | None:
     return REGISTRY.get_sample_value("hami_webhook_quota_feed_synced", {"resource": resource})
 
 
-def test_sync_state_is_exported_for_the_out_of_sync_alert(cluster: FakeKubeAPI, start_quota) -> None:
+def test_sync_state_is_exported_for_the_out_of_sync_alert(cluster: Cluster, start_quota) -> None:
+    cluster.quota({MEM: "100000"})
     start_quota()
     assert synced("pods") == synced("resourcequotas") == 1
-    cluster.fail_next("GET", "^/api/v1/pods$", 500, times=3)
-    cluster.drop_watches()
+    cluster.proxy.fail_next("GET", f"^{pod_path(cluster)}$", 500, times=3)
+    cluster.proxy.drop_watches()
     eventually(lambda: synced("pods") == 0, what="the broken pods stream reported")
     eventually(lambda: synced("pods") == 1, what="the pods stream reported in sync again")
     assert synced("resourcequotas") == 1

@@ -1,37 +1,45 @@
-"""Check-and-reserve through the real port: official client, fake API server, no mocks.
+"""Check-and-reserve through the real port: official client, real API server, no mocks.
 
-Rule: docs/rules.md#d-namespace-quota.
-"""
+Rules: the quota rules of docs/rules.md."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from app import create_app
-from app.annotations import QUOTA_RESERVATION_ANNOTATION
 from app.quota import QuotaOff, QuotaUnavailable
 from app.quota.kube import KubeQuota, QuotaStartError, open_quota
-from app.quota.ledger import LEDGER_ANNOTATION
+from app.quota.ledger import LEDGER_ANNOTATION, MARK_ANNOTATION
+from app.review import QUOTA_RESERVATION_ANNOTATION
 from app.settings import Settings, SettingsError
-from tests.app.quota.conftest import GPU, HOME, MEM, QUOTA_NS, eventually, quota_settings, resource_quota
+from tests.app.quota.conftest import GPU, MEM, Cluster, eventually
 from tests.app.reviews import Outcome, admission_review, container, pod, run
-from tests.kubeapi import FakeKubeAPI
+from tests.realkube.cluster import RealKube
 
-LEDGER = f"hami-quota-{QUOTA_NS}"
-
-
-def gpu_pod(memory: int, namespace: str = QUOTA_NS, **metadata: Any) -> dict[str, Any]:
-    obj = pod(container(limits={GPU: "1", MEM: str(memory)}), namespace=namespace)
-    obj["metadata"].update(metadata)
-    return obj
+Admit = Callable[..., Outcome]
 
 
-def admit(port: KubeQuota, settings: Settings, memory: int, uid: str, **review: Any) -> Outcome:
-    return run(gpu_pod(memory), settings, port, uid=uid, **review)
+def gpu_pod(memory: int, namespace: str) -> dict[str, Any]:
+    return pod(container(limits={GPU: "1", MEM: str(memory)}), namespace=namespace)
+
+
+@pytest.fixture
+def admitter(cluster: Cluster) -> Callable[[KubeQuota, Settings], Admit]:
+    """``admit = admitter(port, settings)``, then ``admit(memory, uid, **review)``: one GPU Pod reviewed in the
+    quota'd namespace."""
+
+    def bind(port: KubeQuota, settings: Settings) -> Admit:
+        def admit(memory: int, uid: str, **review: Any) -> Outcome:
+            return run(gpu_pod(memory, cluster.ns), settings, port, uid=uid, **review)
+
+        return admit
+
+    return bind
 
 
 def denied(outcome: Outcome) -> str:
@@ -39,163 +47,172 @@ def denied(outcome: Outcome) -> str:
     return outcome.denial()[3]
 
 
-def ledger(api: FakeKubeAPI) -> dict[str, Any]:
-    lease = api.get("coordination.k8s.io/v1", "Lease", LEDGER, HOME)
-    return json.loads(lease["metadata"]["annotations"][LEDGER_ANNOTATION]) if lease else {}
-
-
-def ledger_requests(api: FakeKubeAPI) -> list[str]:
-    return [f"{r.method} {r.path}" for r in api.requests if "/leases" in r.path]
-
-
-def test_namespace_without_quota_never_touches_the_ledger(cluster: FakeKubeAPI, start_quota) -> None:
+def test_namespace_without_quota_never_touches_the_ledger(cluster: Cluster, start_quota, admitter) -> None:
+    cluster.quota({"limits.cpu": "4"})  # a quota, but not a device quota
     port, settings = start_quota()
-    cluster.put(resource_quota({"limits.cpu": "4"}))  # a quota, but not a device quota
-    outcome = admit(port, settings, 4000, "u-1")
+    outcome = admitter(port, settings)(4000, "u-1")
     assert outcome.response["allowed"] and QUOTA_RESERVATION_ANNOTATION not in json.dumps(outcome.ops)
-    assert ledger_requests(cluster) == []
-    assert not port.governs(QUOTA_NS)  # so the review does not even compute the Pod's demand
+    assert cluster.ledger_requests() == []
+    assert not port.governs(cluster.ns)  # so the review does not even compute the Pod's demand
 
 
-def test_reserve_until_full_then_deny_with_q4_message(cluster: FakeKubeAPI, start_quota) -> None:
-    cluster.put(resource_quota({f"limits.{MEM}": "10000"}))
+def test_reserve_until_full_then_deny_with_q4_message(cluster: Cluster, start_quota, admitter) -> None:
+    cluster.quota({f"limits.{MEM}": "10000"})
     port, settings = start_quota()
-    assert port.governs(QUOTA_NS) and not port.governs("elsewhere")
-    first, second = admit(port, settings, 4000, "u-1"), admit(port, settings, 6000, "u-2")  # 10000: equal fits
+    admit = admitter(port, settings)
+    assert port.governs(cluster.ns) and not port.governs("elsewhere")
+    first, second = admit(4000, "u-1"), admit(6000, "u-2")  # 10000: equal fits
     for outcome, uid in ((first, "u-1"), (second, "u-2")):
         assert outcome.response["allowed"]
         assert outcome.patched["metadata"]["annotations"][QUOTA_RESERVATION_ANNOTATION] == uid
-    assert denied(admit(port, settings, 1, "u-3")) == (
-        f"exceeding resource quota: namespace {QUOTA_NS} {MEM} used 10000 + requested 1 > limit 10000"
+    assert denied(admit(1, "u-3")) == (
+        f"exceeding resource quota: namespace {cluster.ns} {MEM} used 10000 + requested 1 > limit 10000"
     )
-    assert {uid: entry["amounts"] for uid, entry in ledger(cluster).items()} == {
+    assert {uid: entry["amounts"] for uid, entry in cluster.ledger().items()} == {
         "u-1": {MEM: 4000, GPU: 1},
         "u-2": {MEM: 6000, GPU: 1},
     }
 
 
-def test_dry_run_checks_but_never_reserves(cluster: FakeKubeAPI, start_quota) -> None:
-    cluster.put(resource_quota({f"limits.{MEM}": "5000"}))
+def test_dry_run_checks_but_never_reserves(cluster: Cluster, start_quota, admitter) -> None:
+    cluster.quota({f"limits.{MEM}": "5000"})
     port, settings = start_quota()
-    dry = admit(port, settings, 5000, "dry", dry_run=True)
+    admit = admitter(port, settings)
+    dry = admit(5000, "dry", dry_run=True)
     assert dry.response["allowed"] and QUOTA_RESERVATION_ANNOTATION not in json.dumps(dry.ops)
-    assert denied(admit(port, settings, 6000, "dry-2", dry_run=True)).endswith("requested 6000 > limit 5000")
-    assert [r.split()[0] for r in ledger_requests(cluster)] == ["GET", "GET"]
-    assert admit(port, settings, 5000, "wet").response["allowed"]
+    assert denied(admit(6000, "dry-2", dry_run=True)).endswith("requested 6000 > limit 5000")
+    assert [r.split()[0] for r in cluster.ledger_requests()] == ["GET"]  # read once (absent), then cached
+    assert admit(5000, "wet").response["allowed"]
 
 
-def test_a_reservation_whose_pod_never_appears_expires(cluster: FakeKubeAPI, start_quota) -> None:
-    cluster.put(resource_quota({f"limits.{MEM}": "4000"}))
+def test_a_reservation_whose_pod_never_appears_expires(cluster: Cluster, start_quota, admitter) -> None:
+    cluster.quota({f"limits.{MEM}": "4000"})
     port, settings = start_quota(HAMI_QUOTA_RESERVATION_TTL="1")
-    assert admit(port, settings, 4000, "lost").response["allowed"]  # never created: another webhook said no
-    denied(admit(port, settings, 4000, "early"))
+    admit = admitter(port, settings)
+    assert admit(4000, "lost").response["allowed"]  # never created: another webhook said no
+    denied(admit(4000, "early"))
     time.sleep(1.1)
-    assert admit(port, settings, 4000, "late").response["allowed"]
-    assert list(ledger(cluster)) == ["late"]  # the expired entry was pruned by that write
+    assert admit(4000, "late").response["allowed"]
+    assert list(cluster.ledger()) == ["late"]  # the expired entry was pruned by that write
 
 
-def test_a_created_pod_counts_once_and_its_generated_name_is_tracked(cluster: FakeKubeAPI, start_quota) -> None:
-    cluster.put(resource_quota({f"limits.{MEM}": "8000"}))
+def test_a_created_pod_counts_once_and_its_generated_name_is_tracked(cluster: Cluster, start_quota, admitter) -> None:
+    cluster.quota({f"limits.{MEM}": "8000"})
     port, settings = start_quota()
-    outcome = admit(port, settings, 4000, "u-1")
-    created = cluster.put(outcome.patched)  # generateName: the name is chosen only now
+    admit = admitter(port, settings)
+    outcome = admit(4000, "u-1")
+    created = cluster.create_pod(outcome.patched)  # generateName: the name is chosen only now
     assert created["metadata"]["name"].startswith("job-")
-    eventually(lambda: port.feed.pods.consumed("u-1"), what="the feed to see the Pod")
-    assert port.feed.in_use(QUOTA_NS, {"u-1": {MEM: 4000}}) == {MEM: 4000, GPU: 1}  # usage, not also reserved
-    assert admit(port, settings, 4000, "u-2").response["allowed"]
-    assert "used 8000 + requested 1 > limit 8000" in denied(admit(port, settings, 1, "u-3"))
+    eventually(lambda: port.feed.pods.consumed(cluster.ns, "u-1"), what="the feed to see the Pod")
+    assert port.feed.in_use(cluster.ns, {"u-1": {MEM: 4000}}) == {MEM: 4000, GPU: 1}  # usage, not also reserved
+    assert admit(4000, "u-2").response["allowed"]
+    assert "used 8000 + requested 1 > limit 8000" in denied(admit(1, "u-3"))
+    # The write that reserved u-2 dropped u-1: its Pod counts as usage for every worker whose Pod watch has
+    # reached the mark, the Pod's resourceVersion, which every decision waits for.
+    lease = cluster.lease()
+    assert lease is not None and set(cluster.ledger()) == {"u-2"}
+    assert int(lease["metadata"]["annotations"][MARK_ANNOTATION]) >= int(created["metadata"]["resourceVersion"])
 
 
-def test_deleting_a_pod_and_raising_the_quota_take_effect(cluster: FakeKubeAPI, start_quota) -> None:
-    cluster.put(resource_quota({f"limits.{MEM}": "4000"}))
+def test_deleting_a_pod_and_raising_the_quota_take_effect(cluster: Cluster, start_quota, admitter) -> None:
+    cluster.quota({f"limits.{MEM}": "4000"})
     port, settings = start_quota(HAMI_QUOTA_RESERVATION_TTL="1")
-    running = cluster.put(admit(port, settings, 4000, "u-1").patched)
+    admit = admitter(port, settings)
+    running = cluster.create_pod(admit(4000, "u-1").patched)
     time.sleep(1.1)  # the reservation has expired: only the Pod holds the quota now
-    denied(admit(port, settings, 4000, "u-2"))
-    cluster.delete("v1", "Pod", running["metadata"]["name"], QUOTA_NS)
-    eventually(lambda: admit(port, settings, 4000, "u-3").response["allowed"], 5, "the deletion to free quota")
-    denied(admit(port, settings, 4000, "u-4"))
-    cluster.put(resource_quota({f"limits.{MEM}": "8000"}))
-    eventually(lambda: admit(port, settings, 4000, "u-5").response["allowed"], 5, "the raised quota")
+    denied(admit(4000, "u-2"))
+    cluster.delete_pod(running["metadata"]["name"])  # never bound to a node: gone at once
+    eventually(lambda: admit(4000, "u-3").response["allowed"], 5, "the deletion to free quota")
+    denied(admit(4000, "u-4"))
+    cluster.quota({f"limits.{MEM}": "8000"})
+    eventually(lambda: admit(4000, "u-5").response["allowed"], 5, "the raised quota")
 
 
-def test_terminal_pods_are_released(cluster: FakeKubeAPI, start_quota) -> None:
-    cluster.put(resource_quota({f"limits.{MEM}": "4000"}))
+def test_terminal_pods_are_released(cluster: Cluster, start_quota) -> None:
+    cluster.quota({f"limits.{MEM}": "4000"})
     port, _ = start_quota()
-    done = cluster.put(gpu_pod(4000, name="done"))
-    eventually(lambda: port.feed.in_use(QUOTA_NS, {}).get(MEM) == 4000, what="the Pod's usage")
-    done["status"] = {"phase": "Succeeded"}
-    cluster.put(done)
-    eventually(lambda: port.feed.in_use(QUOTA_NS, {}) == {}, what="the finished Pod's release")
+    obj = gpu_pod(4000, cluster.ns)
+    obj["metadata"] = {"name": "done"}
+    cluster.create_pod(obj)
+    eventually(lambda: port.feed.in_use(cluster.ns, {}).get(MEM) == 4000, what="the Pod's usage")
+    cluster.finish_pod("done", "Succeeded")  # what its kubelet reports when the containers end
+    eventually(lambda: port.feed.in_use(cluster.ns, {}) == {}, what="the finished Pod's release")
 
 
-def test_several_quota_objects_are_all_enforced(cluster: FakeKubeAPI, start_quota) -> None:
-    cluster.put(resource_quota({f"requests.{MEM}": "9000"}, name="memory"))
-    cluster.put(resource_quota({GPU: "1"}, name="cards"))
+def test_several_quota_objects_are_all_enforced(cluster: Cluster, start_quota, admitter) -> None:
+    cluster.quota({f"requests.{MEM}": "9000"}, name="memory")
+    cluster.quota({GPU: "1"}, name="cards")
     port, settings = start_quota()
-    assert admit(port, settings, 1000, "u-1").response["allowed"]
-    assert denied(admit(port, settings, 1000, "u-2")).endswith(f"{GPU} used 1 + requested 1 > limit 1")
+    assert port.feed.limits(cluster.ns) == {MEM: 9000, GPU: 1}
+    admit = admitter(port, settings)
+    assert admit(1000, "u-1").response["allowed"]
+    assert denied(admit(1000, "u-2")).endswith(f"{GPU} used 1 + requested 1 > limit 1")
 
 
-def test_a_lost_compare_and_swap_decides_again(cluster: FakeKubeAPI, start_quota) -> None:
+def test_a_lost_compare_and_swap_decides_again(cluster: Cluster, start_quota, admitter) -> None:
     """Another replica writes between our read and our write: 409, re-read, and now it does not fit."""
-    cluster.put(resource_quota({f"limits.{MEM}": "4000"}))
+    cluster.quota({f"limits.{MEM}": "4000"})
     port, settings = start_quota()
-    assert admit(port, settings, 1000, "u-1").response["allowed"]  # the ledger Lease exists now
+    admit = admitter(port, settings)
+    assert admit(1000, "u-1").response["allowed"]  # the ledger Lease exists now
 
-    def other_replica(api: FakeKubeAPI) -> None:
-        lease = api.get("coordination.k8s.io/v1", "Lease", LEDGER, HOME)
+    def other_replica(kube: RealKube) -> None:
+        lease = cluster.lease()
+        assert lease is not None
         entries = json.loads(lease["metadata"]["annotations"][LEDGER_ANNOTATION])
         entries["other"] = {"expires": time.time() + 60, "amounts": {MEM: 3000}}
         lease["metadata"]["annotations"][LEDGER_ANNOTATION] = json.dumps(entries)
-        api.put(lease)
+        cluster.leases.replace_namespaced_lease(cluster.ledger_name, cluster.home, lease)
 
-    cluster.before("PUT", f"/leases/{LEDGER}$", other_replica)
-    assert "used 4000 + requested 3000 > limit 4000" in denied(admit(port, settings, 3000, "u-2"))
-    puts = [(r.method, r.path) for r in cluster.requests if r.method == "PUT"]
-    assert len(puts) == 1  # the losing write, then a fresh read that denied without writing
-    assert set(ledger(cluster)) == {"u-1", "other"}
+    cluster.proxy.before("PUT", f"/leases/{cluster.ledger_name}$", other_replica)
+    assert "used 4000 + requested 3000 > limit 4000" in denied(admit(3000, "u-2"))
+    assert [r.split()[0] for r in cluster.ledger_requests()].count("PUT") == 1  # lost; the fresh read denied
+    assert set(cluster.ledger()) == {"u-1", "other"}
 
 
-def test_ledger_failure_is_an_error_not_an_admission(cluster: FakeKubeAPI, start_quota) -> None:
-    cluster.put(resource_quota({f"limits.{MEM}": "4000"}))
+def test_ledger_failure_is_an_error_not_an_admission(cluster: Cluster, start_quota, admitter) -> None:
+    cluster.quota({f"limits.{MEM}": "4000"})
     port, settings = start_quota()
-    cluster.fail_next("POST", "/leases$", 503, message="etcdserver: request timed out")
-    unavailable = "quota ledger hami-system/hami-quota-ai: HTTP 503 Service Unavailable: etcdserver: request timed out"
+    admit = admitter(port, settings)
+    cluster.proxy.fail_next("POST", "/leases$", 503, message="etcdserver: request timed out")
+    unavailable = (
+        f"quota ledger {cluster.home}/{cluster.ledger_name}: "
+        "HTTP 503 Service Unavailable: etcdserver: request timed out"
+    )
     with pytest.raises(QuotaUnavailable, match=unavailable):
-        admit(port, settings, 1000, "u-1")
-    cluster.fail_next("PUT", f"/leases/{LEDGER}$", 409, times=1000)
-    assert admit(port, settings, 1000, "u-2").response["allowed"]  # created by POST: no PUT yet
+        admit(1000, "u-1")
+    cluster.proxy.fail_next("PUT", f"/leases/{cluster.ledger_name}$", 409, times=1000)
+    assert admit(1000, "u-2").response["allowed"]  # created by POST: no PUT yet
     started = time.monotonic()
     with pytest.raises(QuotaUnavailable, match="stayed contended"):
-        admit(port, settings, 1000, "u-3")
+        admit(1000, "u-3")
     assert time.monotonic() - started < 6  # bounded well under the webhook's 10 s timeout
-    assert set(ledger(cluster)) == {"u-2"}
+    assert set(cluster.ledger()) == {"u-2"}
 
 
-def test_a_worker_whose_feed_has_not_synced_admits_no_device_pod(cluster: FakeKubeAPI) -> None:
+def test_a_worker_whose_feed_has_not_synced_admits_no_device_pod(cluster: Cluster, admitter) -> None:
     """Before its first ResourceQuota list a worker cannot know a namespace's quota: it must not admit."""
-    cluster.put(resource_quota({f"limits.{MEM}": "4000"}))
-    cluster.fail_next("GET", "^/api/v1/pods$", 500, times=1000, message="etcd is down")
-    settings = quota_settings()
+    cluster.quota({f"limits.{MEM}": "4000"})
+    cluster.proxy.fail_next("GET", f"^/api/v1/namespaces/{cluster.ns}/pods$", 500, times=1000, message="etcd down")
+    settings = cluster.settings()
     port = open_quota(settings)
     assert isinstance(port, KubeQuota)
     try:
-        assert not port.status()["ready"] and port.governs(QUOTA_NS) and port.governs("no-quota-here")
+        assert not port.status()["ready"] and port.governs(cluster.ns) and port.governs("no-quota-here")
         with pytest.raises(QuotaUnavailable, match="the Pod and ResourceQuota lists have not synced yet"):
-            admit(port, settings, 1000, "u-1")
-        cpu_only = run(pod(container(limits={"cpu": "1"}), namespace=QUOTA_NS), settings, port, uid="u-2")
+            admitter(port, settings)(1000, "u-1")
+        cpu_only = run(pod(container(limits={"cpu": "1"}), namespace=cluster.ns), settings, port, uid="u-2")
         assert cpu_only.response["allowed"]
-        assert ledger_requests(cluster) == []
+        assert cluster.ledger_requests() == []
     finally:
         port.stop()
 
 
-def test_readiness_follows_the_feed(cluster: FakeKubeAPI, start_quota) -> None:
+def test_readiness_follows_the_feed(cluster: Cluster, start_quota) -> None:
     port, _ = start_quota(HAMI_QUOTA_STALE_AFTER="1")
     status = port.status()
     assert status["ready"] and status["synced"] == {"pods": True, "resourcequotas": True}
-    cluster.stop()
+    cluster.proxy.stop()  # the API server is gone for this port
     eventually(lambda: not port.status()["ready"], 10, "/readyz to turn unready")
     assert port.status()["broken_seconds"] > 1
 
@@ -212,10 +229,10 @@ def test_quota_is_off_without_api_configuration(mode: str, tmp_path, monkeypatch
         assert "namespace device quota is off" in caplog.text
 
 
-def test_required_quota_fails_clearly(tmp_path, monkeypatch, cluster: FakeKubeAPI) -> None:
+def test_required_quota_fails_clearly(tmp_path, monkeypatch, cluster: Cluster) -> None:
     required = Settings.from_env({"HAMI_QUOTA_ENABLED": "true"})
-    unreachable = f"HAMI_QUOTA_ENABLED=true but the Kubernetes API at {cluster.url} cannot be used"
-    cluster.stop()
+    unreachable = f"HAMI_QUOTA_ENABLED=true but the Kubernetes API at {cluster.proxy.url} cannot be used"
+    cluster.proxy.stop()
     with pytest.raises(QuotaStartError, match=unreachable):
         open_quota(required)
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
@@ -228,18 +245,19 @@ def test_quota_enabled_setting_is_checked() -> None:
         Settings.from_env({"HAMI_QUOTA_ENABLED": "maybe"})
 
 
-def test_webhook_answers_http_500_when_quota_cannot_be_decided(cluster: FakeKubeAPI, start_quota) -> None:
-    """Undecided quota is an error: a non-200 lets the API server apply failurePolicy; /readyz follows the feed."""
-    cluster.put(resource_quota({f"limits.{MEM}": "4000"}))
+def test_webhook_answers_http_500_when_quota_cannot_be_decided(cluster: Cluster, start_quota) -> None:
+    """A non-200 lets the API server apply the configured failurePolicy
+    (docs/rules.md#undecided-quota-is-an-error-never-an-admission); /readyz follows the feed."""
+    cluster.quota({f"limits.{MEM}": "4000"})
     port, settings = start_quota(HAMI_QUOTA_STALE_AFTER="1")
     client = create_app(settings, port).test_client()
     assert client.get("/readyz").status_code == 200
-    cluster.fail_next("GET", f"/leases/{LEDGER}$", 500, message="etcd is down")
-    reply = client.post("/webhook", json=admission_review(gpu_pod(1000), uid="u-1"))
+    cluster.proxy.fail_next("GET", f"/leases/{cluster.ledger_name}$", 500, message="etcd is down")
+    reply = client.post("/webhook", json=admission_review(gpu_pod(1000, cluster.ns), uid="u-1"))
     assert reply.status_code == 500
     message = (
         "namespace quota could not be decided: "
-        "quota ledger hami-system/hami-quota-ai: HTTP 500 Internal Server Error: etcd is down"
+        f"quota ledger {cluster.home}/{cluster.ledger_name}: HTTP 500 Internal Server Error: etcd is down"
     )
     body = reply.get_json()
     assert (body["kind"], body["status"], body["code"], body["message"], body["error"]) == (
@@ -249,6 +267,6 @@ def test_webhook_answers_http_500_when_quota_cannot_be_decided(cluster: FakeKube
         message,
         message,
     )
-    cluster.stop()
+    cluster.proxy.stop()
     eventually(lambda: client.get("/readyz").status_code == 503, 10, "/readyz to fail")
     assert client.get("/readyz").get_json()["quota"]["ready"] is False

@@ -1,8 +1,9 @@
-"""No over-admission under concurrency (docs/rules.md): two gunicorn webhooks, several workers each, one API server.
+"""No over-admission under concurrency (docs/rules.md#no-over-admission-under-concurrency): two gunicorn
+webhooks, several workers each, one real API server.
 
 With headroom for exactly K Pods in a namespace, N >> K admissions fired at once,
-spread over both webhooks, must allow exactly K and deny the rest with the quota
-denial's message. Several namespaces (rounds) with different K, so a lucky pass is unlikely.
+spread over both webhooks, must allow exactly K and deny the rest with the quota denial's message
+(docs/rules.md#the-quota-denial-says-why). Several namespaces (rounds) with different K, so a lucky pass is unlikely.
 """
 
 from __future__ import annotations
@@ -22,23 +23,25 @@ from typing import Any
 import pytest
 
 from certgen.pki import LocalFiles, write_local
-from tests.app.quota.conftest import GPU, HOME, MEM, resource_quota
+from tests.app.quota.conftest import GPU, MEM, resource_quota, unique
 from tests.app.reviews import admission_review, container, pod
 from tests.app.tlsserver import ROOT, client_context, free_port, stop
-from tests.kubeapi import FakeKubeAPI
+from tests.realkube.cluster import RealKube
 
-ROUNDS = {"race-a": 3, "race-b": 5, "race-c": 1, "race-d": 7}  # namespace -> K (Pods of 1000 MiB that fit)
+KS = (3, 5, 1, 7)  # per round, in a namespace of its own: how many Pods of 1000 MiB fit
 N = 24  # admissions fired at once per namespace
 WORKERS = "3"
+HOME = unique("hami")
+ROUNDS = {unique(f"race-{k}"): k for k in KS}
 
 
 @pytest.fixture
-def webhooks(tmp_path: Path, kube_api: FakeKubeAPI) -> Iterator[tuple[list[int], LocalFiles]]:
-    """Two gunicorn webhooks with quota required, sharing ``kube_api``; their logs are checked afterwards."""
+def webhooks(tmp_path: Path, bare_kube: RealKube) -> Iterator[tuple[list[int], LocalFiles]]:
+    """Two gunicorn webhooks with quota required, sharing ``bare_kube``; their logs are checked afterwards."""
     for name in (HOME, *ROUNDS):
-        kube_api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    for namespace, k in ROUNDS.items():
-        kube_api.put(resource_quota({f"limits.{MEM}": str(k * 1000)}, namespace=namespace))
+        bare_kube.namespace(name)
+    quotas = [resource_quota({f"limits.{MEM}": str(k * 1000)}, namespace) for namespace, k in ROUNDS.items()]
+    bare_kube.kubectl("apply", "-f", "-", stdin="\n---\n".join(json.dumps(q) for q in quotas))
     pki = write_local(tmp_path / "tls", ["localhost", "127.0.0.1"])
     env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
     ports, procs = [free_port(), free_port()], []
@@ -51,7 +54,7 @@ def webhooks(tmp_path: Path, kube_api: FakeKubeAPI) -> Iterator[tuple[list[int],
             HAMI_WEBHOOK_THREADS="4",
             HAMI_QUOTA_ENABLED="true",
             HAMI_NAMESPACE=HOME,
-            KUBECONFIG=kube_api.kubeconfig_path,
+            KUBECONFIG=bare_kube.kubeconfig_path,
         )
         command = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "wsgi:app"]
         pipes = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
@@ -62,6 +65,7 @@ def webhooks(tmp_path: Path, kube_api: FakeKubeAPI) -> Iterator[tuple[list[int],
         yield ports, pki
     finally:
         logs = [stop(proc) for proc in procs]
+        bare_kube.kubectl("delete", "namespace", "--wait=false", HOME, *ROUNDS, check=False)
     for log in logs:
         assert "Traceback" not in log and "quota undecided" not in log, log
 
@@ -112,7 +116,7 @@ def fire(ports: list[int], pki: LocalFiles, namespace: str) -> list[tuple[int, d
     return results
 
 
-def test_exactly_k_admitted_across_two_webhooks(webhooks: tuple[list[int], LocalFiles], kube_api: FakeKubeAPI) -> None:
+def test_exactly_k_admitted_across_two_webhooks(webhooks: tuple[list[int], LocalFiles], bare_kube: RealKube) -> None:
     ports, pki = webhooks
     for namespace, k in ROUNDS.items():
         results = fire(ports, pki, namespace)
@@ -126,7 +130,6 @@ def test_exactly_k_admitted_across_two_webhooks(webhooks: tuple[list[int], Local
         assert [(d["status"]["code"], d["status"]["reason"], d["status"]["message"]) for d in denied] == [
             (403, "GPUQuotaExceeded", message)
         ] * (N - k)
-        lease = kube_api.get("coordination.k8s.io/v1", "Lease", f"hami-quota-{namespace}", HOME)
-        assert lease is not None
+        lease = bare_kube.get("lease", f"hami-quota-{namespace}", namespace=HOME)
         entries = json.loads(lease["metadata"]["annotations"]["hami.io/quota-ledger"])
         assert sorted(entries) == sorted(r["uid"] for r in allowed)

@@ -1,0 +1,60 @@
+"""Several replicas of the installed webhook behind the Service's ClusterIP, as a Deployment scaled up runs.
+
+The installed webhook process is stopped; `count` copies of its container listen on 127.0.0.1, and a
+round-robin forwarder (kube-proxy's part) on ClusterIP:443 spreads the API server's connections over them.
+The forwarder runs as a process of its own, so whoever measures through it does not share its interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.realkube.cluster import REPO
+from tests.realkube.install import Installed, WebhookServer
+from tests.support import free_port
+
+
+@dataclass
+class Replicas:
+    servers: list[WebhookServer]
+    forwarder: subprocess.Popen[str] | None = None
+    connections: dict[str, int] = field(default_factory=dict)  # per backend "host:port", once stopped
+
+    def stop(self) -> list[str]:
+        """Stop the forwarder, then every replica; their logs."""
+        if self.forwarder is not None:
+            out, _ = self.forwarder.communicate("", timeout=30)
+            self.connections = json.loads(out.splitlines()[-1]) if out.strip() else {}
+            self.forwarder = None
+        for server in self.servers:
+            server.stop()
+        return [s.log.read_text(errors="replace") if s.log.exists() else "" for s in self.servers]
+
+
+def start_replicas(installed: Installed, count: int, work: Path, env: dict[str, str] | None = None) -> Replicas:
+    """`count` webhook processes behind the ClusterIP (the installed one stopped); each ready before return."""
+    installed.webhook.stop()
+    work.mkdir(parents=True, exist_ok=True)
+    replicas = Replicas([])
+    try:
+        for i in range(count):
+            server = installed.webhook.with_address("127.0.0.1", free_port(), work / f"replica-{i}.log")
+            server.env = {**server.env, **(env or {})}
+            replicas.servers.append(server)
+            server.start()
+        backends = [f"{s.host}:{s.port}" for s in replicas.servers]
+        command = [sys.executable, "-m", "tests.realkube.forwarder", f"{installed.cluster_ip}:443", *backends]
+        replicas.forwarder = subprocess.Popen(
+            command, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert replicas.forwarder.stdout is not None
+        if replicas.forwarder.stdout.readline().strip() != "listening":
+            raise RuntimeError(f"the forwarder on {installed.cluster_ip}:443 did not start")
+    except BaseException:
+        replicas.stop()
+        raise
+    return replicas
