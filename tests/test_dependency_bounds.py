@@ -29,9 +29,13 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from certgen.pki import LocalFiles
-from tests.app.reviews import admission_review, container, pod
-from tests.app.tlsserver import ROOT, Server, client_context, free_port, stop, wait_ready
+from tests.app.reviews import admission_review
 from tests.realkube.cluster import RealKube
+from tests.support import ROOT
+from tests.support.pods import container, pod
+from tests.support.ports import free_port
+from tests.support.servers import Server, stop, wait_ready
+from tests.support.tls import client_context
 
 
 def requirements(review: bool = True) -> list[Requirement]:

@@ -11,7 +11,8 @@ import yaml
 
 from app.annotations import CHIP, TABLE, Annotation, AnnotationRules, ListOf, OneOf, Text, Weights
 from app.settings import Settings, SettingsError
-from tests.app.reviews import container, pod, run
+from tests.app.reviews import run
+from tests.support.pods import container, pod
 
 MLU = {"cambricon.com/vmlu": "1"}
 """A device no vendor rule reads an annotation for, so every finding below is the table's."""

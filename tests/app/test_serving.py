@@ -17,8 +17,11 @@ import jsonpatch
 import pytest
 
 from certgen.pki import LocalFiles
-from tests.app.reviews import admission_review, container, pod, redirected
-from tests.app.tlsserver import Server, client_context, free_port, gunicorn, stop, wait_ready
+from tests.app.reviews import admission_review, redirected
+from tests.support.pods import container, pod
+from tests.support.ports import free_port
+from tests.support.servers import Server, gunicorn, stop, wait_ready
+from tests.support.tls import client_context
 
 
 @pytest.fixture(scope="module")

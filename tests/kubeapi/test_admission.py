@@ -20,9 +20,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from certgen import pki
-from tests.app.tlsserver import free_port, gunicorn, stop, wait_ready
 from tests.certgen.helpers import issue
 from tests.kubeapi import FakeKubeAPI
+from tests.support.ports import free_port
+from tests.support.servers import gunicorn, stop, wait_ready
 
 NS = "hooks"
 SERVICE_HOST = f"hook.{NS}.svc"

@@ -24,8 +24,11 @@ import pytest
 from certgen.pki import LocalFiles, write_local
 from tests.app.quota.conftest import GPU, HOME, MEM, resource_quota
 from tests.app.reviews import admission_review, container, pod
-from tests.app.tlsserver import ROOT, client_context, free_port, stop
 from tests.kubeapi import FakeKubeAPI
+from tests.support import ROOT
+from tests.support.ports import free_port
+from tests.support.servers import stop
+from tests.support.tls import client_context
 
 ROUNDS = {"race-a": 3, "race-b": 5, "race-c": 1, "race-d": 7}  # namespace -> K (Pods of 1000 MiB that fit)
 N = 24  # admissions fired at once per namespace
