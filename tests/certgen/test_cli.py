@@ -161,8 +161,9 @@ def test_python_dash_m_and_console_script(api: FaultyProxy, cluster: Cluster, tm
 def test_local_writes_then_keeps_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "tls"
     assert cli.main(["local", "--out-dir", str(out), "--host", "localhost,127.0.0.1"]) == 0
-    first = capsys.readouterr().err
-    assert "wrote files" in first and "files=ca.key,ca.crt,tls.key,tls.crt" in first
+    first = capsys.readouterr()
+    assert "PRIVATE KEY" not in first.err + first.out
+    assert "wrote files" in first.err and "files=ca.key,ca.crt,tls.key,tls.crt" in first.err
     assert sorted(p.name for p in out.iterdir()) == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
 
     assert cli.main(["local", "--out-dir", str(out), "--host", "localhost,127.0.0.1", "--log-format", "json"]) == 0
