@@ -20,7 +20,7 @@ from certgen.pki import LocalFiles, write_local
 from tests.app.reviews import admission_review, redirected
 from tests.support.pods import container, pod
 from tests.support.ports import free_port
-from tests.support.servers import Server, gunicorn, stop, wait_ready
+from tests.support.servers import Server, gunicorn, serving_env, stop, wait_ready
 from tests.support.tls import client_context
 
 SERVICE_NAME = "hami-webhook.hami-system.svc"
@@ -137,11 +137,7 @@ def test_tls_1_3_is_accepted(server: int, pki: LocalFiles) -> None:
     ],
 )
 def test_start_up_errors_are_clear(pki: LocalFiles, env: dict[str, str], code: int, message: str) -> None:
-    base = {
-        "HAMI_WEBHOOK_BIND": f"127.0.0.1:{free_port()}",
-        "HAMI_WEBHOOK_TLS_CERT": str(pki.cert),
-        "HAMI_WEBHOOK_TLS_KEY": str(pki.key),
-    }
+    base = serving_env(free_port(), pki.cert, pki.key)
     if env.get("HAMI_WEBHOOK_TLS_KEY") == "CA":
         env = {"HAMI_WEBHOOK_TLS_KEY": str(pki.ca_cert)}
     script = Path(sys.executable).with_name("hami-webhook")
