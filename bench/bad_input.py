@@ -40,15 +40,11 @@ print(json.dumps({"http": reply.status_code, "code": detail[0], "message": detai
 
 
 def review_with(limits: dict[str, object]) -> bytes:
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "default"},
-        "spec": {"schedulerName": "default-scheduler", "containers": [{"name": "c", "resources": {"limits": limits}}]},
-    }
     from app.cli import admission_review
+    from tests.support.pods import container, pod
 
-    return json.dumps(admission_review(pod, uid="bench")).encode()
+    obj = pod(container("c", limits, image=None, defaulted=False), name="p")
+    return json.dumps(admission_review(obj, uid="bench")).encode()
 
 
 def deep_json(depth: int) -> bytes:

@@ -10,64 +10,38 @@ from __future__ import annotations
 from typing import Any
 
 from app.cli import admission_review
+from tests.support.pods import container, pod
 
 
 def _container(name: str, limits: dict[str, str], *, env: int = 8, privileged: bool = False) -> dict[str, Any]:
-    ctr: dict[str, Any] = {
-        "name": name,
-        "image": f"registry.example.com/ml/{name}:2024.06.1",
-        "command": ["python", "-m", "trainer"],
-        "args": ["--epochs", "10", "--data", "/data/set"],
-        "ports": [{"name": "metrics", "containerPort": 9100, "protocol": "TCP"}],
-        "env": [{"name": f"TRAINER_OPTION_{i}", "value": f"value-{i}"} for i in range(env)]
+    return container(
+        name,
+        limits,
+        image=f"registry.example.com/ml/{name}:2024.06.1",
+        env=[{"name": f"TRAINER_OPTION_{i}", "value": f"value-{i}"} for i in range(env)]
         + [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}}],
-        "resources": {"limits": dict(limits), "requests": dict(limits)},
-        "volumeMounts": [
+        privileged=privileged or None,
+        command=["python", "-m", "trainer"],
+        args=["--epochs", "10", "--data", "/data/set"],
+        ports=[{"name": "metrics", "containerPort": 9100, "protocol": "TCP"}],
+        volumeMounts=[
             {"name": "data", "mountPath": "/data", "readOnly": True},
             {"name": "kube-api-access-x7k2p", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
         ],
-        "readinessProbe": {"httpGet": {"path": "/ready", "port": 9100}, "periodSeconds": 10},
-        "terminationMessagePath": "/dev/termination-log",
-        "terminationMessagePolicy": "File",
-        "imagePullPolicy": "IfNotPresent",
-    }
-    if privileged:
-        ctr["securityContext"] = {"privileged": True}
-    return ctr
+        readinessProbe={"httpGet": {"path": "/ready", "port": 9100}, "periodSeconds": 10},
+        terminationMessagePath="/dev/termination-log",
+        terminationMessagePolicy="File",
+        imagePullPolicy="IfNotPresent",
+    )
 
 
-def _pod(containers: list[dict[str, Any]], *, namespace: str = "ml", init: list[dict[str, Any]] | None = None):
-    spec: dict[str, Any] = {
-        "containers": containers,
-        "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": 30,
-        "dnsPolicy": "ClusterFirst",
-        "serviceAccountName": "trainer",
-        "schedulerName": "default-scheduler",
-        "securityContext": {"runAsNonRoot": True, "fsGroup": 1000},
-        "tolerations": [
-            {
-                "key": "node.kubernetes.io/not-ready",
-                "operator": "Exists",
-                "effect": "NoExecute",
-                "tolerationSeconds": 300,
-            }
-        ],
-        "volumes": [
-            {"name": "data", "persistentVolumeClaim": {"claimName": "training-data"}},
-            {"name": "kube-api-access-x7k2p", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}},
-        ],
-        "priority": 0,
-        "enableServiceLinks": True,
-    }
-    if init:
-        spec["initContainers"] = init
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "generateName": "trainer-7d9f8b6c5-",
-            "namespace": namespace,
+def _pod(containers: list[dict[str, Any]], *, init: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return pod(
+        *containers,
+        name="trainer-7d9f8b6c5-",
+        namespace="ml",
+        init=init,
+        metadata={
             "labels": {"app.kubernetes.io/name": "trainer", "pod-template-hash": "7d9f8b6c5"},
             "annotations": {"kubectl.kubernetes.io/restartedAt": "2024-06-01T10:00:00Z"},
             "ownerReferences": [
@@ -81,12 +55,30 @@ def _pod(containers: list[dict[str, Any]], *, namespace: str = "ml", init: list[
                 }
             ],
         },
-        "spec": spec,
-    }
+        restartPolicy="Never",
+        terminationGracePeriodSeconds=30,
+        dnsPolicy="ClusterFirst",
+        serviceAccountName="trainer",
+        securityContext={"runAsNonRoot": True, "fsGroup": 1000},
+        tolerations=[
+            {
+                "key": "node.kubernetes.io/not-ready",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            }
+        ],
+        volumes=[
+            {"name": "data", "persistentVolumeClaim": {"claimName": "training-data"}},
+            {"name": "kube-api-access-x7k2p", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}},
+        ],
+        priority=0,
+        enableServiceLinks=True,
+    )
 
 
-def _review(pod: dict[str, Any]) -> dict[str, Any]:
-    return admission_review(pod, uid="2c5f4f0e-8a1b-4c1e-9a3f-6f0a2b7d9c41")
+def _review(obj: dict[str, Any]) -> dict[str, Any]:
+    return admission_review(obj, uid="2c5f4f0e-8a1b-4c1e-9a3f-6f0a2b7d9c41")
 
 
 GPU = {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000"}

@@ -86,9 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def quota_path(smoke: bool) -> dict[str, Any]:
     """Part 4: bench/quota.py's figures (added latency per admission with a quota, ledger round trip included)."""
-    command = [sys.executable, str(QUOTA_BENCH)] + (
-        ["--rounds", "1", "--number", "5", "--pods", "200"] if smoke else []
-    )
+    command = [sys.executable, str(QUOTA_BENCH)] + (["--smoke"] if smoke else [])
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     return {"command": " ".join(command[1:]), "exit_code": done.returncode, "output": done.stdout + done.stderr}

@@ -12,11 +12,9 @@ import http.client
 import json
 import os
 import shutil
-import socket
 import ssl
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,8 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from bench import counted
+from tests.support import ROOT
+from tests.support.ports import free_port
+from tests.support.servers import Server as Gunicorn
+from tests.support.servers import gunicorn, stop
+from tests.support.tls import client_context
 
-ROOT = Path(__file__).resolve().parents[1]
 WRK_SCRIPT = Path(__file__).with_name("wrk.lua")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 CONNECTIONS = 8
@@ -45,12 +47,6 @@ def wrk_path(install: bool) -> str | None:
     return shutil.which("wrk")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class Server:
     """One gunicorn master serving ``app`` over TLS on 127.0.0.1."""
@@ -58,8 +54,8 @@ class Server:
     name: str
     app: str
     workdir: Path
-    port: int = field(default_factory=_free_port)
-    proc: subprocess.Popen[bytes] | None = None
+    port: int = field(default_factory=free_port)
+    proc: Gunicorn | None = None
 
     @property
     def counts_path(self) -> Path:
@@ -71,25 +67,21 @@ class Server:
 
     def start(self, cert: Path, key: Path) -> None:
         self.counts_path.write_bytes(b"\0" * counted.SLOTS * counted.SLOT.size)
-        env = {
-            **os.environ,
-            "HAMI_WEBHOOK_BIND": f"127.0.0.1:{self.port}",
-            "HAMI_WEBHOOK_TLS_CERT": str(cert),
-            "HAMI_WEBHOOK_TLS_KEY": str(key),
-            "HAMI_BENCH_COUNTS": str(self.counts_path),
-            # as the shipped manifests run it: JSON logs, metrics in multiprocess mode served by the master
-            "HAMI_LOG_FORMAT": "json",
-            "HAMI_METRICS_BIND": "127.0.0.1:0",
-        }
-        log = (self.workdir / f"{self.name}.log").open("wb")  # the product's one line per review goes here
-        command = [sys.executable, "-m", "gunicorn", "-c", "python:bench.counted", self.app]
-        self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
-        log.close()
+        # as the shipped manifests run it: JSON logs, metrics in multiprocess mode served by the master; the
+        # product's one line per review goes to a file
+        self.proc = gunicorn(
+            self.port,
+            cert,
+            key,
+            config="python:bench.counted",
+            app=self.app,
+            log=self.workdir / f"{self.name}.log",
+            HAMI_BENCH_COUNTS=str(self.counts_path),
+            HAMI_LOG_FORMAT="json",
+        )
 
-    def wait_ready(self, workers: int, body: bytes, timeout: float = 30) -> None:
+    def wait_ready(self, workers: int, body: bytes, context: ssl.SSLContext, timeout: float = 30) -> None:
         """Until every worker has started and a review gets a correct answer (uid echoed, allowed)."""
-        context = ssl.create_default_context()
-        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
@@ -150,14 +142,8 @@ class Server:
         return out
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc is not None and self.proc.poll() is None:
+            stop(self.proc, timeout=40)
 
 
 def _post(port: int, context: ssl.SSLContext, body: bytes) -> dict[str, Any]:
@@ -181,7 +167,7 @@ def servers(workdir: Path, body: bytes, workers: int) -> Iterator[tuple[Server, 
         for server in (product, floor):
             server.start(pki.cert, pki.key)
         for server in (product, floor):
-            server.wait_ready(workers, body)
+            server.wait_ready(workers, body, client_context(pki.ca_cert))
         yield product, floor
     finally:
         for server in (product, floor):

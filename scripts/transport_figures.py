@@ -1,6 +1,6 @@
 """Print the transport figures for a gunicorn serving the webhook on 127.0.0.1.
 
-    .venv/bin/python scripts/transport_figures.py [framing,large,slow,sigterm] [gunicorn args, e.g. -k gthread]
+    .venv/bin/python -m scripts.transport_figures [framing,large,slow,sigterm] [gunicorn args, e.g. -k gthread]
 
 Starts its own server (1 worker) with a throw-away PKI and measures, each bounded in time:
 slow clients holding connections vs a well-behaved client's answers and p99; the answers to framing
@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import signal
 import socket
 import ssl
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -26,8 +24,10 @@ import time
 from pathlib import Path
 
 from certgen.pki import write_local
+from tests.support.ports import free_port
+from tests.support.servers import gunicorn, stop, wait_ready
+from tests.support.tls import client_context
 
-ROOT = Path(__file__).resolve().parents[1]
 REVIEW = json.dumps(
     {
         "apiVersion": "admission.k8s.io/v1",
@@ -41,34 +41,19 @@ REVIEW = json.dumps(
 ).encode()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class Server:
+    """The webhook under gunicorn with ``args``, one worker, its log in ``pki_dir``; ready when constructed."""
+
     def __init__(self, pki_dir: Path, args: list[str]) -> None:
         self.pki = write_local(pki_dir, ["localhost", "127.0.0.1"])
         self.port = free_port()
-        self.context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
-        env = {
-            **os.environ,
-            "HAMI_WEBHOOK_BIND": f"127.0.0.1:{self.port}",
-            "HAMI_WEBHOOK_TLS_CERT": str(self.pki.cert),
-            "HAMI_WEBHOOK_TLS_KEY": str(self.pki.key),
-            "HAMI_WEBHOOK_WORKERS": "1",
-        }
-        command = [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", *args, "wsgi:app"]
-        self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                if self.get("/healthz")[0] == 200:
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise SystemExit("server did not start")
+        self.context = client_context(self.pki.ca_cert)
+        log = pki_dir / f"gunicorn-{self.port}.log"
+        self.proc = gunicorn(self.port, self.pki.cert, self.pki.key, *args, log=log, HAMI_WEBHOOK_WORKERS="1")
+        try:
+            wait_ready(self.port, self.context, self.proc)
+        except AssertionError as exc:
+            raise SystemExit(f"server did not start: {exc}") from None
 
     def connect(self, timeout: float = 5) -> ssl.SSLSocket:
         raw = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
@@ -84,11 +69,7 @@ class Server:
             conn.close()
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop(self.proc)
 
 
 def raw_exchange(server: Server, payload: bytes, timeout: float = 10) -> str:

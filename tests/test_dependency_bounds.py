@@ -29,9 +29,13 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from certgen.pki import LocalFiles
-from tests.app.reviews import admission_review, container, pod
-from tests.app.tlsserver import ROOT, Server, client_context, free_port, stop, wait_ready
+from tests.app.reviews import admission_review
 from tests.realkube.cluster import RealKube
+from tests.support import ROOT
+from tests.support.pods import container, pod
+from tests.support.ports import free_port
+from tests.support.servers import Server, serving_env, stop, wait_ready
+from tests.support.tls import client_context
 
 
 def requirements(review: bool = True) -> list[Requirement]:
@@ -137,16 +141,16 @@ def test_oldest_allowed_versions_serve_review_and_make_certificates(
     port, metrics_port = free_port(), free_port()
     server = Server(
         [str(bin_dir / "hami-webhook"), "serve"],
-        {
+        serving_env(
+            port,
+            pki.cert,
+            pki.key,
             **env,
-            "HAMI_WEBHOOK_BIND": f"127.0.0.1:{port}",
-            "HAMI_WEBHOOK_TLS_CERT": str(pki.cert),
-            "HAMI_WEBHOOK_TLS_KEY": str(pki.key),
-            "HAMI_METRICS_BIND": f"127.0.0.1:{metrics_port}",
-            "HAMI_WEBHOOK_WORKERS": "1",
-            "HAMI_QUOTA_ENABLED": "true",
-            "HAMI_NAMESPACE": home,
-        },
+            HAMI_METRICS_BIND=f"127.0.0.1:{metrics_port}",
+            HAMI_WEBHOOK_WORKERS="1",
+            HAMI_QUOTA_ENABLED="true",
+            HAMI_NAMESPACE=home,
+        ),
     )
     try:
         wait_ready(port, client_context(pki.ca_cert), server, timeout=60)  # ready = quota lists synced

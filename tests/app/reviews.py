@@ -1,7 +1,6 @@
-"""Builders for Pods as the API server sends them, and a runner that applies the answer.
+"""AdmissionReviews as the API server sends them, and a runner that reviews one and applies the answer.
 
-Pods are built in the defaulted shape a webhook really receives (schedulerName
-``default-scheduler``, requests copied from limits); see docs/rules.md#webhooks-see-a-defaulted-pod.
+The Pods in them come from tests.support.pods, in the defaulted shape a webhook really receives.
 """
 
 from __future__ import annotations
@@ -18,53 +17,10 @@ import jsonpatch
 from app.quota import QuotaOff, QuotaPort
 from app.review import review
 from app.settings import Settings
+from tests.support.pods import container, pod
 
-
-def container(
-    name: str = "main",
-    limits: dict[str, Any] | None = None,
-    requests: dict[str, Any] | None = None,
-    *,
-    env: list[dict[str, Any]] | None = None,
-    privileged: bool | None = None,
-    defaulted: bool = True,
-) -> dict[str, Any]:
-    """A container; with ``defaulted`` the API server's limits→requests copy is applied."""
-    ctr: dict[str, Any] = {"name": name, "image": "cuda:12"}
-    resources: dict[str, Any] = {}
-    if limits is not None:
-        resources["limits"] = dict(limits)
-    merged = dict(limits or {}) if defaulted else {}
-    merged.update(requests or {})
-    if merged:
-        resources["requests"] = merged
-    if resources:
-        ctr["resources"] = resources
-    if env is not None:
-        ctr["env"] = env
-    if privileged is not None:
-        ctr["securityContext"] = {"privileged": privileged}
-    return ctr
-
-
-def pod(
-    *containers: dict[str, Any],
-    init: list[dict[str, Any]] | None = None,
-    annotations: dict[str, str] | None = None,
-    namespace: str = "default",
-    scheduler: str | None = "default-scheduler",
-    **spec: Any,
-) -> dict[str, Any]:
-    """A Pod in the shape a mutating webhook receives."""
-    metadata: dict[str, Any] = {"generateName": "job-", "namespace": namespace}
-    if annotations is not None:
-        metadata["annotations"] = dict(annotations)
-    body: dict[str, Any] = {"containers": list(containers) or [container()], **spec}
-    if init:
-        body["initContainers"] = init
-    if scheduler is not None:
-        body["schedulerName"] = scheduler
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": body}
+# container and pod are named here too while tests/app/quota and bench/quota.py still import them from here.
+__all__ = ["Outcome", "admission_review", "container", "decode_patch", "pod", "redirected", "run"]
 
 
 def admission_review(

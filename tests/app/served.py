@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from certgen.pki import LocalFiles
-from tests.app.tlsserver import Server, client_context, free_port, gunicorn, stop, wait_ready
+from tests.support.ports import free_port
+from tests.support.servers import Server, gunicorn, stop, wait_ready
+from tests.support.tls import client_context
 
 METRICS_LINE = re.compile(r"metrics: serving http://([\d.]+):(\d+)/metrics")
 

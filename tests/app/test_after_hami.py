@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from app.settings import Settings
-from tests.app.reviews import container, pod, run
+from tests.app.reviews import run
+from tests.support.pods import container, pod
 
 
 def hamis(obj: dict[str, Any], limits: dict[str, str]) -> dict[str, Any]:

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from app.cli import main
-from tests.app.tlsserver import free_port, stop
+from tests.support.ports import free_port
+from tests.support.servers import stop
 
 GPU_POD = """\
 apiVersion: v1

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from app import create_app
 from app.http import MAX_BODY
 from app.settings import Settings
-from tests.app.reviews import admission_review, container, decode_patch, pod
+from tests.app.reviews import admission_review, decode_patch
+from tests.support.pods import container, pod
 
 
 @pytest.fixture

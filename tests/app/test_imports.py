@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.app.tlsserver import ROOT
+from tests.support import ROOT
 
 HEAVY = ("flask", "werkzeug", "kubernetes", "gunicorn")
 PROBE = """

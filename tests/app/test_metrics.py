@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import socket
 import threading
 import time
 from collections import Counter
@@ -18,8 +17,10 @@ from prometheus_client import REGISTRY
 
 from app import metrics
 from certgen.pki import LocalFiles
-from tests.app.reviews import admission_review, container, pod
+from tests.app.reviews import admission_review
 from tests.app.served import Served, sample, serve
+from tests.support.pods import container, pod
+from tests.support.ports import taken_port
 
 GPU = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}
 
@@ -140,10 +141,8 @@ def test_dead_worker_keeps_its_counts_and_drops_its_gauges(pki: LocalFiles) -> N
 
 
 def test_taken_metrics_port_is_logged_and_admissions_go_on(pki: LocalFiles) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        bind = f"127.0.0.1:{taken.getsockname()[1]}"
+    with taken_port() as taken:
+        bind = f"127.0.0.1:{taken}"
         with serve(pki, HAMI_METRICS_BIND=bind, HAMI_WEBHOOK_WORKERS="1") as served:
             served.wait_for(rf"metrics: cannot listen on {bind}")
             assert served.post(KINDS["patched"](0))[0] == 200

@@ -14,7 +14,9 @@ from pathlib import Path
 
 from certgen.pki import LocalFiles, write_local
 from tests.app.test_transport import REVIEW
-from tests.app.tlsserver import free_port, gunicorn, stop, wait_ready
+from tests.support.ports import free_port
+from tests.support.servers import gunicorn, stop, wait_ready
+from tests.support.tls import client_context
 
 
 def publish(volume: Path, source: LocalFiles, key: Path | None = None) -> None:
@@ -54,7 +56,7 @@ def test_certificate_rotation_under_load(tmp_path: Path) -> None:
     volume = tmp_path / "tls"
     volume.mkdir()
     publish(volume, first)
-    context = ssl.create_default_context(cafile=str(first.ca_cert))
+    context = client_context(first.ca_cert)
     context.load_verify_locations(str(second.ca_cert))
     port = free_port()
     proc = gunicorn(port, volume / "tls.crt", volume / "tls.key", HAMI_WEBHOOK_WORKERS="2")

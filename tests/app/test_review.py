@@ -11,7 +11,8 @@ import pytest
 
 from app.quota import Demand, Verdict
 from app.review import review
-from tests.app.reviews import admission_review, container, pod, redirected, run
+from tests.app.reviews import admission_review, redirected, run
+from tests.support.pods import container, pod
 
 GPU = {"nvidia.com/gpu": "1"}
 GPU_MEM = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"}

@@ -15,7 +15,7 @@ import jsonpatch
 import pytest
 import yaml
 
-from tests.app.tlsserver import ROOT
+from tests.support import ROOT
 
 HAMI_WEBHOOK = Path(sys.executable).with_name("hami-webhook")
 WEBHOOK_CONFIGURATION = ROOT / "manifests/base/mutatingwebhookconfiguration.yaml"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -14,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.tlsserver import ROOT, Server, client_context, free_port, stop, wait_ready
+from tests.support import ROOT
+from tests.support.ports import free_port, taken_port
+from tests.support.servers import Server, stop, wait_ready
+from tests.support.tls import client_context
 
 SCRIPT = ROOT / "scripts" / "run-local.sh"
 DECODER = re.compile(r"^\s*(\| python3 -c .*)$", re.M)
@@ -30,10 +32,8 @@ def installed() -> None:
 @pytest.fixture
 def taken() -> Iterator[int]:
     """A port something already listens on, as a first run-local.sh would."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        yield sock.getsockname()[1]
+    with taken_port() as port:
+        yield port
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app import schemas
-from tests.app.reviews import admission_review, container, pod
+from tests.app.reviews import admission_review
+from tests.support.pods import container, pod
 
 ODD = st.sampled_from([None, True, False, 0, 1, -1, 1.5, "", "1", "lots", "500m", "16Gi", "CREATE", [], {}, [None]])
 JSON = st.recursive(

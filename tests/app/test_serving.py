@@ -16,9 +16,20 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from certgen.pki import LocalFiles
-from tests.app.reviews import admission_review, container, pod, redirected
-from tests.app.tlsserver import Server, client_context, free_port, gunicorn, stop, wait_ready
+from certgen.pki import LocalFiles, write_local
+from tests.app.reviews import admission_review, redirected
+from tests.support.pods import container, pod
+from tests.support.ports import free_port
+from tests.support.servers import Server, gunicorn, serving_env, stop, wait_ready
+from tests.support.tls import client_context
+
+SERVICE_NAME = "hami-webhook.hami-system.svc"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> LocalFiles:
+    """What `certgen local` writes (the certificate profile) for the Service's name and loopback."""
+    return write_local(tmp_path_factory.mktemp("tls"), [SERVICE_NAME, "localhost", "127.0.0.1"])
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +74,19 @@ def test_denial_over_tls(server: int, pki: LocalFiles) -> None:
         403,
         "pod has node assigned",
     )
+
+
+def test_client_trusting_only_ca_crt_accepts_the_service_name(server: int, pki: LocalFiles) -> None:
+    """As the API server calls it: the Service's name, verified against ca.crt alone."""
+    with socket.create_connection(("127.0.0.1", server), timeout=10) as raw:
+        with client_context(pki.ca_cert.read_bytes()).wrap_socket(raw, server_hostname=SERVICE_NAME) as tls:
+            version = str(tls.version())
+            tls.sendall(f"GET /healthz HTTP/1.1\r\nHost: {SERVICE_NAME}\r\nConnection: close\r\n\r\n".encode())
+            response = b""
+            while chunk := tls.recv(4096):
+                response += chunk
+    assert version in ("TLSv1.2", "TLSv1.3")
+    assert response.startswith(b"HTTP/1.1 200") and json.loads(response.split(b"\r\n\r\n", 1)[1]) == {"status": "ok"}
 
 
 def test_wrong_hostname_is_rejected(server: int, pki: LocalFiles) -> None:
@@ -113,11 +137,7 @@ def test_tls_1_3_is_accepted(server: int, pki: LocalFiles) -> None:
     ],
 )
 def test_start_up_errors_are_clear(pki: LocalFiles, env: dict[str, str], code: int, message: str) -> None:
-    base = {
-        "HAMI_WEBHOOK_BIND": f"127.0.0.1:{free_port()}",
-        "HAMI_WEBHOOK_TLS_CERT": str(pki.cert),
-        "HAMI_WEBHOOK_TLS_KEY": str(pki.key),
-    }
+    base = serving_env(free_port(), pki.cert, pki.key)
     if env.get("HAMI_WEBHOOK_TLS_KEY") == "CA":
         env = {"HAMI_WEBHOOK_TLS_KEY": str(pki.ca_cert)}
     script = Path(sys.executable).with_name("hami-webhook")

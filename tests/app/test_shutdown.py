@@ -10,7 +10,9 @@ import time
 
 from certgen.pki import write_local
 from tests.app.test_transport import REVIEW
-from tests.app.tlsserver import client_context, free_port, gunicorn, wait_ready
+from tests.support.ports import free_port
+from tests.support.servers import gunicorn, wait_ready
+from tests.support.tls import client_context
 
 
 def test_sigterm_under_load_answers_every_request(tmp_path) -> None:

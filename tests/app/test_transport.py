@@ -18,9 +18,12 @@ import pytest
 
 from app.http import MAX_BODY
 from certgen.pki import LocalFiles
-from tests.app.reviews import admission_review, container, pod
+from tests.app.reviews import admission_review
 from tests.app.served import serve
-from tests.app.tlsserver import client_context, free_port, gunicorn, stop, wait_ready
+from tests.support.pods import container, pod
+from tests.support.ports import free_port
+from tests.support.servers import gunicorn, stop, wait_ready
+from tests.support.tls import client_context
 
 REVIEW = json.dumps(admission_review(pod(container(limits={"nvidia.com/gpu": "1"})), uid="u1")).encode()
 HEAD = b"POST /webhook HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"

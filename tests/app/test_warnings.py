@@ -13,8 +13,9 @@ import pytest
 from app.quota import Verdict
 from app.settings import Settings
 from certgen.pki import LocalFiles
-from tests.app.reviews import admission_review, container, pod, run
+from tests.app.reviews import admission_review, run
 from tests.app.served import Served, sample, serve
+from tests.support.pods import container, pod
 
 NVIDIA_ENV = {"nvidia": {"overwriteEnv": True}}
 ASCEND = {"HAMI_ENABLE_ASCEND": "true"}

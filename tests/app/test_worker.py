@@ -30,7 +30,8 @@ from app.framing import refusal
 from app.http import MAX_BODY
 from app.settings import Settings
 from app.worker import GUNICORN_TESTED, Connection, WebhookWorker
-from tests.app.reviews import admission_review, container, pod
+from tests.app.reviews import admission_review
+from tests.support.pods import container, pod
 
 REVIEW = json.dumps(admission_review(pod(container(limits={"nvidia.com/gpu": "1"})), uid="u1")).encode()
 HEAD = b"POST /webhook HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"

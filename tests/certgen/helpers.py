@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from certgen import pki
 from tests.realkube.cluster import RealKube
 from tests.realkube.faults import FaultyProxy
+from tests.support.tls import client_context
 
 SECRET = "hami-webhook-tls"
 CA_SECRET = "hami-webhook-tls-ca"
@@ -85,15 +86,6 @@ def spki(public_key: object) -> bytes:
 
 def key_public_bytes(key_pem: bytes) -> bytes:
     return spki(serialization.load_pem_private_key(key_pem, password=None).public_key())
-
-
-def client_context(ca_pem: bytes) -> ssl.SSLContext:
-    """A client like kube-apiserver: trusts only `ca_pem`, checks SANs only, strict X.509."""
-    context = ssl.create_default_context(cadata=ca_pem.decode())
-    context.hostname_checks_common_name = False
-    context.verify_flags |= ssl.VERIFY_X509_STRICT
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    return context
 
 
 def handshake(cert_file: Path, key_file: Path, ca_pem: bytes, server_hostname: str) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 from certgen import cli
 from tests.certgen.helpers import CA_SECRET, HOSTS, SECRET, Certgen, Cluster, json_lines, read_secret
 from tests.realkube.faults import FaultyProxy
+from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE, WEBHOOK = "hami-system", "hami-webhook"  # for command lines refused before any request
@@ -82,9 +82,7 @@ def test_usage_errors_exit_2_without_any_request(
 
 
 def test_unreachable_api_server_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
@@ -163,8 +161,9 @@ def test_python_dash_m_and_console_script(api: FaultyProxy, cluster: Cluster, tm
 def test_local_writes_then_keeps_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "tls"
     assert cli.main(["local", "--out-dir", str(out), "--host", "localhost,127.0.0.1"]) == 0
-    first = capsys.readouterr().err
-    assert "wrote files" in first and "files=ca.key,ca.crt,tls.key,tls.crt" in first
+    first = capsys.readouterr()
+    assert "PRIVATE KEY" not in first.err + first.out
+    assert "wrote files" in first.err and "files=ca.key,ca.crt,tls.key,tls.crt" in first.err
     assert sorted(p.name for p in out.iterdir()) == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
 
     assert cli.main(["local", "--out-dir", str(out), "--host", "localhost,127.0.0.1", "--log-format", "json"]) == 0

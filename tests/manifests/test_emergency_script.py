@@ -20,7 +20,7 @@ import pytest
 from tests.manifests.conftest import REPO, Obj, create, kubectl_env, one
 from tests.realkube.cluster import RealKube
 from tests.realkube.faults import FaultyProxy
-from tests.support import free_port
+from tests.support.ports import free_port
 
 SCRIPT = REPO / "scripts" / "emergency-failure-policy.sh"
 MWC = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")

@@ -86,7 +86,9 @@ def test_alerts_cover_the_usual_thresholds(monitoring: list[Obj]) -> None:
 
 def test_rule_expressions_parse_and_use_exported_metrics(monitoring: list[Obj]) -> None:
     names = exported() | APISERVER
-    for rule in rules(monitoring):
+    alerts = rules(monitoring)
+    assert alerts
+    for rule in alerts:
         used = selectors(rule["expr"])
         assert used and used <= names, f"{rule['alert']}: {sorted(used - names)} not exported"
 

@@ -81,7 +81,10 @@ def test_tokens_are_mounted_only_into_pods_whose_account_has_rbac(rendered: dict
 
 @pytest.mark.parametrize("mode", MODES)
 def test_no_rbac_wildcards(rendered: dict[str, list[Obj]], mode: str) -> None:
-    for role in [*find(rendered[mode], "Role"), *find(rendered[mode], "ClusterRole")]:
+    roles = [*find(rendered[mode], "Role"), *find(rendered[mode], "ClusterRole")]
+    assert "hami-webhook" in {role["metadata"]["name"] for role in roles}, "the webhook's own role is checked"
+    for role in roles:
+        assert role["rules"], role["metadata"]["name"]
         for rule in role["rules"]:
             for field in ("apiGroups", "resources", "verbs", "resourceNames"):
                 assert "*" not in rule.get(field, []), role["metadata"]["name"]

@@ -29,7 +29,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.support import free_port
+from tests.support.ports import free_port
 
 ADMIN_TOKEN = "admin-token-for-tests"  # a test cluster's static token, loopback only
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import socket
-import ssl
 import subprocess
 import time
 from dataclasses import dataclass, field, replace
@@ -21,6 +20,7 @@ from typing import Any
 from tests.manifests.conftest import MANIFESTS, kustomize
 from tests.realkube.cluster import LOOPBACK, RealKube, python_tool
 from tests.realkube.kubelet import Container, container, process_env, run
+from tests.support.tls import client_context
 
 NAMESPACE = "hami-system"
 SERVICE = "hami-webhook"
@@ -171,7 +171,7 @@ class WebhookServer:
 
     def status(self, path: str) -> int:
         """HTTP status of GET `path`, TLS verified as the API server does (CA bundle, name = the Service's)."""
-        context = ssl.create_default_context(cafile=str(self.ca))
+        context = client_context(self.ca)
         try:
             with socket.create_connection((self.host, self.port), timeout=2) as raw:
                 with context.wrap_socket(raw, server_hostname=SERVICE_HOST) as tls:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.realkube.cluster import RealKube
-from tests.support import free_port
+from tests.support.ports import free_port
 
 Obj = dict[str, Any]
 _REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")

@@ -6,18 +6,15 @@ import json
 from typing import Any
 
 from tests.realkube.install import Installed
+from tests.support import pods as support
 
 IMAGE = "nvidia/cuda:12.4.1-base-ubuntu22.04"
 
 
 def pod(name: str, limits: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "cuda", "image": IMAGE}
-    if limits:
-        container["resources"] = {"limits": limits}
-    container |= spec.pop("container", {})
-    meta: dict[str, Any] = {"generateName": name} if name.endswith("-") else {"name": name}
-    meta |= spec.pop("metadata", {})
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [container]} | spec}
+    """A one-container Pod as a user writes it for `kubectl create -n`: the API server fills in the rest."""
+    ctr = support.container("cuda", limits or None, image=IMAGE, defaulted=False) | spec.pop("container", {})
+    return support.pod(ctr, name=name, namespace=None, scheduler=None, metadata=spec.pop("metadata", None), **spec)
 
 
 GPU = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "30"}

@@ -11,7 +11,6 @@ import base64
 import json
 import os
 import socket
-import ssl
 import subprocess
 import time
 from collections.abc import Iterator
@@ -27,7 +26,8 @@ from tests.realkube.cluster import BUILD_SCRIPT, RealKube
 from tests.realkube.fixtures import CI, NEWEST, Clusters
 from tests.realkube.install import CONFIGURATION, SECRET, SERVICE_HOST, WebhookServer, webhook_server
 from tests.realkube.pods import GPU, pod
-from tests.support import free_port
+from tests.support.ports import free_port
+from tests.support.tls import client_context
 
 SERVING = "hami-webhook-serving"
 
@@ -89,7 +89,7 @@ def cert_manager(kube: RealKube) -> Iterator[CertManager]:
 
 def serving_certificate(server: WebhookServer) -> x509.Certificate:
     """The certificate the webhook presents, checked as the API server checks it (CA bundle, Service name)."""
-    context = ssl.create_default_context(cafile=str(server.ca))
+    context = client_context(server.ca)
     with socket.create_connection((server.host, server.port), timeout=5) as raw:
         with context.wrap_socket(raw, server_hostname=SERVICE_HOST) as tls:
             der = tls.getpeercert(binary_form=True)

@@ -31,6 +31,7 @@ from tests.realkube.install import (
     webhook_server,
 )
 from tests.realkube.test_match_conditions import calls
+from tests.support.pods import container, pod
 
 Obj = dict[str, Any]
 
@@ -42,13 +43,13 @@ def kube(request: pytest.FixtureRequest, clusters: Clusters) -> RealKube:
 
 
 def gpu_pod() -> Obj:
-    ctr = {"name": "cuda", "image": "cuda:12", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "gpu-"}, "spec": {"containers": [ctr]}}
+    ctr = container("cuda", {"nvidia.com/gpu": "1"}, defaulted=False)
+    return pod(ctr, name="gpu-", namespace=None, scheduler=None)
 
 
 def cpu_pod() -> Obj:
-    ctr = {"name": "app", "image": "busybox:1.36", "resources": {"limits": {"cpu": "1"}}}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "cpu-"}, "spec": {"containers": [ctr]}}
+    ctr = container("app", {"cpu": "1"}, image="busybox:1.36", defaulted=False)
+    return pod(ctr, name="cpu-", namespace=None, scheduler=None)
 
 
 def create(kube: RealKube, obj: Obj, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -21,6 +21,7 @@ from app.devices.config import load_device_config
 from app.devices.registry import build_devices
 from tests.realkube.cluster import RealKube
 from tests.realkube.install import CONFIGURATION, WEBHOOK, Installed
+from tests.support.pods import pod as build_pod
 
 VENDOR_RESOURCES = sorted(
     {
@@ -52,9 +53,9 @@ def errors(kube: RealKube) -> float:
     return metric(kube, "apiserver_admission_match_condition_evaluation_errors_total")
 
 
-def pod(spec: Obj, **metadata: Any) -> Obj:
-    meta = {"name": f"p-{uuid.uuid4().hex[:8]}", **metadata}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+def pod(spec: Obj) -> Obj:
+    """A Pod of `spec` as written (the API server defaults it), with a name of its own."""
+    return build_pod(name=f"p-{uuid.uuid4().hex[:8]}", namespace=None, scheduler=None, **spec)
 
 
 def app(resources: Any = None, name: str = "app", **extra: Any) -> Obj:

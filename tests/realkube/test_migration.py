@@ -32,6 +32,7 @@ from tests.realkube.cluster import RealKube, kubectl_binary
 from tests.realkube.fixtures import NEWEST, Clusters
 from tests.realkube.install import Installed, install
 from tests.realkube.test_match_conditions import metric
+from tests.support import pods
 
 Obj = dict[str, Any]
 HAMI = "vgpu.hami.io"
@@ -111,8 +112,7 @@ def calls(kube: RealKube) -> dict[str, float]:
 
 
 def create(kube: RealKube, ns: str) -> Obj:
-    ctr = {"name": "cuda", "image": "cuda:12", "resources": {"limits": GPU}}
-    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "gpu-"}, "spec": {"containers": [ctr]}}
+    body = pods.pod(pods.container("cuda", GPU, defaulted=False), name="gpu-", namespace=None, scheduler=None)
     return json.loads(kube.kubectl("create", "-n", ns, "-f", "-", "-o", "json", stdin=json.dumps(body)).stdout)  # type: ignore[no-any-return]
 
 

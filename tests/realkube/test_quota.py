@@ -14,7 +14,7 @@ import pytest
 from tests.realkube.forwarder import RoundRobin
 from tests.realkube.install import NAMESPACE, Installed, WebhookServer, apply, get, namespace
 from tests.realkube.pods import pod
-from tests.support import free_port
+from tests.support.ports import free_port
 
 N, K = 10, 4  # Pods asked for at once, Pods of 1000 MiB that fit
 MEM = "nvidia.com/gpumem"

@@ -14,7 +14,8 @@ from app.devices.awsneuron import AWSNeuron
 from app.devices.base import QuotaRequest
 from app.devices.config import load_device_config
 from app.edit import ContainerEdit
-from tests.app.reviews import container, pod, run
+from tests.app.reviews import run
+from tests.support.pods import container, pod
 
 NEURON = "aws.amazon.com/neuron"
 CORE = "aws.amazon.com/neuroncore"

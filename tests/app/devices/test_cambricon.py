@@ -12,7 +12,8 @@ import pytest
 from app.devices.base import Device, QuotaRequest
 from app.edit import ContainerEdit, PodEdit
 from app.quota import Demand, demands
-from tests.app.reviews import container, pod, redirected, run
+from tests.app.reviews import redirected, run
+from tests.support.pods import container, pod
 
 COUNT = "cambricon.com/vmlu"
 MEMORY = "cambricon.com/mlu.smlu.vmemory"

@@ -11,7 +11,8 @@ from app.devices.base import ConfigSection, CountDevice, QuotaRequest
 from app.devices.config import load_device_config
 from app.devices.enflame import EnflameDRS
 from app.edit import ContainerEdit
-from tests.app.reviews import container, pod, run
+from tests.app.reviews import run
+from tests.support.pods import container, pod
 
 GCU = "enflame.com/gcu"
 DRS = "enflame.com/drs-gcu"

@@ -12,7 +12,8 @@ import pytest
 from app.devices.base import Device, QuotaRequest
 from app.edit import ContainerEdit
 from app.settings import Settings
-from tests.app.reviews import container, pod, redirected, run
+from tests.app.reviews import redirected, run
+from tests.support.pods import container, pod
 
 COUNT = "iluvatar.ai/BI-V150-vgpu"
 MEMORY = "iluvatar.ai/BI-V150.vMem"

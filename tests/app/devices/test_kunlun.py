@@ -11,7 +11,8 @@ from app.devices.base import CountDevice, QuotaRequest
 from app.devices.config import load_device_config
 from app.devices.kunlun import KunlunVXPU, partition
 from app.edit import ContainerEdit
-from tests.app.reviews import container, pod, run
+from tests.app.reviews import run
+from tests.support.pods import container, pod
 
 XPU = "kunlunxin.com/xpu"
 VXPU = "kunlunxin.com/vxpu"

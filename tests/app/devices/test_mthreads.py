@@ -11,7 +11,8 @@ from app.devices.base import QuotaRequest
 from app.devices.config import load_device_config
 from app.devices.mthreads import Mthreads
 from app.edit import ContainerEdit
-from tests.app.reviews import container, pod, run
+from tests.app.reviews import run
+from tests.support.pods import container, pod
 
 GPU = "mthreads.com/vgpu"
 MEM = "mthreads.com/sgpu-memory"

@@ -9,7 +9,8 @@ import pytest
 
 from app.devices.base import QuotaRequest
 from app.edit import ContainerEdit
-from tests.app.reviews import container, pod, redirected, run
+from tests.app.reviews import redirected, run
+from tests.support.pods import container, pod
 
 
 def both(resources: dict[str, Any], **extra: str) -> dict[str, Any]:

@@ -25,8 +25,11 @@ import pytest
 from certgen.pki import LocalFiles, write_local
 from tests.app.quota.conftest import GPU, MEM, resource_quota, unique
 from tests.app.reviews import admission_review, container, pod
-from tests.app.tlsserver import ROOT, client_context, free_port, stop
 from tests.realkube.cluster import RealKube
+from tests.support import ROOT
+from tests.support.ports import free_port
+from tests.support.servers import stop
+from tests.support.tls import client_context
 
 KS = (3, 5, 1, 7)  # per round, in a namespace of its own: how many Pods of 1000 MiB fit
 N = 24  # admissions fired at once per namespace
