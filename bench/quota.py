@@ -50,7 +50,7 @@ from tests.app.reviews import admission_review, container, pod
 from tests.realkube.cluster import ADMIN_TOKEN, RealKube, binaries_from_env, build_binaries, pinned_versions
 from tests.realkube.install import Installed, install
 from tests.realkube.replicas import start_replicas
-from tests.support import free_port
+from tests.support.ports import free_port
 
 MEM = "nvidia.com/gpumem"
 GPU = {"nvidia.com/gpu": "1", MEM: "1000"}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tests.realkube.cluster import REPO
 from tests.realkube.install import Installed, WebhookServer
-from tests.support import free_port
+from tests.support.ports import free_port
 
 
 @dataclass
