@@ -22,12 +22,9 @@ from __future__ import annotations
 
 import argparse
 import copy
-import http.client
-import itertools
 import json
 import os
 import re
-import ssl
 import statistics
 import subprocess
 import sys
@@ -47,8 +44,9 @@ from app.review import review
 from app.settings import Settings
 from bench.inprocess import percentile
 from tests.app.reviews import admission_review, container, pod
-from tests.realkube.cluster import ADMIN_TOKEN, RealKube, binaries_from_env, build_binaries, pinned_versions
+from tests.realkube.cluster import RealKube, binaries_from_env, build_binaries, pinned_versions
 from tests.realkube.install import Installed, install
+from tests.realkube.pods import Api, create_at_once
 from tests.realkube.replicas import start_replicas
 from tests.support import free_port
 
@@ -70,24 +68,6 @@ def cluster(work: Path) -> Installed:
     except BaseException:
         kube.stop()
         raise
-
-
-class Api:
-    """Keep-alive HTTPS to the API server as admin: the bench's own client, light enough not to be measured."""
-
-    def __init__(self, kube: RealKube) -> None:
-        self._conn = http.client.HTTPSConnection(
-            "127.0.0.1", kube.port, context=ssl.create_default_context(cafile=str(kube.ca_path)), timeout=120
-        )
-        self._headers = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}
-
-    def call(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-        self._conn.request(method, path, body, self._headers)
-        response = self._conn.getresponse()
-        return response.status, response.read()
-
-    def close(self) -> None:
-        self._conn.close()
 
 
 def namespace(kube: RealKube, name: str, hard: dict[str, str] | None = None) -> str:
@@ -213,46 +193,23 @@ class Burst:
 
 
 def burst(kube: RealKube, ns: str, pods: int, threads: int) -> Burst:
-    """`pods` creates by `threads` keep-alive clients released together; each create timed on its own."""
-    body = json.dumps(device_pod()).encode()
-    path = f"/api/v1/namespaces/{ns}/pods"
-    numbers = itertools.count()
-    results: list[tuple[float, float, int, bytes]] = []
-    barrier = threading.Barrier(threads + 1, timeout=60)
-
-    def client() -> None:
-        api = Api(kube)
-        try:
-            api.call("GET", f"/api/v1/namespaces/{ns}")  # connected and authenticated before the start
-            barrier.wait()
-            while next(numbers) < pods:
-                started = time.perf_counter()
-                status, data = api.call("POST", path, body)
-                results.append((started, time.perf_counter(), status, data if status != 201 else b""))
-        finally:
-            api.close()
-
-    workers = [threading.Thread(target=client) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    barrier.wait()
-    started = time.perf_counter()
-    for worker in workers:
-        worker.join(300)
-    outcome = Burst(max(r[1] for r in results) - started, [r[1] - r[0] for r in results], 0, 0)
-    for _, _, status, data in results:
-        if status == 201:
-            outcome.created += 1
-        elif status == 403 and json.loads(data).get("reason") == "GPUQuotaExceeded":
-            outcome.denied += 1
+    """`pods` device Pods created at once by `threads` clients; each create timed on its own."""
+    started, calls = create_at_once(kube, ns, device_pod(), pods, threads)
+    out = Burst(max(c.ended for c in calls) - started, [c.ended - c.started for c in calls], 0, 0)
+    for call in calls:
+        if call.status == 201:
+            out.created += 1
+        elif call.quota_denial:
+            out.denied += 1
         else:
-            outcome.failures.append(f"HTTP {status}: {json.loads(data).get('message', data[:200])}")
-    return outcome
+            out.failures.append(f"HTTP {call.status}: {call.refusal.get('message')}")
+    return out
 
 
 def burst_part(installed: Installed, work: Path, args: argparse.Namespace) -> None:
     kube = installed.kube
-    replicas = start_replicas(installed, args.replicas, work / "replicas")
+    env = dict(item.split("=", 1) for item in args.replica_env)
+    replicas = start_replicas(installed, args.replicas, work / "replicas", env)
     runs: dict[str, list[Burst]] = {case: [] for case in CASES}
     ratios: dict[str, dict[str, list[float]]] = {case: {"rate": [], "p50": [], "p99": []} for case in CASES[1:]}
     traffic: dict[str, list[dict[str, float]]] = {case: [] for case in CASES}
@@ -295,6 +252,10 @@ def burst_part(installed: Installed, work: Path, args: argparse.Namespace) -> No
                 ratios[case]["p99"].append(this[case].p(99) / base.p(99))
     finally:
         logs = replicas.stop()
+        if args.keep_logs:
+            args.keep_logs.mkdir(parents=True, exist_ok=True)
+            for i, text in enumerate(logs):
+                (args.keep_logs / f"replica-{i}.log").write_text(text)
     undecided = sum(log.count("quota undecided") for log in logs)
     med = statistics.median
     print(
@@ -485,6 +446,8 @@ def main() -> None:
     parser.add_argument("--number", type=int, default=200, help="timed calls per in-process case and round")
     parser.add_argument("--scale", default="0,10000,40000", help="non-device Pod counts for the scale part")
     parser.add_argument("--repeats", type=int, default=3, help="replica starts per Pod count (scale)")
+    parser.add_argument("--replica-env", action="append", default=[], help="KEY=VALUE for the replicas (burst)")
+    parser.add_argument("--keep-logs", type=Path, help="copy the replicas' logs here (burst)")
     parser.add_argument("--smoke", action="store_true", help="every part, tiny counts, no targets")
     args = parser.parse_args()
     args.scale = [int(n) for n in args.scale.split(",")]

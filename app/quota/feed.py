@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
@@ -60,11 +61,22 @@ class _Pod:
     namespace: str
     reservation: str
     amounts: Amounts
+    rv: int
+
+
+@dataclass(slots=True)
+class Held:
+    """What the Pods carrying one reservation hold, as this process has seen them (alive or gone)."""
+
+    amounts: Amounts
+    rv: int  # the newest resourceVersion among those Pods when first seen here
+    alive: int = 0
+    forget_at: float = float("inf")
 
 
 class PodTable:
-    """Per-Pod demand summaries, the per-namespace sums, and which reservations Pods have consumed (and at
-    which resourceVersion this process first saw each such Pod)."""
+    """Per-Pod demand summaries, the per-namespace sums, and for each reservation (a ledger entry, which several
+    Pods may carry) what its Pods have taken so far: those amounts are usage, not reservation, any more."""
 
     def __init__(self, devices: Sequence[Device], forget_after: float) -> None:
         self._devices = devices
@@ -72,29 +84,28 @@ class PodTable:
         self._pods: dict[str, _Pod] = {}
         self._by_namespace: dict[str, set[str]] = {}
         self._used: dict[str, Amounts] = {}
-        # (namespace, reservation uid) -> when it may be forgotten (inf: Pod alive); a Pod consumes only its own
-        # namespace's reservations
-        self._consumed: dict[tuple[str, str], float] = {}
-        self._seen: dict[tuple[str, str], int] = {}  # -> the resourceVersion of its Pod when first seen here
+        # (namespace, reservation) -> what its Pods took: a Pod consumes only its own namespace's reservations.
+        # Kept while a ledger entry may still name it (``forget_after`` past its last Pod).
+        self._held: dict[tuple[str, str], Held] = {}
         self._forget: deque[tuple[float, tuple[str, str]]] = deque()
 
     def replace(self, namespace: str, items: Iterable[Mapping[str, Any]]) -> None:
         """The namespace's Pods are now exactly ``items`` (a fresh list)."""
-        fresh = {uid: (pod, rv) for uid, pod, rv in (self._summary(o) for o in items) if pod is not None}
+        fresh = {uid: pod for uid, pod in (self._summary(o) for o in items) if pod is not None}
         for uid in self._by_namespace.get(namespace, set()) - set(fresh):
             self._remove(uid)
-        for uid, (pod, rv) in fresh.items():
+        for uid, pod in fresh.items():
             if uid not in self._pods:
-                self._add(uid, pod, rv)
+                self._add(uid, pod)
 
     def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
         uid = (obj.get("metadata") or {}).get("uid") or ""
         if kind == "DELETED" or (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
             self._remove(uid)
         elif uid not in self._pods:  # device requests are immutable: a known Pod's summary stands
-            _, pod, rv = self._summary(obj)
+            _, pod = self._summary(obj)
             if pod is not None:
-                self._add(uid, pod, rv)
+                self._add(uid, pod)
 
     def forget_namespace(self, namespace: str) -> None:
         """The namespace is no longer watched (its device quota is gone)."""
@@ -105,43 +116,42 @@ class PodTable:
         return dict(self._used.get(namespace) or {})
 
     def consumed(self, namespace: str, reservation: str) -> bool:
-        """A Pod carrying this reservation has been seen: it is counted as usage (or was, and is gone)."""
-        return (namespace, reservation) in self._consumed
+        """A Pod carrying this reservation has been seen: what it holds is usage (or was, and is gone)."""
+        return (namespace, reservation) in self._held
 
-    def seen(self, namespace: str, reservation: str) -> int | None:
-        """The resourceVersion of the Pod carrying this reservation when this process first saw it."""
-        return self._seen.get((namespace, reservation))
+    def held(self, namespace: str, reservation: str) -> Held | None:
+        """What the Pods carrying this reservation took, and the resourceVersion by which a watch has seen them."""
+        return self._held.get((namespace, reservation))
 
     def __len__(self) -> int:
         return len(self._pods)
 
-    def _summary(self, obj: Mapping[str, Any]) -> tuple[str, _Pod | None, int]:
+    def _summary(self, obj: Mapping[str, Any]) -> tuple[str, _Pod | None]:
         meta = obj.get("metadata") or {}
         uid = meta.get("uid") or ""
         if (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
-            return uid, None, -1
+            return uid, None
         try:
             amounts = pod_amounts(obj, self._devices)
         except Exception as exc:  # a stored Pod the arithmetic refuses counts nothing; say which
             log.warning("quota: cannot count pod %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
-            return uid, None, -1
+            return uid, None
         if not amounts:
-            return uid, None, -1
+            return uid, None
         reservation = (meta.get("annotations") or {}).get(RESERVATION_ANNOTATION) or ""
-        pod = _Pod(sys.intern(meta.get("namespace") or ""), reservation, amounts)
-        return uid, pod, resource_version(meta.get("resourceVersion"))
+        namespace = sys.intern(meta.get("namespace") or "")
+        return uid, _Pod(namespace, reservation, amounts, resource_version(meta.get("resourceVersion")))
 
-    def _add(self, uid: str, pod: _Pod, rv: int) -> None:
+    def _add(self, uid: str, pod: _Pod) -> None:
         self._pods[uid] = pod
         self._by_namespace.setdefault(pod.namespace, set()).add(uid)
-        used = self._used.setdefault(pod.namespace, {})
-        for name, amount in pod.amounts.items():
-            used[name] = used.get(name, 0) + amount
+        accumulate(self._used.setdefault(pod.namespace, {}), pod.amounts)
         if pod.reservation:
-            key = (pod.namespace, pod.reservation)
-            self._consumed[key] = float("inf")
-            if rv >= 0:
-                self._seen.setdefault(key, rv)
+            held = self._held.setdefault((pod.namespace, pod.reservation), Held({}, -1))
+            accumulate(held.amounts, pod.amounts)
+            held.rv = max(held.rv, pod.rv)
+            held.alive += 1
+            held.forget_at = float("inf")
 
     def _remove(self, uid: str) -> None:
         pod = self._pods.pop(uid, None)
@@ -157,15 +167,23 @@ class PodTable:
         if not any(used.values()):
             del self._used[pod.namespace]
         now = time.monotonic()
-        if pod.reservation:  # its ledger entry may outlive the Pod: keep not counting it until it expires
-            key = (pod.namespace, pod.reservation)
-            self._consumed[key] = now + self._forget_after
-            self._forget.append((now + self._forget_after, key))
+        held = self._held.get((pod.namespace, pod.reservation)) if pod.reservation else None
+        if held is not None:  # its ledger entry may outlive the Pod: what it took stays taken until then
+            held.alive -= 1
+            if not held.alive:
+                held.forget_at = now + self._forget_after
+                self._forget.append((held.forget_at, (pod.namespace, pod.reservation)))
         while self._forget and self._forget[0][0] <= now:
             _, key = self._forget.popleft()
-            if self._consumed.get(key, 0) <= now:
-                self._consumed.pop(key, None)
-                self._seen.pop(key, None)
+            gone = self._held.get(key)
+            if gone is not None and gone.forget_at <= now:
+                del self._held[key]
+
+
+def accumulate(total: Amounts, amounts: Mapping[str, int]) -> None:
+    """Add ``amounts`` into ``total`` in place."""
+    for name, amount in amounts.items():
+        total[name] = total.get(name, 0) + amount
 
 
 @dataclass
@@ -297,18 +315,22 @@ class Feed:
             return self.quotas.limits(namespace)
 
     def in_use(self, namespace: str, reservations: Mapping[str, Amounts]) -> Amounts:
-        """The namespace's Pod usage plus every reservation whose Pod this process has not seen: counted once."""
+        """The namespace's Pod usage plus what each reservation holds beyond what this process has seen its
+        Pods take: counted once."""
         with self._lock:
             total = self.pods.used(namespace)
             for reservation, amounts in reservations.items():
-                if not self.pods.consumed(namespace, reservation):
-                    for name, amount in amounts.items():
-                        total[name] = total.get(name, 0) + amount
+                accumulate(total, unseen(amounts, self.pods.held(namespace, reservation)))
         return total
 
-    def seen(self, namespace: str, reservation: str) -> int | None:
+    def used(self, namespace: str) -> Amounts:
         with self._lock:
-            return self.pods.seen(namespace, reservation)
+            return self.pods.used(namespace)
+
+    def held(self, namespace: str, reservation: str) -> Held | None:
+        with self._lock:
+            found = self.pods.held(namespace, reservation)
+            return None if found is None else Held(dict(found.amounts), found.rv)
 
     def ledger(self, namespace: str) -> Snapshot | None:
         with self._lock:
@@ -331,6 +353,11 @@ class Feed:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not self._changed.wait(remaining):
                     return None
+
+    def wait_change(self, timeout: float) -> None:
+        """Until a Pod stream or the ledger cache moves on, or ``timeout`` seconds."""
+        with self._lock:
+            self._changed.wait(timeout)
 
     def caught_up(self, namespace: str, rv: int, timeout: float) -> bool:
         """This process has seen every Pod event of ``namespace`` up to resourceVersion ``rv`` (waits up to
@@ -476,7 +503,7 @@ class Feed:
                 if exc.status == 410:  # the continue token expired: start over
                     raise Gone() from None
                 raise
-            page = json.loads(response.data)
+            page = orjson.loads(response.data)
             rv = rv or page["metadata"]["resourceVersion"]
             items.extend(page.get("items") or [])
             cont = page["metadata"].get("continue")
@@ -525,7 +552,7 @@ class Feed:
             with self._lock:
                 self._healthy(stream)
             for line in iter_resp_lines(response):
-                event = json.loads(line)
+                event = orjson.loads(line)
                 kind, obj = event.get("type"), event.get("object") or {}
                 if kind == "ERROR":
                     if obj.get("code") == 410:
@@ -543,6 +570,13 @@ class Feed:
         finally:
             stream.response = None
             response.close()
+
+
+def unseen(amounts: Mapping[str, int], held: Held | None) -> Amounts:
+    """What a reservation of ``amounts`` holds beyond what its Pods, as seen, took."""
+    if held is None:
+        return dict(amounts)
+    return {name: max(amount - held.amounts.get(name, 0), 0) for name, amount in amounts.items()}
 
 
 def _cut(stream: _Stream) -> None:
