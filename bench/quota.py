@@ -51,23 +51,19 @@ from tests.realkube.replicas import start_replicas
 from tests.support import free_port
 
 MEM = "nvidia.com/gpumem"
+LEDGER = "hami-quota-"
 GPU = {"nvidia.com/gpu": "1", MEM: "1000"}
 IMAGE = "nvidia/cuda:12.4.1-base-ubuntu22.04"
 CASES = ("no quota", "room for all", "room for 50")
-PARTS = ("burst", "inprocess", "scale")
+PARTS = ("burst", "inprocess", "churn", "scale")
 
 
 # --- the cluster --------------------------------------------------------------------------------------------
 
 
-def cluster(work: Path) -> Installed:
+def control_plane(work: Path) -> RealKube:
     binaries = binaries_from_env() or build_binaries(pinned_versions()[-1])
-    kube = RealKube(binaries, work / "kube").start()
-    try:
-        return install(kube, work / "install")
-    except BaseException:
-        kube.stop()
-        raise
+    return RealKube(binaries, work / "kube").start()
 
 
 def namespace(kube: RealKube, name: str, hard: dict[str, str] | None = None) -> str:
@@ -299,8 +295,8 @@ def per_call_us(call: Callable[[], Any], number: int) -> float:
     return (time.perf_counter() - started) / number * 1e6
 
 
-def inprocess_part(installed: Installed, args: argparse.Namespace) -> None:
-    kube = installed.kube
+def inprocess_part(kube: RealKube, args: argparse.Namespace) -> None:
+    namespace(kube, "hami-system")  # the ledgers' home (HAMI_NAMESPACE's default)
     free = namespace(kube, f"free-{uuid.uuid4().hex[:4]}")
     limited = namespace(kube, f"quota-{uuid.uuid4().hex[:4]}", {f"limits.{MEM}": str(10**12)})
     os.environ["KUBECONFIG"] = kube.kubeconfig_path
@@ -396,13 +392,93 @@ def worker_rss_mib(master: int) -> list[float]:
     return out
 
 
+def churn_part(installed: Installed, work: Path, args: argparse.Namespace) -> None:
+    """A long burst of short-lived Pods in one namespace: each client creates a Pod, then the Pod ends (its
+    kubelet would report Succeeded; here the client does), and the next one comes. Every create must be
+    answered by the quota (admitted, or denied when the namespace is momentarily full), never refused
+    otherwise; the ledger Lease is sampled to show how many entries it held at most."""
+    kube = installed.kube
+    replicas = start_replicas(installed, args.replicas, work / "churn-replicas")
+    ns = namespace(kube, f"churn-{uuid.uuid4().hex[:4]}", {f"limits.{MEM}": str(args.churn_room * 1000)})
+    time.sleep(2)
+    body = json.dumps(device_pod("churn-")).encode()
+    numbers = iter(range(args.churn))
+    lock = threading.Lock()
+    outcomes: dict[str, int] = {"created": 0, "denied": 0}
+    failures: list[str] = []
+    sizes: list[tuple[int, int]] = []
+    done = threading.Event()
+
+    def client() -> None:
+        api = Api(kube)
+        try:
+            while True:
+                with lock:
+                    number = next(numbers, None)
+                if number is None:
+                    return
+                status, data = api.call("POST", f"/api/v1/namespaces/{ns}/pods", body)
+                if status == 201:
+                    name = json.loads(data)["metadata"]["name"]
+                    finished = json.dumps({"status": {"phase": "Succeeded"}}).encode()
+                    api.call("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status", finished, merge=True)
+                    outcomes["created"] += 1
+                elif status == 403 and json.loads(data).get("reason") == "GPUQuotaExceeded":
+                    outcomes["denied"] += 1
+                else:
+                    failures.append(f"HTTP {status}: {json.loads(data).get('message', '')[:300]}")
+        finally:
+            api.close()
+
+    def sample() -> None:
+        api = Api(kube)
+        try:
+            while not done.wait(0.5):
+                status, data = api.call(
+                    "GET", f"/apis/coordination.k8s.io/v1/namespaces/hami-system/leases/{LEDGER}{ns}"
+                )
+                if status == 200:
+                    text = json.loads(data)["metadata"].get("annotations", {}).get("hami.io/quota-ledger", "{}")
+                    sizes.append((len(json.loads(text)), len(text)))
+        finally:
+            api.close()
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    started = time.monotonic()
+    workers = [threading.Thread(target=client) for _ in range(args.threads)]
+    try:
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    finally:
+        done.set()
+        sampler.join()
+        seconds = time.monotonic() - started
+        logs = replicas.stop()
+        delete_namespaces(kube, [ns])
+    print(
+        f"\n{args.churn} short-lived device Pods through one namespace (room for {args.churn_room} at a time), "
+        f"{args.threads} clients, {args.replicas} replicas: {seconds:.0f} s, created {outcomes['created']}, "
+        f"denied {outcomes['denied']}, failed {len(failures)}"
+    )
+    print(f"ledger entries at most {max((n for n, _ in sizes), default=0)}, "
+          f"annotation at most {max((b for _, b in sizes), default=0)} bytes (sampled every 0.5 s)")  # fmt: skip
+    for failure in sorted(set(failures))[:3]:
+        print(f"  failed: {failure}")
+    print(f"'quota undecided' (HTTP 500) in the replicas' logs: {sum(log.count('quota undecided') for log in logs)}")
+
+
 def scale_part(installed: Installed, work: Path, args: argparse.Namespace) -> None:
     kube = installed.kube
     installed.webhook.stop()
     quotad = namespace(kube, "scale-quota", {f"limits.{MEM}": str(10**9)})
     api = Api(kube)
-    for i in range(20):  # device Pods the webhook never admitted still count: created while it is down
-        body = json.dumps(device_pod(f"gpu-{i}")).encode()
+    for i in range(20):  # device Pods the webhook never saw (its objectSelector skips them) still count
+        bypassed = device_pod(f"gpu-{i}")
+        bypassed["metadata"]["labels"] = {"hami.io/webhook": "ignore"}
+        body = json.dumps(bypassed).encode()
         status, data = api.call("POST", f"/api/v1/namespaces/{quotad}/pods", body)
         assert status == 201, data
     api.close()
@@ -446,6 +522,8 @@ def main() -> None:
     parser.add_argument("--number", type=int, default=200, help="timed calls per in-process case and round")
     parser.add_argument("--scale", default="0,10000,40000", help="non-device Pod counts for the scale part")
     parser.add_argument("--repeats", type=int, default=3, help="replica starts per Pod count (scale)")
+    parser.add_argument("--churn", type=int, default=5000, help="short-lived Pods through one namespace (churn)")
+    parser.add_argument("--churn-room", type=int, default=100, help="Pods that fit at a time (churn)")
     parser.add_argument("--replica-env", action="append", default=[], help="KEY=VALUE for the replicas (burst)")
     parser.add_argument("--keep-logs", type=Path, help="copy the replicas' logs here (burst)")
     parser.add_argument("--smoke", action="store_true", help="every part, tiny counts, no targets")
@@ -453,20 +531,27 @@ def main() -> None:
     args.scale = [int(n) for n in args.scale.split(",")]
     if args.smoke:
         args.rounds, args.pods, args.threads, args.number, args.scale, args.repeats = 1, 60, 8, 5, [0, 200], 1
+        args.churn = 100
     parts = args.parts.split(",")
     print(f"load average at start: {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-quota-") as tmp:
-        installed = cluster(Path(tmp))
+        kube = control_plane(Path(tmp))
+        installed = None
         try:
-            if "burst" in parts:
-                burst_part(installed, Path(tmp), args)
             if "inprocess" in parts:
-                inprocess_part(installed, args)
-            if "scale" in parts:
+                inprocess_part(kube, args)
+            if {"burst", "churn", "scale"} & set(parts):  # the webhook installed, as a user does it
+                installed = install(kube, Path(tmp) / "install")
+            if installed is not None and "burst" in parts:
+                burst_part(installed, Path(tmp), args)
+            if installed is not None and "churn" in parts:
+                churn_part(installed, Path(tmp), args)
+            if installed is not None and "scale" in parts:
                 scale_part(installed, Path(tmp), args)
         finally:
-            installed.webhook.stop()
-            installed.kube.stop()
+            if installed is not None:
+                installed.webhook.stop()
+            kube.stop()
     print(f"load average at end: {os.getloadavg()}")
 
 

@@ -6,8 +6,8 @@ wrk (installed by scripts/install-wrk.sh when missing and run as root); 3 RSS pe
 worker over a soak; 4 the quota path, when bench/quota.py is present.
 ``--smoke`` runs every part with tiny counts in seconds (the test suite does).
 
-Part 4 is the quota engineer's bench/quota.py, run as its own process (it starts
-the test suite's fake API server); its printed figures are kept verbatim.
+Part 4 is bench/quota.py's in-process part, run as its own process (it starts a
+real control plane of its own, tests/realkube); its printed figures are kept verbatim.
 """
 
 from __future__ import annotations
@@ -86,9 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def quota_path(smoke: bool) -> dict[str, Any]:
     """Part 4: bench/quota.py's figures (added latency per admission with a quota, ledger round trip included)."""
-    command = [sys.executable, str(QUOTA_BENCH)] + (
-        ["--rounds", "1", "--number", "5", "--pods", "200"] if smoke else []
-    )
+    command = [sys.executable, str(QUOTA_BENCH), "--parts", "inprocess"] + (["--smoke"] if smoke else [])
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     return {"command": " ".join(command[1:]), "exit_code": done.returncode, "output": done.stdout + done.stderr}

@@ -290,7 +290,9 @@ class Feed:
         self._api_client = api_client
         self._core = client.CoreV1Api(api_client)
         self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)  # notified when a Pod stream or a ledger moves on
+        # Waiters wake only for what they wait on: a Pod stream moving on (the mark), or a ledger changing.
+        self._pods_moved = threading.Condition(self._lock)
+        self._ledgers_moved = threading.Condition(self._lock)
         self._stop = threading.Event()
         self.pods = PodTable(devices, forget_after)
         self.quotas = QuotaTable(devices)
@@ -340,7 +342,7 @@ class Feed:
         """A ledger this process read or wrote: newer than the cache, unless the watch was quicker."""
         with self._lock:
             self.ledgers.offer(found)
-            self._changed.notify_all()
+            self._ledgers_moved.notify_all()
 
     def wait_ledger_newer(self, namespace: str, rv: int, timeout: float) -> Snapshot | None:
         """The cached ledger once it is newer than ``rv`` (None if it does not get newer within ``timeout``)."""
@@ -351,13 +353,13 @@ class Feed:
                 if found is not None and found.rv > rv:
                     return found
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._changed.wait(remaining):
+                if remaining <= 0 or not self._ledgers_moved.wait(remaining):
                     return None
 
-    def wait_change(self, timeout: float) -> None:
-        """Until a Pod stream or the ledger cache moves on, or ``timeout`` seconds."""
+    def wait_ledgers(self, timeout: float) -> None:
+        """Until a ledger changes (the watch, or this process's own read or write), or ``timeout`` seconds."""
         with self._lock:
-            self._changed.wait(timeout)
+            self._ledgers_moved.wait(timeout)
 
     def caught_up(self, namespace: str, rv: int, timeout: float) -> bool:
         """This process has seen every Pod event of ``namespace`` up to resourceVersion ``rv`` (waits up to
@@ -369,7 +371,7 @@ class Feed:
                 if stream is not None and stream.synced and resource_version(stream.rv) >= rv:
                     return True
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._changed.wait(remaining):
+                if remaining <= 0 or not self._pods_moved.wait(remaining):
                     return False
 
     def synced(self, wait: float = 0) -> bool:
@@ -517,9 +519,16 @@ class Feed:
             if stream is self._quota_stream:
                 self._watch_namespaces()
             self._healthy(stream)
-            self._changed.notify_all()
+            self._moved(stream)
             self._check_synced()
         stream.listed.set()
+
+    def _moved(self, stream: _Stream) -> None:
+        """Lock held: wake whoever waits on this kind of stream."""
+        if stream is self._lease_stream:
+            self._ledgers_moved.notify_all()
+        elif stream.namespace:
+            self._pods_moved.notify_all()
 
     def _check_synced(self) -> None:
         """Lock held: the first sync is complete once the quotas and every quota'd namespace's Pods are listed."""
@@ -566,7 +575,7 @@ class Feed:
                         if stream is self._quota_stream:
                             self._watch_namespaces()
                     stream.rv = (obj.get("metadata") or {}).get("resourceVersion") or stream.rv
-                    self._changed.notify_all()
+                    self._moved(stream)
         finally:
             stream.response = None
             response.close()

@@ -49,13 +49,14 @@ REQUEST_TIMEOUT = 2.0  # seconds for one ledger read or write
 SYNC_WAIT = 3.0  # seconds an admission waits for a just-started worker's (or a new quota's) first lists
 MARK_WAIT = 2.0  # seconds a decision waits for this worker's Pod watch to reach the ledger's mark
 NEWER_WAIT = 0.02  # seconds a lost compare-and-swap waits for the watch to bring the winner's ledger, then reads
-BACKOFF, BACKOFF_CAP = 0.005, 0.04  # seconds: the first random pause after a lost compare-and-swap, the longest
+BACKOFF, BACKOFF_CAP = 0.02, 0.16  # seconds: the first random pause after a lost compare-and-swap, the longest
 WINDOW = 1.0  # seconds a worker admits into a grant it wrote, counted from before the write
 SLACK = 0.25  # others count a grant as possibly free this much longer, on their own clocks, from first sight
 BURST = 4  # admissions per second into one namespace, in one worker, from which it takes room ahead
-SHARE = 16  # a grant takes at most 1/SHARE of the room left
+SHARE = 8  # a grant takes at most 1/SHARE of the room left
 AHEAD_MAX = 64  # Pods' worth of room taken ahead at most
 UNDECIDED_STEP = 0.05  # seconds between decisions while a grant of another worker may hold the room
+CLOSER_RETRY = 0.02  # seconds before the closer looks again at a grant it could not close yet
 REMEMBERED = 4096  # request uids remembered per namespace, so a request sent again is not reserved twice
 log = logging.getLogger("hami_webhook.quota")
 
@@ -253,7 +254,7 @@ class KubeQuota:
                         return
                     asked = True
                     # undecided: a grant of another worker may hold the room; wait for it to close, then again
-                    self.feed.wait_change(min(UNDECIDED_STEP, remaining))
+                    self.feed.wait_ledgers(min(UNDECIDED_STEP, remaining))
                     found = self.feed.ledger(namespace)
                 except Conflict:
                     lost += 1
@@ -463,7 +464,7 @@ class KubeQuota:
 
     def _close_grants(self) -> None:
         """Close this worker's grants when their window ends or their room is asked for, so the room they did
-        not use comes free for others. Wakes on every change the feed sees, and at the next window's end."""
+        not use comes free for others. Wakes when a ledger changes, and at the next window's end."""
         while not self._stopped.is_set():
             with self._namespaces_lock:
                 states = list(self._namespaces.items())
@@ -472,11 +473,15 @@ class KubeQuota:
                 with state.cond:
                     if not state.grants:
                         continue
-                    soonest = min([soonest] + [g.closes_at - time.monotonic() for g in state.grants.values()])
-                    if state.busy or not any(self._due(namespace, g) for g in state.grants.values()):
-                        continue  # a commit in flight closes them anyway
-                    self._commit_locked(namespace, state, [], time.monotonic() + ADMIT_BUDGET)
-            self.feed.wait_change(max(soonest, 0.001))
+                    if state.busy:  # a commit in flight closes them anyway; look again soon
+                        soonest = min(soonest, CLOSER_RETRY)
+                        continue
+                    if any(self._due(namespace, g) for g in state.grants.values()):
+                        self._commit_locked(namespace, state, [], time.monotonic() + ADMIT_BUDGET)
+                    now = time.monotonic()
+                    for grant in state.grants.values():  # left open (or a failed close: try again soon)
+                        soonest = min(soonest, max(grant.closes_at - now, CLOSER_RETRY))
+            self.feed.wait_ledgers(soonest)
 
     # --- helpers ---------------------------------------------------------------------------------
 

@@ -63,8 +63,10 @@ class Api:
         self._conn = http.client.HTTPSConnection("127.0.0.1", kube.port, context=context, timeout=120)
         self._headers = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}
 
-    def call(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-        self._conn.request(method, path, body, self._headers)
+    def call(self, method: str, path: str, body: bytes | None = None, merge: bool = False) -> tuple[int, bytes]:
+        """One request (``merge``: the body is a JSON merge patch); the status and the body."""
+        headers = self._headers | ({"Content-Type": "application/merge-patch+json"} if merge else {})
+        self._conn.request(method, path, body, headers)
         response = self._conn.getresponse()
         return response.status, response.read()
 
