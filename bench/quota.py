@@ -43,11 +43,12 @@ from app.quota.kube import KubeQuota, open_quota
 from app.review import review
 from app.settings import Settings
 from bench.inprocess import percentile
-from tests.app.reviews import admission_review, container, pod
+from tests.app.reviews import admission_review
 from tests.realkube.cluster import RealKube, binaries_from_env, build_binaries, pinned_versions
 from tests.realkube.install import Installed, install
 from tests.realkube.pods import Api, create_at_once
 from tests.realkube.replicas import start_replicas
+from tests.support.pods import container, pod
 from tests.support.ports import free_port
 
 MEM = "nvidia.com/gpumem"

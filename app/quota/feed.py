@@ -17,7 +17,6 @@ Only a small summary per device Pod is kept.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import random
 import sys

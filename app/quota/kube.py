@@ -312,6 +312,7 @@ class KubeQuota:
                 ticket.verdict = Verdict(reservation=ticket.uid)
             elif not limited(limits, ticket.requested):
                 ticket.verdict = FITS  # the quota went meanwhile
+            elif denial := check(namespace, limits, _plus(lower, taking), ticket.requested):
                 ticket.verdict = Verdict(denial)
             elif check(namespace, limits, _plus(upper, taking), ticket.requested):
                 undecided.append(ticket)

@@ -11,7 +11,8 @@ from prometheus_client import REGISTRY
 from app.quota.ledger import WANTED_ANNOTATION
 from app.review import QUOTA_RESERVATION_ANNOTATION
 from tests.app.quota.conftest import GPU, MEM, Cluster
-from tests.app.reviews import Outcome, container, pod, run
+from tests.app.reviews import Outcome, run
+from tests.support.pods import container, pod
 
 ROOM = 100  # Pods of 1000 MiB
 

@@ -19,8 +19,9 @@ from app.quota.ledger import LEDGER_ANNOTATION, MARK_ANNOTATION, MAX_LEDGER_BYTE
 from app.review import QUOTA_RESERVATION_ANNOTATION
 from app.settings import Settings, SettingsError
 from tests.app.quota.conftest import GPU, MEM, Cluster, eventually, resource_quota, unique
-from tests.app.reviews import Outcome, admission_review, container, pod, run
+from tests.app.reviews import Outcome, admission_review, run
 from tests.realkube.cluster import RealKube
+from tests.support.pods import container, pod
 
 Admit = Callable[..., Outcome]
 

@@ -27,9 +27,10 @@ import pytest
 
 from certgen.pki import LocalFiles, write_local
 from tests.app.quota.conftest import GPU, MEM, resource_quota, unique
-from tests.app.reviews import admission_review, container, pod
+from tests.app.reviews import admission_review
 from tests.realkube.cluster import RealKube
 from tests.support import ROOT
+from tests.support.pods import container, pod
 from tests.support.ports import free_port
 from tests.support.servers import stop
 from tests.support.tls import client_context
