@@ -149,8 +149,8 @@ def decide(
         verdict = quota.admit(namespace, demands(edit, settings.devices), uid=uid, dry_run=dry_run)
         if verdict.denial:
             return deny(403, QUOTA_REASON, verdict.denial)
-        if verdict.reserved:  # the feed reads it back to count the Pod once (usage, not reservation)
-            edit.annotations[QUOTA_RESERVATION_ANNOTATION] = uid
+        if verdict.reservation:  # the feed reads it back to count the Pod once (usage, not reservation)
+            edit.annotations[QUOTA_RESERVATION_ANNOTATION] = verdict.reservation
     warnings += edit.changes()
     return Decision(allowed=True, patch=edit.ops(), devices=tuple(found), warnings=tuple(warnings), hint=hint)
 

@@ -22,12 +22,9 @@ from __future__ import annotations
 
 import argparse
 import copy
-import http.client
-import itertools
 import json
 import os
 import re
-import ssl
 import statistics
 import subprocess
 import sys
@@ -46,48 +43,28 @@ from app.quota.kube import KubeQuota, open_quota
 from app.review import review
 from app.settings import Settings
 from bench.inprocess import percentile
-from tests.app.reviews import admission_review, container, pod
-from tests.realkube.cluster import ADMIN_TOKEN, RealKube, binaries_from_env, build_binaries, pinned_versions
+from tests.app.reviews import admission_review
+from tests.realkube.cluster import RealKube, binaries_from_env, build_binaries, pinned_versions
 from tests.realkube.install import Installed, install
+from tests.realkube.pods import Api, create_at_once
 from tests.realkube.replicas import start_replicas
+from tests.support.pods import container, pod
 from tests.support.ports import free_port
 
 MEM = "nvidia.com/gpumem"
+LEDGER = "hami-quota-"
 GPU = {"nvidia.com/gpu": "1", MEM: "1000"}
 IMAGE = "nvidia/cuda:12.4.1-base-ubuntu22.04"
 CASES = ("no quota", "room for all", "room for 50")
-PARTS = ("burst", "inprocess", "scale")
+PARTS = ("burst", "inprocess", "churn", "scale")
 
 
 # --- the cluster --------------------------------------------------------------------------------------------
 
 
-def cluster(work: Path) -> Installed:
+def control_plane(work: Path) -> RealKube:
     binaries = binaries_from_env() or build_binaries(pinned_versions()[-1])
-    kube = RealKube(binaries, work / "kube").start()
-    try:
-        return install(kube, work / "install")
-    except BaseException:
-        kube.stop()
-        raise
-
-
-class Api:
-    """Keep-alive HTTPS to the API server as admin: the bench's own client, light enough not to be measured."""
-
-    def __init__(self, kube: RealKube) -> None:
-        self._conn = http.client.HTTPSConnection(
-            "127.0.0.1", kube.port, context=ssl.create_default_context(cafile=str(kube.ca_path)), timeout=120
-        )
-        self._headers = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}
-
-    def call(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-        self._conn.request(method, path, body, self._headers)
-        response = self._conn.getresponse()
-        return response.status, response.read()
-
-    def close(self) -> None:
-        self._conn.close()
+    return RealKube(binaries, work / "kube").start()
 
 
 def namespace(kube: RealKube, name: str, hard: dict[str, str] | None = None) -> str:
@@ -213,46 +190,23 @@ class Burst:
 
 
 def burst(kube: RealKube, ns: str, pods: int, threads: int) -> Burst:
-    """`pods` creates by `threads` keep-alive clients released together; each create timed on its own."""
-    body = json.dumps(device_pod()).encode()
-    path = f"/api/v1/namespaces/{ns}/pods"
-    numbers = itertools.count()
-    results: list[tuple[float, float, int, bytes]] = []
-    barrier = threading.Barrier(threads + 1, timeout=60)
-
-    def client() -> None:
-        api = Api(kube)
-        try:
-            api.call("GET", f"/api/v1/namespaces/{ns}")  # connected and authenticated before the start
-            barrier.wait()
-            while next(numbers) < pods:
-                started = time.perf_counter()
-                status, data = api.call("POST", path, body)
-                results.append((started, time.perf_counter(), status, data if status != 201 else b""))
-        finally:
-            api.close()
-
-    workers = [threading.Thread(target=client) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    barrier.wait()
-    started = time.perf_counter()
-    for worker in workers:
-        worker.join(300)
-    outcome = Burst(max(r[1] for r in results) - started, [r[1] - r[0] for r in results], 0, 0)
-    for _, _, status, data in results:
-        if status == 201:
-            outcome.created += 1
-        elif status == 403 and json.loads(data).get("reason") == "GPUQuotaExceeded":
-            outcome.denied += 1
+    """`pods` device Pods created at once by `threads` clients; each create timed on its own."""
+    started, calls = create_at_once(kube, ns, device_pod(), pods, threads)
+    out = Burst(max(c.ended for c in calls) - started, [c.ended - c.started for c in calls], 0, 0)
+    for call in calls:
+        if call.status == 201:
+            out.created += 1
+        elif call.quota_denial:
+            out.denied += 1
         else:
-            outcome.failures.append(f"HTTP {status}: {json.loads(data).get('message', data[:200])}")
-    return outcome
+            out.failures.append(f"HTTP {call.status}: {call.refusal.get('message')}")
+    return out
 
 
 def burst_part(installed: Installed, work: Path, args: argparse.Namespace) -> None:
     kube = installed.kube
-    replicas = start_replicas(installed, args.replicas, work / "replicas")
+    env = dict(item.split("=", 1) for item in args.replica_env)
+    replicas = start_replicas(installed, args.replicas, work / "replicas", env)
     runs: dict[str, list[Burst]] = {case: [] for case in CASES}
     ratios: dict[str, dict[str, list[float]]] = {case: {"rate": [], "p50": [], "p99": []} for case in CASES[1:]}
     traffic: dict[str, list[dict[str, float]]] = {case: [] for case in CASES}
@@ -295,6 +249,10 @@ def burst_part(installed: Installed, work: Path, args: argparse.Namespace) -> No
                 ratios[case]["p99"].append(this[case].p(99) / base.p(99))
     finally:
         logs = replicas.stop()
+        if args.keep_logs:
+            args.keep_logs.mkdir(parents=True, exist_ok=True)
+            for i, text in enumerate(logs):
+                (args.keep_logs / f"replica-{i}.log").write_text(text)
     undecided = sum(log.count("quota undecided") for log in logs)
     med = statistics.median
     print(
@@ -338,8 +296,8 @@ def per_call_us(call: Callable[[], Any], number: int) -> float:
     return (time.perf_counter() - started) / number * 1e6
 
 
-def inprocess_part(installed: Installed, args: argparse.Namespace) -> None:
-    kube = installed.kube
+def inprocess_part(kube: RealKube, args: argparse.Namespace) -> None:
+    namespace(kube, "hami-system")  # the ledgers' home (HAMI_NAMESPACE's default)
     free = namespace(kube, f"free-{uuid.uuid4().hex[:4]}")
     limited = namespace(kube, f"quota-{uuid.uuid4().hex[:4]}", {f"limits.{MEM}": str(10**12)})
     os.environ["KUBECONFIG"] = kube.kubeconfig_path
@@ -435,6 +393,84 @@ def worker_rss_mib(master: int) -> list[float]:
     return out
 
 
+def churn_part(installed: Installed, work: Path, args: argparse.Namespace) -> None:
+    """A long burst of short-lived Pods in one namespace: each client creates a Pod, then the Pod ends (its
+    kubelet would report Succeeded; here the client does), and the next one comes. Every create must be
+    answered by the quota (admitted, or denied when the namespace is momentarily full), never refused
+    otherwise; the ledger Lease is sampled to show how many entries it held at most."""
+    kube = installed.kube
+    replicas = start_replicas(installed, args.replicas, work / "churn-replicas")
+    ns = namespace(kube, f"churn-{uuid.uuid4().hex[:4]}", {f"limits.{MEM}": str(args.churn_room * 1000)})
+    time.sleep(2)
+    body = json.dumps(device_pod("churn-")).encode()
+    numbers = iter(range(args.churn))
+    lock = threading.Lock()
+    outcomes: dict[str, int] = {"created": 0, "denied": 0}
+    failures: list[str] = []
+    sizes: list[tuple[int, int]] = []
+    done = threading.Event()
+
+    def client() -> None:
+        api = Api(kube)
+        try:
+            while True:
+                with lock:
+                    number = next(numbers, None)
+                if number is None:
+                    return
+                status, data = api.call("POST", f"/api/v1/namespaces/{ns}/pods", body)
+                if status == 201:
+                    name = json.loads(data)["metadata"]["name"]
+                    finished = json.dumps({"status": {"phase": "Succeeded"}}).encode()
+                    api.call("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status", finished, merge=True)
+                    outcomes["created"] += 1
+                elif status == 403 and json.loads(data).get("reason") == "GPUQuotaExceeded":
+                    outcomes["denied"] += 1
+                else:
+                    failures.append(f"HTTP {status}: {json.loads(data).get('message', '')[:300]}")
+        finally:
+            api.close()
+
+    def sample() -> None:
+        api = Api(kube)
+        try:
+            while not done.wait(0.5):
+                status, data = api.call(
+                    "GET", f"/apis/coordination.k8s.io/v1/namespaces/hami-system/leases/{LEDGER}{ns}"
+                )
+                if status == 200:
+                    text = json.loads(data)["metadata"].get("annotations", {}).get("hami.io/quota-ledger", "{}")
+                    sizes.append((len(json.loads(text)), len(text)))
+        finally:
+            api.close()
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    started = time.monotonic()
+    workers = [threading.Thread(target=client) for _ in range(args.threads)]
+    try:
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    finally:
+        done.set()
+        sampler.join()
+        seconds = time.monotonic() - started
+        logs = replicas.stop()
+        delete_namespaces(kube, [ns])
+    print(
+        f"\n{args.churn} short-lived device Pods through one namespace (room for {args.churn_room} at a time), "
+        f"{args.threads} clients, {args.replicas} replicas: {seconds:.0f} s, created {outcomes['created']}, "
+        f"denied {outcomes['denied']}, failed {len(failures)}"
+    )
+    print(f"ledger entries at most {max((n for n, _ in sizes), default=0)}, "
+          f"annotation at most {max((b for _, b in sizes), default=0)} bytes (sampled every 0.5 s)")  # fmt: skip
+    for failure in sorted(set(failures))[:3]:
+        print(f"  failed: {failure}")
+    print(f"'quota undecided' (HTTP 500) in the replicas' logs: {sum(log.count('quota undecided') for log in logs)}")
+
+
 def scale_part(installed: Installed, work: Path, args: argparse.Namespace) -> None:
     kube = installed.kube
     installed.webhook.stop()
@@ -487,25 +523,36 @@ def main() -> None:
     parser.add_argument("--number", type=int, default=200, help="timed calls per in-process case and round")
     parser.add_argument("--scale", default="0,10000,40000", help="non-device Pod counts for the scale part")
     parser.add_argument("--repeats", type=int, default=3, help="replica starts per Pod count (scale)")
+    parser.add_argument("--churn", type=int, default=5000, help="short-lived Pods through one namespace (churn)")
+    parser.add_argument("--churn-room", type=int, default=100, help="Pods that fit at a time (churn)")
+    parser.add_argument("--replica-env", action="append", default=[], help="KEY=VALUE for the replicas (burst)")
+    parser.add_argument("--keep-logs", type=Path, help="copy the replicas' logs here (burst)")
     parser.add_argument("--smoke", action="store_true", help="every part, tiny counts, no targets")
     args = parser.parse_args()
     args.scale = [int(n) for n in args.scale.split(",")]
     if args.smoke:
         args.rounds, args.pods, args.threads, args.number, args.scale, args.repeats = 1, 60, 8, 5, [0, 200], 1
+        args.churn = 100
     parts = args.parts.split(",")
     print(f"load average at start: {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-quota-") as tmp:
-        installed = cluster(Path(tmp))
+        kube = control_plane(Path(tmp))
+        installed = None
         try:
-            if "burst" in parts:
-                burst_part(installed, Path(tmp), args)
             if "inprocess" in parts:
-                inprocess_part(installed, args)
-            if "scale" in parts:
+                inprocess_part(kube, args)
+            if {"burst", "churn", "scale"} & set(parts):  # the webhook installed, as a user does it
+                installed = install(kube, Path(tmp) / "install")
+            if installed is not None and "burst" in parts:
+                burst_part(installed, Path(tmp), args)
+            if installed is not None and "churn" in parts:
+                churn_part(installed, Path(tmp), args)
+            if installed is not None and "scale" in parts:
                 scale_part(installed, Path(tmp), args)
         finally:
-            installed.webhook.stop()
-            installed.kube.stop()
+            if installed is not None:
+                installed.webhook.stop()
+            kube.stop()
     print(f"load average at end: {os.getloadavg()}")
 
 

@@ -6,8 +6,8 @@ wrk (installed by scripts/install-wrk.sh when missing and run as root); 3 RSS pe
 worker over a soak; 4 the quota path, when bench/quota.py is present.
 ``--smoke`` runs every part with tiny counts in seconds (the test suite does).
 
-Part 4 is the quota engineer's bench/quota.py, run as its own process (it starts
-the test suite's fake API server); its printed figures are kept verbatim.
+Part 4 is bench/quota.py's in-process part, run as its own process (it starts a
+real control plane of its own, tests/realkube); its printed figures are kept verbatim.
 """
 
 from __future__ import annotations

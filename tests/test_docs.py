@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "tests" / "realkube" / "README.md"]
-RULES = REPO / "docs" / "rules.md"
+from tests.support import ROOT
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "tests" / "realkube" / "README.md"]
+RULES = ROOT / "docs" / "rules.md"
 SOURCE_DIRS = ("app", "certgen", "tests", "manifests", "scripts", "bench", ".github", ".ci", "docs")
 SOURCE_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".sh", ".cfg", ".toml", ".txt"}
 TOP_FILES = ("README.md", "Dockerfile", "setup.cfg", "pyproject.toml", "ruff.toml", "wsgi.py", "gunicorn.conf.py")
@@ -58,14 +59,14 @@ def anchors(page: Path) -> set[str]:
 
 
 def sources() -> list[Path]:
-    files = [REPO / name for name in TOP_FILES]
+    files = [ROOT / name for name in TOP_FILES]
     for directory in SOURCE_DIRS:
-        files += [p for p in (REPO / directory).rglob("*") if p.is_file() and p.suffix in SOURCE_SUFFIXES]
+        files += [p for p in (ROOT / directory).rglob("*") if p.is_file() and p.suffix in SOURCE_SUFFIXES]
     here = Path(__file__).resolve()
     return [p for p in files if p.exists() and "__pycache__" not in p.parts and p.resolve() != here]
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_and_anchors_resolve(page: Path) -> None:
     broken = []
     for target in LINK.findall(prose(page.read_text())):
@@ -86,7 +87,7 @@ def test_every_rule_named_in_the_tree_exists() -> None:
     for path in sources():
         text = path.read_text(errors="replace")
         for mention in RULE_MENTION.findall(text):
-            missing += [f"{path.relative_to(REPO)}: #{a}" for a in ANCHOR_IN_MENTION.findall(mention) if a not in known]
+            missing += [f"{path.relative_to(ROOT)}: #{a}" for a in ANCHOR_IN_MENTION.findall(mention) if a not in known]
     assert not missing, missing
 
 
@@ -100,5 +101,5 @@ def test_nothing_cites_a_document_outside_the_tree() -> None:
     for path in sources():
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
             if CITATION.search(line):
-                cited.append(f"{path.relative_to(REPO)}:{number}: {line.strip()[:100]}")
+                cited.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}")
     assert not cited, cited

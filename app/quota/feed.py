@@ -17,7 +17,6 @@ Only a small summary per device Pod is kept.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import random
 import sys
@@ -28,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
@@ -35,7 +35,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from app import metrics
 from app.devices.base import Device
 from app.kube.backoff import Backoff
-from app.kube.errors import describe
+from app.kube.errors import GONE, ApiError, describe
 from app.quota.demand import Amounts, pod_amounts
 from app.quota.ledger import LEDGER_PREFIX, MANAGED_BY, Snapshot, resource_version, snapshot
 from app.quota.limits import hard_limits, quota_factors, tightest
@@ -64,11 +64,22 @@ class _Pod:
     namespace: str
     reservation: str
     amounts: Amounts
+    rv: int
+
+
+@dataclass(slots=True)
+class Held:
+    """What the Pods carrying one reservation hold, as this process has seen them (alive or gone)."""
+
+    amounts: Amounts
+    rv: int  # the newest resourceVersion among those Pods when first seen here
+    alive: int = 0
+    forget_at: float = float("inf")
 
 
 class PodTable:
-    """Per-Pod demand summaries, the per-namespace sums, and which reservations Pods have consumed (and at
-    which resourceVersion this process first saw each such Pod)."""
+    """Per-Pod demand summaries, the per-namespace sums, and for each reservation (a ledger entry, which several
+    Pods may carry) what its Pods have taken so far: those amounts are usage, not reservation, any more."""
 
     def __init__(self, devices: Sequence[Device], forget_after: float) -> None:
         self._devices = devices
@@ -76,29 +87,28 @@ class PodTable:
         self._pods: dict[str, _Pod] = {}
         self._by_namespace: dict[str, set[str]] = {}
         self._used: dict[str, Amounts] = {}
-        # (namespace, reservation uid) -> when it may be forgotten (inf: Pod alive); a Pod consumes only its own
-        # namespace's reservations
-        self._consumed: dict[tuple[str, str], float] = {}
-        self._seen: dict[tuple[str, str], int] = {}  # -> the resourceVersion of its Pod when first seen here
+        # (namespace, reservation) -> what its Pods took: a Pod consumes only its own namespace's reservations.
+        # Kept while a ledger entry may still name it (``forget_after`` past its last Pod).
+        self._held: dict[tuple[str, str], Held] = {}
         self._forget: deque[tuple[float, tuple[str, str]]] = deque()
 
     def replace(self, namespace: str, items: Iterable[Mapping[str, Any]]) -> None:
         """The namespace's Pods are now exactly ``items`` (a fresh list)."""
-        fresh = {uid: (pod, rv) for uid, pod, rv in (self._summary(o) for o in items) if pod is not None}
+        fresh = {uid: pod for uid, pod in (self._summary(o) for o in items) if pod is not None}
         for uid in self._by_namespace.get(namespace, set()) - set(fresh):
             self._remove(uid)
-        for uid, (pod, rv) in fresh.items():
+        for uid, pod in fresh.items():
             if uid not in self._pods:
-                self._add(uid, pod, rv)
+                self._add(uid, pod)
 
     def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
         uid = (obj.get("metadata") or {}).get("uid") or ""
         if kind == "DELETED" or (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
             self._remove(uid)
         elif uid not in self._pods:  # device requests are immutable: a known Pod's summary stands
-            _, pod, rv = self._summary(obj)
+            _, pod = self._summary(obj)
             if pod is not None:
-                self._add(uid, pod, rv)
+                self._add(uid, pod)
 
     def forget_namespace(self, namespace: str) -> None:
         """The namespace is no longer watched (its device quota is gone)."""
@@ -109,43 +119,42 @@ class PodTable:
         return dict(self._used.get(namespace) or {})
 
     def consumed(self, namespace: str, reservation: str) -> bool:
-        """A Pod carrying this reservation has been seen: it is counted as usage (or was, and is gone)."""
-        return (namespace, reservation) in self._consumed
+        """A Pod carrying this reservation has been seen: what it holds is usage (or was, and is gone)."""
+        return (namespace, reservation) in self._held
 
-    def seen(self, namespace: str, reservation: str) -> int | None:
-        """The resourceVersion of the Pod carrying this reservation when this process first saw it."""
-        return self._seen.get((namespace, reservation))
+    def held(self, namespace: str, reservation: str) -> Held | None:
+        """What the Pods carrying this reservation took, and the resourceVersion by which a watch has seen them."""
+        return self._held.get((namespace, reservation))
 
     def __len__(self) -> int:
         return len(self._pods)
 
-    def _summary(self, obj: Mapping[str, Any]) -> tuple[str, _Pod | None, int]:
+    def _summary(self, obj: Mapping[str, Any]) -> tuple[str, _Pod | None]:
         meta = obj.get("metadata") or {}
         uid = meta.get("uid") or ""
         if (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
-            return uid, None, -1
+            return uid, None
         try:
             amounts = pod_amounts(obj, self._devices)
         except Exception as exc:  # a stored Pod the arithmetic refuses counts nothing; say which
             log.warning("quota: cannot count pod %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
-            return uid, None, -1
+            return uid, None
         if not amounts:
-            return uid, None, -1
+            return uid, None
         reservation = (meta.get("annotations") or {}).get(RESERVATION_ANNOTATION) or ""
-        pod = _Pod(sys.intern(meta.get("namespace") or ""), reservation, amounts)
-        return uid, pod, resource_version(meta.get("resourceVersion"))
+        namespace = sys.intern(meta.get("namespace") or "")
+        return uid, _Pod(namespace, reservation, amounts, resource_version(meta.get("resourceVersion")))
 
-    def _add(self, uid: str, pod: _Pod, rv: int) -> None:
+    def _add(self, uid: str, pod: _Pod) -> None:
         self._pods[uid] = pod
         self._by_namespace.setdefault(pod.namespace, set()).add(uid)
-        used = self._used.setdefault(pod.namespace, {})
-        for name, amount in pod.amounts.items():
-            used[name] = used.get(name, 0) + amount
+        accumulate(self._used.setdefault(pod.namespace, {}), pod.amounts)
         if pod.reservation:
-            key = (pod.namespace, pod.reservation)
-            self._consumed[key] = float("inf")
-            if rv >= 0:
-                self._seen.setdefault(key, rv)
+            held = self._held.setdefault((pod.namespace, pod.reservation), Held({}, -1))
+            accumulate(held.amounts, pod.amounts)
+            held.rv = max(held.rv, pod.rv)
+            held.alive += 1
+            held.forget_at = float("inf")
 
     def _remove(self, uid: str) -> None:
         pod = self._pods.pop(uid, None)
@@ -161,15 +170,23 @@ class PodTable:
         if not any(used.values()):
             del self._used[pod.namespace]
         now = time.monotonic()
-        if pod.reservation:  # its ledger entry may outlive the Pod: keep not counting it until it expires
-            key = (pod.namespace, pod.reservation)
-            self._consumed[key] = now + self._forget_after
-            self._forget.append((now + self._forget_after, key))
+        held = self._held.get((pod.namespace, pod.reservation)) if pod.reservation else None
+        if held is not None:  # its ledger entry may outlive the Pod: what it took stays taken until then
+            held.alive -= 1
+            if not held.alive:
+                held.forget_at = now + self._forget_after
+                self._forget.append((held.forget_at, (pod.namespace, pod.reservation)))
         while self._forget and self._forget[0][0] <= now:
             _, key = self._forget.popleft()
-            if self._consumed.get(key, 0) <= now:
-                self._consumed.pop(key, None)
-                self._seen.pop(key, None)
+            gone = self._held.get(key)
+            if gone is not None and gone.forget_at <= now:
+                del self._held[key]
+
+
+def accumulate(total: Amounts, amounts: Mapping[str, int]) -> None:
+    """Add ``amounts`` into ``total`` in place."""
+    for name, amount in amounts.items():
+        total[name] = total.get(name, 0) + amount
 
 
 @dataclass
@@ -276,7 +293,9 @@ class Feed:
         self._api_client = api_client
         self._core = client.CoreV1Api(api_client)
         self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)  # notified when a Pod stream or a ledger moves on
+        # Waiters wake only for what they wait on: a Pod stream moving on (the mark), or a ledger changing.
+        self._pods_moved = threading.Condition(self._lock)
+        self._ledgers_moved = threading.Condition(self._lock)
         self._stop = threading.Event()
         self.pods = PodTable(devices, forget_after)
         self.quotas = QuotaTable(devices)
@@ -301,18 +320,22 @@ class Feed:
             return self.quotas.limits(namespace)
 
     def in_use(self, namespace: str, reservations: Mapping[str, Amounts]) -> Amounts:
-        """The namespace's Pod usage plus every reservation whose Pod this process has not seen: counted once."""
+        """The namespace's Pod usage plus what each reservation holds beyond what this process has seen its
+        Pods take: counted once."""
         with self._lock:
             total = self.pods.used(namespace)
             for reservation, amounts in reservations.items():
-                if not self.pods.consumed(namespace, reservation):
-                    for name, amount in amounts.items():
-                        total[name] = total.get(name, 0) + amount
+                accumulate(total, unseen(amounts, self.pods.held(namespace, reservation)))
         return total
 
-    def seen(self, namespace: str, reservation: str) -> int | None:
+    def used(self, namespace: str) -> Amounts:
         with self._lock:
-            return self.pods.seen(namespace, reservation)
+            return self.pods.used(namespace)
+
+    def held(self, namespace: str, reservation: str) -> Held | None:
+        with self._lock:
+            found = self.pods.held(namespace, reservation)
+            return None if found is None else Held(dict(found.amounts), found.rv)
 
     def ledger(self, namespace: str) -> Snapshot | None:
         with self._lock:
@@ -322,7 +345,7 @@ class Feed:
         """A ledger this process read or wrote: newer than the cache, unless the watch was quicker."""
         with self._lock:
             self.ledgers.offer(found)
-            self._changed.notify_all()
+            self._ledgers_moved.notify_all()
 
     def wait_ledger_newer(self, namespace: str, rv: int, timeout: float) -> Snapshot | None:
         """The cached ledger once it is newer than ``rv`` (None if it does not get newer within ``timeout``)."""
@@ -333,8 +356,13 @@ class Feed:
                 if found is not None and found.rv > rv:
                     return found
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._changed.wait(remaining):
+                if remaining <= 0 or not self._ledgers_moved.wait(remaining):
                     return None
+
+    def wait_ledgers(self, timeout: float) -> None:
+        """Until a ledger changes (the watch, or this process's own read or write), or ``timeout`` seconds."""
+        with self._lock:
+            self._ledgers_moved.wait(timeout)
 
     def caught_up(self, namespace: str, rv: int, timeout: float) -> bool:
         """This process has seen every Pod event of ``namespace`` up to resourceVersion ``rv`` (waits up to
@@ -346,7 +374,7 @@ class Feed:
                 if stream is not None and stream.synced and resource_version(stream.rv) >= rv:
                     return True
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._changed.wait(remaining):
+                if remaining <= 0 or not self._pods_moved.wait(remaining):
                     return False
 
     def synced(self, wait: float = 0) -> bool:
@@ -477,10 +505,10 @@ class Feed:
                     limit=PAGE_SIZE, _continue=cont, _preload_content=False, _request_timeout=(5, 60)
                 )
             except ApiException as exc:
-                if exc.status == 410:  # the continue token expired: start over
+                if exc.status == GONE:  # the continue token expired: start over
                     raise Gone() from None
                 raise
-            page = json.loads(response.data)
+            page = orjson.loads(response.data)
             rv = rv or page["metadata"]["resourceVersion"]
             items.extend(page.get("items") or [])
             cont = page["metadata"].get("continue")
@@ -494,9 +522,16 @@ class Feed:
             if stream is self._quota_stream:
                 self._watch_namespaces()
             self._healthy(stream)
-            self._changed.notify_all()
+            self._moved(stream)
             self._check_synced()
         stream.listed.set()
+
+    def _moved(self, stream: _Stream) -> None:
+        """Lock held: wake whoever waits on this kind of stream."""
+        if stream is self._lease_stream:
+            self._ledgers_moved.notify_all()
+        elif stream.namespace:
+            self._pods_moved.notify_all()
 
     def _check_synced(self) -> None:
         """Lock held: the first sync is complete once the quotas and every quota'd namespace's Pods are listed."""
@@ -519,7 +554,7 @@ class Feed:
                 _request_timeout=(5, seconds + READ_SLACK),
             )
         except ApiException as exc:
-            if exc.status == 410:
+            if exc.status == GONE:
                 raise Gone() from None
             raise
         stream.response = response
@@ -529,12 +564,12 @@ class Feed:
             with self._lock:
                 self._healthy(stream)
             for line in iter_resp_lines(response):
-                event = json.loads(line)
+                event = orjson.loads(line)
                 kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
+                if kind == "ERROR":  # the event's object is a Status
+                    if obj.get("code") == GONE:
                         raise Gone()
-                    raise RuntimeError(f"watch error: {obj.get('message') or obj}")
+                    raise ApiError(int(obj.get("code") or 0), "", obj, f"watch {stream.name}")
                 with self._lock:
                     if self._ended(stream):
                         break
@@ -543,10 +578,17 @@ class Feed:
                         if stream is self._quota_stream:
                             self._watch_namespaces()
                     stream.rv = (obj.get("metadata") or {}).get("resourceVersion") or stream.rv
-                    self._changed.notify_all()
+                    self._moved(stream)
         finally:
             stream.response = None
             response.close()
+
+
+def unseen(amounts: Mapping[str, int], held: Held | None) -> Amounts:
+    """What a reservation of ``amounts`` holds beyond what its Pods, as seen, took."""
+    if held is None:
+        return dict(amounts)
+    return {name: max(amount - held.amounts.get(name, 0), 0) for name, amount in amounts.items()}
 
 
 def _cut(stream: _Stream) -> None:

@@ -2,12 +2,15 @@
 
 The Lease ``hami-quota-<namespace>`` lives in the webhook's own namespace, so the webhook's write access
 stays inside it. Its annotation ``hami.io/quota-ledger`` holds
-``{request uid: {"expires": unix seconds, "amounts": {resource: amount}}}``: the Pods admitted that some
-worker may not have seen yet. ``hami.io/quota-ledger-mark`` is the resourceVersion up to which a worker must
-have seen the namespace's Pods before it decides on this ledger: a reservation is dropped once the writer has
-seen its Pod, and the mark moves to that Pod's resourceVersion, so every reader counts the Pod instead.
-Every worker of every replica decides against the same object: a write that lost a race gets 409 Conflict
-and decides again from the fresh state (docs/rules.md#no-over-admission-under-concurrency).
+``{id: {"expires": unix seconds, "amounts": {resource: amount}, "open": true?}}``: room set aside for Pods
+admitted (or, while open, about to be admitted) that some worker may not have seen yet; the Pods carry the
+id in their ``hami.io/quota-reservation`` annotation. ``hami.io/quota-ledger-mark`` is the resourceVersion
+up to which a worker must have seen the namespace's Pods before it decides on this ledger: an entry is
+dropped once the writer has seen its Pods take all its room, and the mark moves to their resourceVersion,
+so every reader counts the Pods instead. ``hami.io/quota-ledger-wanted`` counts the times a worker could
+not decide because open grants held the room: each raise asks their holders to close them. Every worker of
+every replica decides against the same object: a write that lost a race gets 409 Conflict and decides
+again from the fresh state (docs/rules.md#no-over-admission-under-concurrency).
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from app.kube.errors import CONFLICT, ApiError
+from app.kube.errors import NOT_FOUND, ApiError
 from app.quota.demand import Amounts
 
 LEDGER_ANNOTATION = "hami.io/quota-ledger"
 MARK_ANNOTATION = "hami.io/quota-ledger-mark"
+WANTED_ANNOTATION = "hami.io/quota-ledger-wanted"
 LEDGER_PREFIX = "hami-quota-"
 MANAGED_BY = "app.kubernetes.io/managed-by=hami-webhook"
 # The API server refuses more than 256 KiB of annotations on an object; this leaves room for the mark and keys.
@@ -33,8 +37,16 @@ MAX_LEDGER_BYTES = 250_000
 
 @dataclass(frozen=True)
 class Entry:
+    """Amounts set aside until ``expires`` (unix seconds) for the Pods that will carry this entry's id.
+
+    Closed (``open`` false): the amounts of Pods already admitted. Open: a grant, room a worker took ahead and
+    may still admit into, on its own, for a short window after writing it; it closes it by writing what it
+    admitted. Others count an open entry as wholly taken, but not as certainly taken (see app/quota/kube.py).
+    """
+
     expires: float
     amounts: Amounts
+    open: bool = False
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,7 @@ class Snapshot:
     lease: dict[str, Any] | None
     rv: int = -1  # the Lease's resourceVersion (-1: not created yet)
     mark: int = 0
+    wanted: int = 0  # raised by a worker that cannot decide while grants hold room: their holders close them
 
 
 def resource_version(text: Any) -> int:
@@ -66,14 +79,21 @@ def snapshot(namespace: str, lease: Mapping[str, Any]) -> Snapshot:
     except ValueError:
         raw = {}
     mark = max(resource_version(annotations.get(MARK_ANNOTATION) or 0), 0)
-    return Snapshot(namespace, _entries(raw), dict(lease), resource_version(meta.get("resourceVersion")), mark)
+    wanted = max(resource_version(annotations.get(WANTED_ANNOTATION) or 0), 0)
+    rv = resource_version(meta.get("resourceVersion"))
+    return Snapshot(namespace, _entries(raw), dict(lease), rv, mark, wanted)
 
 
 def encode(entries: Mapping[str, Entry]) -> str:
     """The annotation's text (compact: it is read and written on every admission)."""
-    return json.dumps(
-        {uid: {"expires": e.expires, "amounts": e.amounts} for uid, e in entries.items()}, separators=(",", ":")
-    )
+    return json.dumps({uid: _encoded(e) for uid, e in entries.items()}, separators=(",", ":"))
+
+
+def _encoded(entry: Entry) -> dict[str, Any]:
+    out: dict[str, Any] = {"expires": entry.expires, "amounts": entry.amounts}
+    if entry.open:
+        out["open"] = True
+    return out
 
 
 class Ledger:
@@ -96,15 +116,15 @@ class Ledger:
                 self.name(namespace), self.home, _preload_content=False, _request_timeout=timeout
             )
         except ApiException as exc:
-            if exc.status == 404:
+            if exc.status == NOT_FOUND:
                 return Snapshot(namespace, {}, None)
-            raise
+            raise ApiError.from_client(exc) from None
         return snapshot(namespace, json.loads(response.data))
 
-    def write(self, found: Snapshot, text: str, mark: int, timeout: float) -> Snapshot:
-        """Replace the entries (``encode``d) and mark if the Lease is still the one read (create it if it was
-        absent); the ledger as now stored. ApiError CONFLICT if someone wrote first."""
-        annotations = {LEDGER_ANNOTATION: text, MARK_ANNOTATION: str(mark)}
+    def write(self, found: Snapshot, text: str, mark: int, wanted: int, timeout: float) -> Snapshot:
+        """Replace the entries (``encode``d), mark and wanted count if the Lease is still the one read (create
+        it if it was absent); the ledger as now stored. ApiError CONFLICT if someone wrote first."""
+        annotations = {LEDGER_ANNOTATION: text, MARK_ANNOTATION: str(mark), WANTED_ANNOTATION: str(wanted)}
         body: Any  # a plain dict: the client sends it as is
         try:
             if found.lease is None:
@@ -129,10 +149,8 @@ class Ledger:
                 response = self._api.replace_namespaced_lease(
                     self.name(found.namespace), self.home, body, _preload_content=False, _request_timeout=timeout
                 )
-        except ApiException as exc:
-            if exc.status == CONFLICT:  # stale resourceVersion, or created by someone else meanwhile
-                raise ApiError.from_client(exc) from None
-            raise
+        except ApiException as exc:  # 409 CONFLICT: a stale resourceVersion, or created by someone else meanwhile
+            raise ApiError.from_client(exc) from None
         return snapshot(found.namespace, json.loads(response.data))
 
 
@@ -144,7 +162,7 @@ def _entries(raw: Any) -> dict[str, Entry]:
     for uid, entry in raw.items():
         try:
             amounts = {str(k): int(v) for k, v in entry["amounts"].items()}
-            out[str(uid)] = Entry(float(entry["expires"]), amounts)
+            out[str(uid)] = Entry(float(entry["expires"]), amounts, entry.get("open") is True)
         except (KeyError, TypeError, ValueError, AttributeError):
             continue
     return out

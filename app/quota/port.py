@@ -11,11 +11,11 @@ from app.quota.demand import Demand
 
 @dataclass(frozen=True)
 class Verdict:
-    """A quota answer: ``denial`` is the quota denial's message when the Pod does not fit; ``reserved`` says a
-    reservation was recorded under the request uid (the patch then names it on the Pod)."""
+    """A quota answer: ``denial`` is the quota denial's message when the Pod does not fit; ``reservation``
+    names the ledger entry that holds its room (the patch puts it on the Pod), "" when nothing was reserved."""
 
     denial: str = ""
-    reserved: bool = False
+    reservation: str = ""
 
 
 FITS = Verdict()

@@ -17,10 +17,6 @@ import jsonpatch
 from app.quota import QuotaOff, QuotaPort
 from app.review import review
 from app.settings import Settings
-from tests.support.pods import container, pod
-
-# container and pod are named here too while tests/app/quota and bench/quota.py still import them from here.
-__all__ = ["Outcome", "admission_review", "container", "decode_patch", "pod", "redirected", "run"]
 
 
 def admission_review(

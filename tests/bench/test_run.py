@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import ROOT
 
 
 def test_smoke_run_prints_every_part_and_writes_results(tmp_path: Path) -> None:

@@ -12,9 +12,9 @@ import pytest
 from certgen import cli
 from tests.certgen.helpers import CA_SECRET, HOSTS, SECRET, Certgen, Cluster, json_lines, read_secret
 from tests.realkube.faults import FaultyProxy
+from tests.support import ROOT
 from tests.support.ports import free_port
 
-REPO = Path(__file__).resolve().parents[2]
 NAMESPACE, WEBHOOK = "hami-system", "hami-webhook"  # for command lines refused before any request
 CREATE = ("create", "--namespace", NAMESPACE, "--secret-name", SECRET)
 PATCH = ("patch", "--namespace", NAMESPACE, "--secret-name", SECRET, "--webhook-name", WEBHOOK)
@@ -119,7 +119,7 @@ def test_kubeconfig_from_the_environment(
 
 
 def test_python_dash_m_and_console_script(api: FaultyProxy, cluster: Cluster, tmp_path: Path) -> None:
-    env = {**os.environ, "KUBECONFIG": api.kubeconfig(tmp_path / "kubeconfig"), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "KUBECONFIG": api.kubeconfig(tmp_path / "kubeconfig"), "PYTHONPATH": str(ROOT)}
     env.pop("KUBERNETES_SERVICE_HOST", None)
     argv = [
         "create",

@@ -19,10 +19,10 @@ import yaml
 
 from certgen.pki import write_local
 from tests.realkube.cluster import RealKube, kubectl_binary
+from tests.support import ROOT
 
-REPO = Path(__file__).resolve().parents[2]
-MANIFESTS = REPO / "manifests"
-README = REPO / "README.md"
+MANIFESTS = ROOT / "manifests"
+README = ROOT / "README.md"
 NAMESPACE = "hami-system"
 # How README examples refer to this repository's manifests/ directory.
 README_MANIFESTS = "../hami-webhook/manifests"
@@ -41,7 +41,7 @@ def kustomize(directory: Path) -> list[Obj]:
 
 def readme_overlays() -> dict[str, str]:
     """Overlay examples in README.md and docs/*.md: yaml blocks whose first line is ``# <name>/kustomization.yaml``."""
-    text = "\n".join(path.read_text() for path in (README, *sorted((REPO / "docs").glob("*.md"))))
+    text = "\n".join(path.read_text() for path in (README, *sorted((ROOT / "docs").glob("*.md"))))
     found = re.findall(r"^( *)```yaml\n\1# ([\w.-]+)/kustomization\.yaml\n(.*?)^\1```", text, re.S | re.M)
     blocks = {name: textwrap.dedent(body) for _, name, body in found}  # a block may be indented in a list
     assert len(blocks) == len(found), "two overlay examples share a name"

@@ -29,12 +29,12 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from tests.support import ROOT
 from tests.support.ports import free_port
 
 ADMIN_TOKEN = "admin-token-for-tests"  # a test cluster's static token, loopback only
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
-REPO = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO / "scripts" / "kube-binaries.sh"
+BUILD_SCRIPT = ROOT / "scripts" / "kube-binaries.sh"
 # Controllers that need nodes or signing files this fixture does not have (names as of 1.30 and later).
 NOT_HERE = (
     "node-ipam-controller",
@@ -54,7 +54,7 @@ class Binaries:
 def pinned_versions() -> list[str]:
     """The Kubernetes versions scripts/kube-binaries.sh can build, oldest first (e.g. ['1.30.14', '1.37.2'])."""
     return sorted(
-        (p.name[1:] for p in (REPO / "tests" / "realkube" / "kube").glob("v*") if (p / "go.mod").exists()),
+        (p.name[1:] for p in (ROOT / "tests" / "realkube" / "kube").glob("v*") if (p / "go.mod").exists()),
         key=lambda v: tuple(int(n) for n in v.split(".")),
     )
 

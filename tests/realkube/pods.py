@@ -1,10 +1,18 @@
-"""Pod manifests the tests create, and `kubectl create` as a user runs it."""
+"""Pod manifests the tests create, `kubectl create` as a user runs it, and many creates at once (a Job's or a
+Deployment's burst) as the tests and bench/quota.py make them."""
 
 from __future__ import annotations
 
+import http.client
+import itertools
 import json
+import ssl
+import threading
+import time
+from dataclasses import dataclass
 from typing import Any
 
+from tests.realkube.cluster import ADMIN_TOKEN, RealKube
 from tests.realkube.install import Installed
 from tests.support import pods as support
 
@@ -26,3 +34,71 @@ def create(installed: Installed, ns: str, obj: dict[str, Any], *extra: str) -> t
         "create", "-n", ns, "-f", "-", "-o", "json", *extra, stdin=json.dumps(obj), check=False
     )
     return done.returncode, json.loads(done.stdout) if done.returncode == 0 else {}, done.stderr
+
+
+@dataclass
+class Created:
+    """One create call of a burst: when it started and ended (perf_counter), the HTTP status, and the
+    Status the server answered with when it refused (empty when it created the Pod)."""
+
+    started: float
+    ended: float
+    status: int
+    refusal: dict[str, Any]
+
+    @property
+    def quota_denial(self) -> bool:
+        return self.status == 403 and self.refusal.get("reason") == "GPUQuotaExceeded"
+
+
+class Api:
+    """Keep-alive HTTPS to the API server as admin: a client light enough to create hundreds of Pods at once
+    from one process (kubectl per Pod, or the generated client's models, would be what is measured)."""
+
+    def __init__(self, kube: RealKube) -> None:
+        context = ssl.create_default_context(cafile=str(kube.ca_path))
+        self._conn = http.client.HTTPSConnection("127.0.0.1", kube.port, context=context, timeout=120)
+        self._headers = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}
+
+    def call(self, method: str, path: str, body: bytes | None = None, merge: bool = False) -> tuple[int, bytes]:
+        """One request (``merge``: the body is a JSON merge patch); the status and the body."""
+        headers = self._headers | ({"Content-Type": "application/merge-patch+json"} if merge else {})
+        self._conn.request(method, path, body, headers)
+        response = self._conn.getresponse()
+        return response.status, response.read()
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def create_at_once(
+    kube: RealKube, ns: str, obj: dict[str, Any], count: int, threads: int
+) -> tuple[float, list[Created]]:
+    """`count` creates of `obj` in `ns` by `threads` connected clients released together; the start time
+    (perf_counter) and each call's outcome. Bounded: every call has the client's 120 s timeout."""
+    body = json.dumps(obj).encode()
+    path = f"/api/v1/namespaces/{ns}/pods"
+    numbers = itertools.count()
+    results: list[Created] = []
+    barrier = threading.Barrier(threads + 1, timeout=60)
+
+    def client() -> None:
+        api = Api(kube)
+        try:
+            api.call("GET", f"/api/v1/namespaces/{ns}")  # connected and authenticated before the start
+            barrier.wait()
+            while next(numbers) < count:
+                started = time.perf_counter()
+                status, data = api.call("POST", path, body)
+                results.append(Created(started, time.perf_counter(), status, {} if status == 201 else json.loads(data)))
+        finally:
+            api.close()
+
+    workers = [threading.Thread(target=client) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for worker in workers:
+        worker.join(300)
+    return started, results

@@ -1,80 +1,126 @@
-"""Namespace device quota under concurrency, through the real API server: two webhook processes behind the
-Service's ClusterIP (a round-robin forwarder plays kube-proxy), N `kubectl create` at once, room for K."""
+"""Namespace device quota through the real API server, with three webhook processes behind the Service's
+ClusterIP (a round-robin forwarder plays kube-proxy), as a Deployment scaled to three replicas runs them:
+exactly the Pods that fit are created, whoever creates them (clients at once, a Job's controller), and
+nothing is refused except by the quota."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
-from tests.realkube.forwarder import RoundRobin
-from tests.realkube.install import NAMESPACE, Installed, WebhookServer, apply, get, namespace
-from tests.realkube.pods import pod
-from tests.support.ports import free_port
+from tests.realkube.cluster import RealKube
+from tests.realkube.install import Installed, WebhookServer, apply, get
+from tests.realkube.pods import Created, create_at_once, pod
+from tests.realkube.replicas import Replicas, start_replicas
 
-N, K = 10, 4  # Pods asked for at once, Pods of 1000 MiB that fit
 MEM = "nvidia.com/gpumem"
+ONE_GPU = {"nvidia.com/gpu": "1", MEM: "1000"}  # K of these fit in a quota of K * 1000
 
 
 @pytest.fixture
-def two_webhooks(installed: Installed, webhook: WebhookServer) -> Iterator[tuple[list[WebhookServer], RoundRobin]]:
-    """The installed webhook replaced by two processes on 127.0.0.1 and a forwarder on the ClusterIP."""
-    webhook.stop()
-    servers: list[WebhookServer] = []
-    forwarder = None
+def three_webhooks(installed: Installed, webhook: WebhookServer) -> Iterator[Replicas]:
+    """The installed webhook replaced by three processes behind its ClusterIP (it is restarted afterwards)."""
+    replicas = start_replicas(installed, 3, installed.work / f"replicas-{uuid.uuid4().hex[:6]}")
     try:
-        for i in range(2):
-            servers.append(webhook.with_address("127.0.0.1", free_port(), installed.work / f"quota-{i}.log"))
-            servers[-1].start()
-        forwarder = RoundRobin((installed.cluster_ip, 443), [(s.host, s.port) for s in servers]).start()
-        yield servers, forwarder
+        yield replicas
     finally:
-        if forwarder is not None:
-            forwarder.stop()
-        for server in servers:
-            server.stop()
-    for server in servers:
-        log = server.log.read_text()
-        assert "Traceback" not in log, log
+        logs = replicas.stop()
+    for log in logs:
+        assert "Traceback" not in log and "quota undecided" not in log, log
 
 
-def test_exactly_k_of_n_concurrent_creates(
-    installed: Installed, two_webhooks: tuple[list[WebhookServer], RoundRobin]
-) -> None:
-    servers, forwarder = two_webhooks
-    kube = installed.kube
+def quota_namespace(kube: RealKube, room: int) -> str:
+    """A fresh namespace with a device quota that fits `room` one-GPU Pods of 1000 MiB."""
     ns = f"e2e-quota-{uuid.uuid4().hex[:8]}"
-    apply(kube, namespace(ns))
+    kube.namespace(ns)
     quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpu", "namespace": ns}}
-    apply(kube, quota | {"spec": {"hard": {f"requests.{MEM}": str(K * 1000)}}})
+    apply(kube, quota | {"spec": {"hard": {f"requests.{MEM}": str(room * 1000)}}})
+    return ns
 
-    def create(i: int) -> subprocess.CompletedProcess[str]:
-        body = pod(f"gpu-{i}", {"nvidia.com/gpu": "1", MEM: "1000"})
-        return kube.kubectl("create", "-n", ns, "-f", "-", stdin=json.dumps(body), check=False, timeout=120)
 
-    with ThreadPoolExecutor(max_workers=N) as pool:
-        results = list(pool.map(create, range(N)))
+def full(ns: str, room: int) -> str:
+    return f"exceeding resource quota: namespace {ns} {MEM} used {room * 1000} + requested 1000 > limit {room * 1000}"
 
-    created = [r for r in results if r.returncode == 0]
-    denied = [r.stderr.strip() for r in results if r.returncode != 0]
-    assert len(created) == K, [r.stderr for r in results]
-    # kubectl prints the denial's reason, GPUQuotaExceeded, where other denials say Forbidden.
-    message = (
-        'Error from server (GPUQuotaExceeded): error when creating "STDIN": admission webhook "pods.hami.io" '
-        f"denied the request: exceeding resource quota: namespace {ns} {MEM} "
-        f"used {K * 1000} + requested 1000 > limit {K * 1000}"
-    )
-    assert denied == [message] * (N - K)
-    stored = get(kube, "pods", namespace=ns)["items"]
-    assert len(stored) == K
-    reservations = {p["metadata"]["annotations"]["hami.io/quota-reservation"] for p in stored}
-    assert len(reservations) == K
-    # The reservations went through the ledger Lease (entries leave it once the watch sees their Pods).
-    lease = get(kube, "lease", f"hami-quota-{ns}", namespace=NAMESPACE)
-    assert "hami.io/quota-ledger" in lease["metadata"]["annotations"]
-    # Both processes took connections from the API server through the "Service".
-    assert all(forwarder.connections[(s.host, s.port)] > 0 for s in servers), forwarder.connections
+
+def refusals(calls: list[Created]) -> list[str]:
+    """Every refusal that is not the quota's."""
+    return [f"HTTP {c.status}: {c.refusal.get('message')}" for c in calls if c.status != 201 and not c.quota_denial]
+
+
+def stored(kube: RealKube, ns: str) -> list[dict[str, Any]]:
+    return get(kube, "pods", namespace=ns)["items"]  # type: ignore[no-any-return]
+
+
+def test_exactly_k_of_n_concurrent_creates(installed: Installed, three_webhooks: Replicas) -> None:
+    """Several rounds of N >> K creates at once, each in a namespace with room for K."""
+    kube = installed.kube
+    for room in (1, 4, 9):
+        ns = quota_namespace(kube, room)
+        try:
+            _, calls = create_at_once(kube, ns, pod("gpu-", ONE_GPU), 40, 16)
+            assert refusals(calls) == []
+            assert sum(c.status == 201 for c in calls) == room
+            denials = {c.refusal["message"] for c in calls if c.quota_denial}
+            assert denials == {f'admission webhook "pods.hami.io" denied the request: {full(ns, room)}'}
+            pods = stored(kube, ns)
+            assert len(pods) == room
+            assert all("hami.io/quota-reservation" in p["metadata"]["annotations"] for p in pods)
+            if room == 9:  # kubectl prints the denial's reason, GPUQuotaExceeded, where other denials say Forbidden
+                one_more = json.dumps(pod("one-more", ONE_GPU))
+                done = kube.kubectl("create", "-n", ns, "-f", "-", stdin=one_more, check=False)
+                assert done.stderr.strip() == (
+                    'Error from server (GPUQuotaExceeded): error when creating "STDIN": admission webhook '
+                    f'"pods.hami.io" denied the request: {full(ns, room)}'
+                )
+        finally:
+            kube.kubectl("delete", "namespace", "--wait=false", ns)
+    three_webhooks.stop()
+    assert len(three_webhooks.connections) == 3 and all(three_webhooks.connections.values())
+
+
+@pytest.mark.parametrize("room", [300, 50])
+def test_300_creates_at_once(installed: Installed, three_webhooks: Replicas, room: int) -> None:
+    """What a Job with high parallelism or a Deployment scale-up does: 300 device Pods at once, 32 clients."""
+    kube = installed.kube
+    ns = quota_namespace(kube, room)
+    try:
+        _, calls = create_at_once(kube, ns, pod("burst-", ONE_GPU), 300, 32)
+        assert refusals(calls) == []
+        assert sum(c.status == 201 for c in calls) == room
+        assert sum(c.quota_denial for c in calls) == 300 - room
+        assert len(stored(kube, ns)) == room
+    finally:
+        kube.kubectl("delete", "namespace", "--wait=false", ns)
+
+
+def test_a_job_with_parallelism_300(installed: Installed, three_webhooks: Replicas) -> None:
+    """The Job controller creates the Pods: exactly those that fit exist, its events carry the quota's message
+    for the others, and none of its creates failed for any other reason (the webhook never failed)."""
+    kube, room = installed.kube, 40
+    ns = quota_namespace(kube, room)
+    template = pod("worker", ONE_GPU, restartPolicy="Never")
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "wide", "namespace": ns},
+        "spec": {"parallelism": 300, "completions": 300, "template": {"spec": template["spec"]}},
+    }
+    try:
+        apply(kube, job)
+
+        def settled() -> list[dict[str, Any]] | None:
+            events = get(kube, "events", "--field-selector", "involvedObject.kind=Job", namespace=ns)["items"]
+            failed = [e for e in events if e["reason"] == "FailedCreate"]
+            return failed if len(stored(kube, ns)) == room and failed else None
+
+        failed = kube.wait_for(settled, 120, interval=1)
+        messages = {e["message"] for e in failed}
+        assert any(full(ns, room) in m for m in messages), messages
+        assert all("exceeding resource quota" in m for m in messages), messages
+        assert len(stored(kube, ns)) == room  # and the controller's retries did not squeeze one more in
+    finally:
+        kube.kubectl("delete", "namespace", "--wait=false", ns)

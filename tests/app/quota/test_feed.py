@@ -10,9 +10,9 @@ from urllib.parse import parse_qs
 from prometheus_client import REGISTRY
 
 from tests.app.quota.conftest import GPU, MEM, Cluster, eventually, unique
-from tests.app.reviews import container, pod
 from tests.realkube.cluster import RealKube
 from tests.realkube.faults import Request
+from tests.support.pods import container, pod
 
 
 def gpu_pod(name: str, memory: int) -> dict[str, Any]:

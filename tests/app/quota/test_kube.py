@@ -10,16 +10,18 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from app import create_app
 from app.quota import QuotaOff, QuotaUnavailable
 from app.quota.kube import KubeQuota, QuotaStartError, open_quota
-from app.quota.ledger import LEDGER_ANNOTATION, MARK_ANNOTATION
+from app.quota.ledger import LEDGER_ANNOTATION, MARK_ANNOTATION, MAX_LEDGER_BYTES, Entry, encode
 from app.review import QUOTA_RESERVATION_ANNOTATION
 from app.settings import Settings, SettingsError
-from tests.app.quota.conftest import GPU, MEM, Cluster, eventually
-from tests.app.reviews import Outcome, admission_review, container, pod, run
+from tests.app.quota.conftest import GPU, MEM, Cluster, eventually, resource_quota, unique
+from tests.app.reviews import Outcome, admission_review, run
 from tests.realkube.cluster import RealKube
+from tests.support.pods import container, pod
 
 Admit = Callable[..., Outcome]
 
@@ -270,3 +272,60 @@ def test_webhook_answers_http_500_when_quota_cannot_be_decided(cluster: Cluster,
     cluster.proxy.stop()
     eventually(lambda: client.get("/readyz").status_code == 503, 10, "/readyz to fail")
     assert client.get("/readyz").get_json()["quota"]["ready"] is False
+
+
+def test_native_sidecars_count_in_the_usage_of_running_pods(cluster: Cluster, start_quota) -> None:
+    """The feed counts a stored Pod as admission does: a sidecar (init container with restartPolicy Always)
+    runs beside the app container, so both hold GPU memory at once."""
+    cluster.quota({f"limits.{MEM}": "100000"})
+    port, _ = start_quota()
+    obj = pod(container(limits={GPU: "1", MEM: "500"}), namespace=cluster.ns)
+    obj["metadata"] = {"name": "with-sidecar"}
+    obj["spec"]["initContainers"] = [container("proxy", limits={GPU: "1", MEM: "1000"}) | {"restartPolicy": "Always"}]
+    cluster.create_pod(obj)
+    eventually(lambda: port.feed.in_use(cluster.ns, {}) == {MEM: 1500, GPU: 2}, what="the sidecar Pod's usage")
+
+
+def test_a_pod_consumes_only_its_own_namespaces_reservation(cluster: Cluster, start_quota) -> None:
+    """A Pod elsewhere carrying the same reservation id (a copied annotation) does not stand in for this
+    namespace's admitted Pod: its reservation keeps counting here."""
+    elsewhere = unique("other")
+    cluster.kube.namespace(elsewhere)
+    try:
+        cluster.quota({f"limits.{MEM}": "100000"})
+        cluster.core.create_namespaced_resource_quota(elsewhere, resource_quota({f"limits.{MEM}": "100000"}, elsewhere))
+        port, _ = start_quota()
+        copied = pod(container(limits={GPU: "1", MEM: "1000"}), annotations={QUOTA_RESERVATION_ANNOTATION: "u-1"})
+        copied["metadata"] = {"name": "copied", "annotations": copied["metadata"]["annotations"]}
+        cluster.core.create_namespaced_pod(elsewhere, copied)
+        eventually(lambda: port.feed.pods.consumed(elsewhere, "u-1"), what="the Pod elsewhere")
+        assert not port.feed.pods.consumed(cluster.ns, "u-1")
+        assert port.feed.in_use(cluster.ns, {"u-1": {MEM: 4000}}) == {MEM: 4000}
+    finally:
+        cluster.kube.kubectl("delete", "namespace", "--wait=false", elsewhere)
+
+
+def test_a_full_ledger_refuses_clearly_and_is_counted(cluster: Cluster, start_quota, admitter) -> None:
+    """Entries leave the ledger as their Pods appear; admissions whose Pods never appear stay until their TTL.
+    A ledger that cannot hold one more entry answers HTTP 500 with what happened, and the metric counts it."""
+    cluster.quota({f"limits.{MEM}": str(10**9)})
+    entries, expires = {}, time.time() + 600
+    while len(encode(entries)) < MAX_LEDGER_BYTES - 60:  # room for no more than a few bytes
+        entries[f"lost-{len(entries):06d}-{'x' * 24}"] = Entry(expires, {MEM: 1})
+    lease = {
+        "metadata": {"name": cluster.ledger_name, "labels": {"app.kubernetes.io/managed-by": "hami-webhook"},
+                     "annotations": {LEDGER_ANNOTATION: encode(entries)}},
+        "spec": {},
+    }  # fmt: skip
+    cluster.leases.create_namespaced_lease(cluster.home, lease)
+    port, settings = start_quota()
+    full = REGISTRY.get_sample_value("hami_webhook_quota_ledger_full_total", {"pod_namespace": cluster.ns}) or 0
+    with pytest.raises(QuotaUnavailable) as refused:
+        admitter(port, settings)(1000, "one-too-many")
+    assert str(refused.value) == (
+        f"quota ledger {cluster.home}/{cluster.ledger_name} is full: {len(entries)} entries for admitted Pods not "
+        f"seen yet fill the {MAX_LEDGER_BYTES} bytes one Lease can hold; they leave it as their Pods appear, or "
+        "after HAMI_QUOTA_RESERVATION_TTL (60 s) if they never do"
+    )
+    assert REGISTRY.get_sample_value("hami_webhook_quota_ledger_full_total", {"pod_namespace": cluster.ns}) == full + 1
+    assert len(cluster.ledger()) == len(entries)

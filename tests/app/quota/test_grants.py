@@ -1,0 +1,78 @@
+"""Grants, through two real ports in one namespace (two workers, as two gunicorn workers or replicas are): room
+a worker takes ahead in a burst and admits into without the API server, and how the other worker decides
+meanwhile: it never counts on that room, and when only that room is left it asks for it and gets it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import REGISTRY
+
+from app.quota.ledger import WANTED_ANNOTATION
+from app.review import QUOTA_RESERVATION_ANNOTATION
+from tests.app.quota.conftest import GPU, MEM, Cluster
+from tests.app.reviews import Outcome, run
+from tests.support.pods import container, pod
+
+ROOM = 100  # Pods of 1000 MiB
+
+
+def admit(port: Any, settings: Any, cluster: Cluster, memory: int, uid: str) -> Outcome:
+    return run(pod(container(limits={GPU: "1", MEM: str(memory)}), namespace=cluster.ns), settings, port, uid=uid)
+
+
+def reservation(outcome: Outcome) -> str:
+    assert outcome.response["allowed"], outcome.response
+    return outcome.patched["metadata"]["annotations"][QUOTA_RESERVATION_ANNOTATION]  # type: ignore[no-any-return]
+
+
+def writes(cluster: Cluster) -> int:
+    return sum(r.split()[0] in ("PUT", "POST") for r in cluster.ledger_requests())
+
+
+def written(outcome: str) -> float:
+    return REGISTRY.get_sample_value("hami_webhook_quota_ledger_writes_total", {"outcome": outcome}) or 0.0
+
+
+def test_a_burst_takes_room_ahead_and_admits_into_it_without_the_api(cluster: Cluster, start_quota) -> None:
+    cluster.quota({f"limits.{MEM}": str(ROOM * 1000)})
+    port, settings = start_quota()
+    before = written("written")
+    first = [reservation(admit(port, settings, cluster, 1000, f"u-{i}")) for i in range(4)]
+    # The first three were reserved one by one, each under its request uid; the fourth came at a burst's rate
+    # (4 a second), so its write took room ahead: an open entry with more than its own Pod's room.
+    assert first[:3] == ["u-0", "u-1", "u-2"] and first[3] not in first[:3]
+    grant = cluster.ledger()[first[3]]
+    assert grant["open"] is True and grant["amounts"][MEM] > 1000
+    assert written("written") - before == writes(cluster) == 4
+    taken = [
+        reservation(admit(port, settings, cluster, 1000, f"v-{i}")) for i in range(grant["amounts"][MEM] // 1000 - 1)
+    ]
+    assert set(taken) == {first[3]} and writes(cluster) == 4  # admitted into the grant: no request at all
+    assert sum(e["amounts"][MEM] for e in cluster.ledger().values()) <= ROOM * 1000
+
+
+def test_room_held_ahead_is_asked_for_and_handed_over_exactly(cluster: Cluster, start_quota) -> None:
+    """Worker B needs exactly the room left, part of it held ahead by worker A: B does not count on it (that
+    could admit over the limit), raises the ledger's wanted count, A closes its grant at what it admitted,
+    and B takes the rest of the room: used equals the limit, and A's next Pod is denied."""
+    cluster.quota({f"limits.{MEM}": str(ROOM * 1000)})
+    a, settings = start_quota()
+    b, _ = start_quota()
+    held = [reservation(admit(a, settings, cluster, 1000, f"a-{i}")) for i in range(4)]
+    assert cluster.ledger()[held[3]]["open"] is True
+    rest = reservation(admit(b, settings, cluster, (ROOM - 4) * 1000, "b-rest"))
+    lease = cluster.lease()
+    assert lease is not None and int(lease["metadata"]["annotations"][WANTED_ANNOTATION]) >= 1
+    entries = cluster.ledger()
+    assert not any(e.get("open") for e in entries.values()), entries
+    assert entries[held[3]]["amounts"][MEM] == 1000 and entries[rest]["amounts"][MEM] == (ROOM - 4) * 1000
+    assert sum(e["amounts"][MEM] for e in entries.values()) == ROOM * 1000
+    late = admit(a, settings, cluster, 1000, "a-late")
+    assert late.denial() == (
+        False,
+        403,
+        "GPUQuotaExceeded",
+        f"exceeding resource quota: namespace {cluster.ns} {MEM} used {ROOM * 1000} + requested 1000 > limit "
+        f"{ROOM * 1000}",
+    )
