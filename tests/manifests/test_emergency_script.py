@@ -17,12 +17,13 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from tests.manifests.conftest import REPO, Obj, create, kubectl_env, one
+from tests.manifests.conftest import Obj, create, kubectl_env, one
 from tests.realkube.cluster import RealKube
 from tests.realkube.faults import FaultyProxy
+from tests.support import ROOT
 from tests.support.ports import free_port
 
-SCRIPT = REPO / "scripts" / "emergency-failure-policy.sh"
+SCRIPT = ROOT / "scripts" / "emergency-failure-policy.sh"
 MWC = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")
 DEFAULT = "hami-webhook-pods"  # the configuration the script switches when given no --name
 

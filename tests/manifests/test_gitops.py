@@ -14,9 +14,10 @@ import pytest
 import yaml
 
 from certgen.resources import desired_webhooks
-from tests.manifests.conftest import REPO, Obj, find, kustomize, one, write_overlay
+from tests.manifests.conftest import Obj, find, kustomize, one, write_overlay
+from tests.support import ROOT
 
-GITOPS = REPO / "docs" / "gitops.md"
+GITOPS = ROOT / "docs" / "gitops.md"
 MWC = "MutatingWebhookConfiguration"
 
 

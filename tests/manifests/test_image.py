@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.manifests.conftest import REPO
+from tests.support import ROOT
 
-DOCKERFILE = REPO / "Dockerfile"
-CONSTRAINTS = REPO / "constraints.txt"
+DOCKERFILE = ROOT / "Dockerfile"
+CONSTRAINTS = ROOT / "constraints.txt"
 
 
 def hadolint() -> str:
@@ -93,7 +93,7 @@ def image_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ``pip wheel --constraint constraints.txt``, then ``pip install --no-index`` from those wheels only."""
     root = tmp_path_factory.mktemp("image")
     source = root / "src"
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".venv", ".git", "*.egg-info", "build", "__pycache__"))
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", ".git", "*.egg-info", "build", "__pycache__"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
     own = root / "wheels"
     run(*pip, "wheel", "--quiet", "--no-deps", "--wheel-dir", own, ".", cwd=source)
@@ -135,7 +135,7 @@ def test_entry_points_config_and_chart_defaults_come_from_the_wheel(image_venv: 
     srv = tmp_path / "srv"  # like the image's /srv: only these two files, never the source tree
     srv.mkdir()
     for name in ("wsgi.py", "gunicorn.conf.py"):
-        shutil.copy(REPO / name, srv / name)
+        shutil.copy(ROOT / name, srv / name)
     env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
 
     run(bin_dir / "hami-webhook", "--help", cwd=srv, env=env)
@@ -156,7 +156,7 @@ def test_entry_points_config_and_chart_defaults_come_from_the_wheel(image_venv: 
     seen = json.loads(run(bin_dir / "python", "-c", probe, cwd=srv, env={**env, **tls}).stdout)
     assert Path(seen["file"]).is_relative_to(image_venv), "imported the source tree, not the wheel"
     assert seen["worker_class"] == "app.worker.WebhookWorker"
-    assert seen["defaults"] == yaml.safe_load((REPO / "app/devices/chart-defaults.yaml").read_text())
+    assert seen["defaults"] == yaml.safe_load((ROOT / "app/devices/chart-defaults.yaml").read_text())
 
     pod = tmp_path / "pod.yaml"
     pod.write_text(

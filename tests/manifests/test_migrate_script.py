@@ -19,11 +19,12 @@ from urllib.parse import parse_qs
 import pytest
 
 from certgen.resources import desired_webhooks
-from tests.manifests.conftest import MANIFESTS, REPO, Obj, create, kubectl_env, kustomize, one, write_overlay
+from tests.manifests.conftest import MANIFESTS, Obj, create, kubectl_env, kustomize, one, write_overlay
 from tests.realkube.cluster import RealKube, kubectl_binary
 from tests.realkube.faults import FaultyProxy
+from tests.support import ROOT
 
-SCRIPT = REPO / "scripts" / "migrate-from-hami.sh"
+SCRIPT = ROOT / "scripts" / "migrate-from-hami.sh"
 MWC = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")
 CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").decode()
 

@@ -10,9 +10,10 @@ import promql_parser
 import pytest
 
 from app import metrics
-from tests.manifests.conftest import REPO, Obj, kustomize, one, write_overlay
+from tests.manifests.conftest import Obj, kustomize, one, write_overlay
+from tests.support import ROOT
 
-DASHBOARD = REPO / "docs" / "grafana-dashboard.json"
+DASHBOARD = ROOT / "docs" / "grafana-dashboard.json"
 APISERVER = {"apiserver_admission_webhook_fail_open_count"}  # the API server's own (docs/operations.md)
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 

@@ -12,7 +12,8 @@ import yaml
 
 from app.settings import Settings
 from certgen.cli import build_parser
-from tests.manifests.conftest import MANIFESTS, NAMESPACE, REPO, Obj, containers, find, one, pod_specs
+from tests.manifests.conftest import MANIFESTS, NAMESPACE, Obj, containers, find, one, pod_specs
+from tests.support import ROOT
 
 MODES = ["certgen", "cert-manager", "manual"]
 WEBHOOK_LABELS = {"app.kubernetes.io/name": "hami-webhook", "app.kubernetes.io/component": "webhook"}
@@ -116,12 +117,12 @@ def test_webhook_rbac_is_what_the_quota_feature_needs_and_no_more(base: list[Obj
 
 
 def test_webhook_rbac_lives_in_one_file() -> None:
-    kinds = [d["kind"] for d in yaml.safe_load_all((REPO / "manifests/base/rbac/webhook.yaml").read_text())]
+    kinds = [d["kind"] for d in yaml.safe_load_all((ROOT / "manifests/base/rbac/webhook.yaml").read_text())]
     assert sorted(kinds) == sorted(["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"])
 
 
 def test_certgen_rbac_is_exactly_docs_certgen_md(base: list[Obj]) -> None:
-    text = (REPO / "docs/certgen.md").read_text()
+    text = (ROOT / "docs/certgen.md").read_text()
     block = re.search(r"## RBAC.*?```yaml\n(.*?)```", text, re.S)
     assert block, "docs/certgen.md lost its RBAC block"
     documented = {d["kind"]: d for d in yaml.safe_load_all(block.group(1))}

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.manifests.conftest import REPO
+from tests.support import ROOT
 
-WORKFLOW = REPO / ".github" / "workflows" / "release.yml"
+WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
 ACTIONLINT = "github.com/rhysd/actionlint/cmd/actionlint@v1.7.12"
 
 
@@ -56,7 +56,7 @@ def workflow() -> dict[Any, Any]:
 
 def test_actionlint_is_clean() -> None:
     proc = subprocess.run(
-        [actionlint(), "-no-color", str(WORKFLOW)], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
+        [actionlint(), "-no-color", str(WORKFLOW)], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
     )
     assert (proc.returncode, proc.stdout + proc.stderr) == (0, "")
 
@@ -75,7 +75,7 @@ def test_runs_only_on_version_tags_once_enabled_with_least_privilege() -> None:
 
 VERSION = next(
     line.split("=", 1)[1].strip()
-    for line in (REPO / "setup.cfg").read_text().splitlines()
+    for line in (ROOT / "setup.cfg").read_text().splitlines()
     if line.startswith("version")
 )
 
@@ -89,7 +89,7 @@ def test_the_tag_must_name_the_version_in_setup_cfg(tag: str, ok: bool) -> None:
     script = next(step["run"] for step in job["steps"] if "setup.cfg" in step.get("name", ""))
     proc = subprocess.run(
         ["bash", "-e", "-c", script],
-        cwd=REPO,
+        cwd=ROOT,
         env={**os.environ, "GITHUB_REF_NAME": tag},
         capture_output=True,
         text=True,

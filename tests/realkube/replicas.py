@@ -13,8 +13,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.realkube.cluster import REPO
 from tests.realkube.install import Installed, WebhookServer
+from tests.support import ROOT
 from tests.support.ports import free_port
 
 
@@ -49,7 +49,7 @@ def start_replicas(installed: Installed, count: int, work: Path, env: dict[str, 
         backends = [f"{s.host}:{s.port}" for s in replicas.servers]
         command = [sys.executable, "-m", "tests.realkube.forwarder", f"{installed.cluster_ip}:443", *backends]
         replicas.forwarder = subprocess.Popen(
-            command, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
         assert replicas.forwarder.stdout is not None
         if replicas.forwarder.stdout.readline().strip() != "listening":

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.realkube.cluster import REPO, kubectl_binary
+from tests.realkube.cluster import kubectl_binary
 from tests.realkube.install import CONFIGURATION, Installed, WebhookServer, get, run_certgen
 from tests.realkube.pods import GPU, create, pod
+from tests.support import ROOT
 
 
 def policy(installed: Installed) -> str:
@@ -30,7 +31,7 @@ def switch(installed: Installed, how: str, to: str) -> subprocess.CompletedProce
         "PATH": f"{Path(kubectl_binary()).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     return subprocess.run(
-        ["bash", str(REPO / "scripts" / "emergency-failure-policy.sh"), to],
+        ["bash", str(ROOT / "scripts" / "emergency-failure-policy.sh"), to],
         env=env,
         capture_output=True,
         text=True,

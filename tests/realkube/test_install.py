@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.manifests.conftest import MANIFESTS, NAMESPACE, README, REPO, kustomize, manual_overlay
+from tests.manifests.conftest import MANIFESTS, NAMESPACE, README, kustomize, manual_overlay
 from tests.realkube.cluster import RealKube, kubectl_binary
 from tests.realkube.fixtures import NEWEST, OLDEST, Clusters
 from tests.realkube.install import (
@@ -31,6 +31,7 @@ from tests.realkube.install import (
     webhook_server,
 )
 from tests.realkube.test_match_conditions import calls
+from tests.support import ROOT
 from tests.support.pods import container, pod
 
 Obj = dict[str, Any]
@@ -78,7 +79,7 @@ def flip(kube: RealKube, to: str, tmp: Path) -> str:
         "KUBECONFIG": kube.kubeconfig_path,
         "KUBECACHEDIR": str(tmp / "kubectl-cache"),
     }
-    script = REPO / "scripts" / "emergency-failure-policy.sh"
+    script = ROOT / "scripts" / "emergency-failure-policy.sh"
     done = subprocess.run(["bash", str(script), to], env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     return done.stdout

@@ -26,13 +26,13 @@ from typing import Any
 import pytest
 
 from certgen.pki import write_local
-from tests.manifests.conftest import MANIFESTS, REPO, write_overlay
+from tests.manifests.conftest import MANIFESTS, write_overlay
 from tests.manifests.test_migrate_script import hamis
 from tests.realkube.cluster import RealKube, kubectl_binary
 from tests.realkube.fixtures import NEWEST, Clusters
 from tests.realkube.install import Installed, install
 from tests.realkube.test_match_conditions import metric
-from tests.support import pods
+from tests.support import ROOT, pods
 
 Obj = dict[str, Any]
 HAMI = "vgpu.hami.io"
@@ -160,7 +160,7 @@ def test_the_migration_never_leaves_a_pod_unmutated_or_mutated_twice(
                         "PATH": f"{Path(kubectl_binary()).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # fmt: skip
     time.sleep(1)
     switched = subprocess.run(
-        ["bash", str(REPO / "scripts" / "migrate-from-hami.sh"), "hami-webhook"],
+        ["bash", str(ROOT / "scripts" / "migrate-from-hami.sh"), "hami-webhook"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     done.set()
