@@ -418,7 +418,7 @@ class Reserving:
         return True
 
     def admit(self, namespace: str, demands: Any, *, uid: str, dry_run: bool) -> Verdict:
-        return Verdict("", reserved=True)
+        return Verdict("", reservation=uid)
 
     def status(self) -> dict[str, Any]:
         return {"ready": True}
