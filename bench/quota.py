@@ -348,29 +348,21 @@ def inprocess_part(kube: RealKube, args: argparse.Namespace) -> None:
 # --- scale --------------------------------------------------------------------------------------------------
 
 
-def fill(kube: RealKube, target: int, have: int, threads: int = 16, per_namespace: int = 2000) -> int:
-    """Create CPU-only Pods until the cluster holds `target` of them (namespaces filler-N, `per_namespace`
-    each); the webhook is never called for them (its matchConditions)."""
-    cpu = {"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "10m"}}}
-    body = json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "cpu-"},
-                       "spec": {"containers": [cpu]}}).encode()  # fmt: skip
-    for index in range(have // per_namespace, -(-target // per_namespace)):
-        namespace(kube, f"filler-{index}")
-    numbers = iter(range(have, target))
+def by_clients(kube: RealKube, numbers: Iterable[int], threads: int, call: Callable[[Api, int], None]) -> None:
+    """``call(api, number)`` for each number, spread over ``threads`` clients with a connection each; returns
+    when all are done."""
+    left = iter(numbers)
     lock = threading.Lock()
-    failures: list[str] = []
 
     def client() -> None:
         api = Api(kube)
         try:
             while True:
                 with lock:
-                    number = next(numbers, None)
+                    number = next(left, None)
                 if number is None:
                     return
-                status, data = api.call("POST", f"/api/v1/namespaces/filler-{number // per_namespace}/pods", body)
-                if status != 201:
-                    failures.append(f"HTTP {status}: {data[:200]!r}")
+                call(api, number)
         finally:
             api.close()
 
@@ -379,6 +371,24 @@ def fill(kube: RealKube, target: int, have: int, threads: int = 16, per_namespac
         worker.start()
     for worker in workers:
         worker.join()
+
+
+def fill(kube: RealKube, target: int, have: int, threads: int = 16, per_namespace: int = 2000) -> int:
+    """Create CPU-only Pods until the cluster holds `target` of them (namespaces filler-N, `per_namespace`
+    each); the webhook is never called for them (its matchConditions)."""
+    cpu = {"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "10m"}}}
+    body = json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "cpu-"},
+                       "spec": {"containers": [cpu]}}).encode()  # fmt: skip
+    for index in range(have // per_namespace, -(-target // per_namespace)):
+        namespace(kube, f"filler-{index}")
+    failures: list[str] = []
+
+    def create(api: Api, number: int) -> None:
+        status, data = api.call("POST", f"/api/v1/namespaces/filler-{number // per_namespace}/pods", body)
+        if status != 201:
+            failures.append(f"HTTP {status}: {data[:200]!r}")
+
+    by_clients(kube, range(have, target), threads, create)
     if failures:
         raise RuntimeError(f"{len(failures)} filler Pods not created: {failures[:3]}")
     return target
@@ -403,33 +413,22 @@ def churn_part(installed: Installed, work: Path, args: argparse.Namespace) -> No
     ns = namespace(kube, f"churn-{uuid.uuid4().hex[:4]}", {f"limits.{MEM}": str(args.churn_room * 1000)})
     time.sleep(2)
     body = json.dumps(device_pod("churn-")).encode()
-    numbers = iter(range(args.churn))
-    lock = threading.Lock()
-    outcomes: dict[str, int] = {"created": 0, "denied": 0}
+    outcomes: list[str] = []  # "created" or "denied", one per create (list.append is atomic)
     failures: list[str] = []
     sizes: list[tuple[int, int]] = []
     done = threading.Event()
 
-    def client() -> None:
-        api = Api(kube)
-        try:
-            while True:
-                with lock:
-                    number = next(numbers, None)
-                if number is None:
-                    return
-                status, data = api.call("POST", f"/api/v1/namespaces/{ns}/pods", body)
-                if status == 201:
-                    name = json.loads(data)["metadata"]["name"]
-                    finished = json.dumps({"status": {"phase": "Succeeded"}}).encode()
-                    api.call("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status", finished, merge=True)
-                    outcomes["created"] += 1
-                elif status == 403 and json.loads(data).get("reason") == "GPUQuotaExceeded":
-                    outcomes["denied"] += 1
-                else:
-                    failures.append(f"HTTP {status}: {json.loads(data).get('message', '')[:300]}")
-        finally:
-            api.close()
+    def live_briefly(api: Api, number: int) -> None:
+        status, data = api.call("POST", f"/api/v1/namespaces/{ns}/pods", body)
+        if status == 201:
+            name = json.loads(data)["metadata"]["name"]
+            finished = json.dumps({"status": {"phase": "Succeeded"}}).encode()
+            api.call("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status", finished, merge=True)
+            outcomes.append("created")
+        elif status == 403 and json.loads(data).get("reason") == "GPUQuotaExceeded":
+            outcomes.append("denied")
+        else:
+            failures.append(f"HTTP {status}: {json.loads(data).get('message', '')[:300]}")
 
     def sample() -> None:
         api = Api(kube)
@@ -447,12 +446,8 @@ def churn_part(installed: Installed, work: Path, args: argparse.Namespace) -> No
     sampler = threading.Thread(target=sample)
     sampler.start()
     started = time.monotonic()
-    workers = [threading.Thread(target=client) for _ in range(args.threads)]
     try:
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
+        by_clients(kube, range(args.churn), args.threads, live_briefly)
     finally:
         done.set()
         sampler.join()
@@ -461,8 +456,8 @@ def churn_part(installed: Installed, work: Path, args: argparse.Namespace) -> No
         delete_namespaces(kube, [ns])
     print(
         f"\n{args.churn} short-lived device Pods through one namespace (room for {args.churn_room} at a time), "
-        f"{args.threads} clients, {args.replicas} replicas: {seconds:.0f} s, created {outcomes['created']}, "
-        f"denied {outcomes['denied']}, failed {len(failures)}"
+        f"{args.threads} clients, {args.replicas} replicas: {seconds:.0f} s, created {outcomes.count('created')}, "
+        f"denied {outcomes.count('denied')}, failed {len(failures)}"
     )
     print(f"ledger entries at most {max((n for n, _ in sizes), default=0)}, "
           f"annotation at most {max((b for _, b in sizes), default=0)} bytes (sampled every 0.5 s)")  # fmt: skip

@@ -51,7 +51,9 @@ REQUEST_TIMEOUT = 2.0  # seconds for one ledger read or write
 SYNC_WAIT = 3.0  # seconds an admission waits for a just-started worker's (or a new quota's) first lists
 MARK_WAIT = 2.0  # seconds a decision waits for this worker's Pod watch to reach the ledger's mark
 NEWER_WAIT = 0.02  # seconds a lost compare-and-swap waits for the watch to bring the winner's ledger, then reads
-LOST_ROUND = Backoff(first=0.02, cap=0.16, jitter=1.0)  # the random pause after a lost compare-and-swap
+# A lost compare-and-swap is retried after a short random pause only: one writer wins every round anyway, so a
+# longer back-off only makes the last workers of a burst wait (measured: p99 2.6-3.1x -> 1.5-2x the no-quota p99)
+LOST_ROUND = Backoff(first=0.002, cap=0.005, jitter=1.0)
 WINDOW = 1.0  # seconds a worker admits into a grant it wrote, counted from before the write
 SLACK = 0.25  # others count a grant as possibly free this much longer, on their own clocks, from first sight
 BURST = 4  # admissions per second into one namespace, in one worker, from which it takes room ahead
