@@ -8,6 +8,7 @@ from functools import cached_property
 from app.devices.base import (
     ConfigSection,
     DeviceRequestError,
+    OwnsItsQuotaNames,
     QuotaNames,
     QuotaRequest,
     count_memory_core,
@@ -20,7 +21,7 @@ WHOLE_CARD_PERCENTAGE = 100
 
 
 @dataclass(frozen=True)
-class AMD:
+class AMD(OwnsItsQuotaNames):
     """HAMi's AMD rules: limits only; the percentage is checked when a count is asked for."""
 
     count_name: str
@@ -31,10 +32,6 @@ class AMD:
     @classmethod
     def from_config(cls, section: ConfigSection) -> AMD:
         return cls(**count_memory_core(section))
-
-    @cached_property
-    def resource_names(self) -> frozenset[str]:
-        return self.quota_names.resource_names
 
     @cached_property
     def quota_names(self) -> QuotaNames:

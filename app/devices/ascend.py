@@ -9,7 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from app.devices.base import ConfigSection, DeviceRequestError, QuotaNames, QuotaRequest, sliced_request
+from app.devices.base import (
+    ConfigSection,
+    DeviceRequestError,
+    OwnsItsQuotaNames,
+    QuotaNames,
+    QuotaRequest,
+    sliced_request,
+)
 from app.edit import ContainerEdit, PodEdit, Why
 from app.notices import ROUNDED
 
@@ -27,7 +34,7 @@ AS_ASKED = Why("hami-core mode: whole units", replaced=ROUNDED)
 
 
 @dataclass(frozen=True)
-class Ascend:
+class Ascend(OwnsItsQuotaNames):
     """HAMi's Ascend vNPU admission rules for one chip."""
 
     key: str
@@ -61,10 +68,6 @@ class Ascend:
             template_memory=tuple(sorted(t.int("memory") for t in entry.sections("templates"))),
             ascend_counts=ascend_counts,
         )
-
-    @cached_property
-    def resource_names(self) -> frozenset[str]:
-        return self.quota_names.resource_names
 
     @cached_property
     def quota_names(self) -> QuotaNames:

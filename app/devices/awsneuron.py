@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from app.devices.base import ConfigSection, DeviceRequestError, QuotaNames, QuotaRequest
+from app.devices.base import ConfigSection, DeviceRequestError, OwnsItsQuotaNames, QuotaNames, QuotaRequest
 from app.edit import ContainerEdit, PodEdit
 from app.quantity import INT32_MAX, Quantity
 
@@ -33,7 +33,7 @@ def _checked(amount: Quantity, name: str, maximum: int) -> int:
 
 
 @dataclass(frozen=True)
-class AWSNeuron:
+class AWSNeuron(OwnsItsQuotaNames):
     """HAMi's Neuron rules: a device count, else a core count; found only when the request is valid."""
 
     count_name: str
@@ -43,10 +43,6 @@ class AWSNeuron:
     @classmethod
     def from_config(cls, section: ConfigSection) -> AWSNeuron:
         return cls(count_name=section.str("resourceCountName"), core_name=section.str("resourceCoreName"))
-
-    @cached_property
-    def resource_names(self) -> frozenset[str]:
-        return self.quota_names.resource_names
 
     @cached_property
     def quota_names(self) -> QuotaNames:

@@ -49,6 +49,20 @@ class QuotaNames:
         return names(self.memory, self.cores, self.count)
 
 
+class OwnsItsQuotaNames:
+    """A vendor that owns exactly the resources its quota counts (all but NVIDIA, which owns more): its
+    ``resource_names`` are its ``quota_names``'."""
+
+    @property
+    def quota_names(self) -> QuotaNames:
+        """Each subclass derives them from its configured resource names."""
+        raise NotImplementedError
+
+    @cached_property
+    def resource_names(self) -> frozenset[str]:
+        return self.quota_names.resource_names
+
+
 class Device(Protocol):
     """One device backend (HAMi's ``Devices`` interface, admission half).
 
@@ -156,7 +170,7 @@ def whole_in_range(amount: Quantity | None, low: int, high: int) -> int | None:
 
 
 @dataclass(frozen=True)
-class CountDevice:
+class CountDevice(OwnsItsQuotaNames):
     """A vendor that only recognises a device count in limits and never mutates.
 
     Metax GPU, Enflame GCU, Kunlun XPU, Vastai and Biren are exactly this.
@@ -164,10 +178,6 @@ class CountDevice:
 
     key: str
     count_name: str
-
-    @cached_property
-    def resource_names(self) -> frozenset[str]:
-        return self.quota_names.resource_names
 
     @cached_property
     def quota_names(self) -> QuotaNames:
@@ -204,7 +214,7 @@ def sliced_request(ctr: ContainerEdit, quota: QuotaNames, default_cores: int) ->
 
 
 @dataclass(frozen=True)
-class SlicedDevice:
+class SlicedDevice(OwnsItsQuotaNames):
     """A vendor found by its count in limits, never mutating, with memory and cores quota."""
 
     key: str
@@ -213,10 +223,6 @@ class SlicedDevice:
     core_name: str
     memory_factor: int
     default_cores: int
-
-    @cached_property
-    def resource_names(self) -> frozenset[str]:
-        return self.quota_names.resource_names
 
     @cached_property
     def quota_names(self) -> QuotaNames:

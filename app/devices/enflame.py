@@ -15,6 +15,7 @@ from app.devices.base import (
     CountDevice,
     Device,
     DeviceRequestError,
+    OwnsItsQuotaNames,
     QuotaNames,
     QuotaRequest,
     whole_in_range,
@@ -28,7 +29,7 @@ DEFAULT_CORE_NAME = "enflame.com/gcu-core"
 
 
 @dataclass(frozen=True)
-class EnflameDRS:
+class EnflameDRS(OwnsItsQuotaNames):
     """HAMi's Enflame DRS rules: a slice count, or else a memory and/or core-percentage share of one card."""
 
     drs_name: str
@@ -43,10 +44,6 @@ class EnflameDRS:
             memory_name=section.str("resourceNameGCUMemory") or DEFAULT_MEMORY_NAME,
             core_name=section.str("resourceNameGCUCore") or DEFAULT_CORE_NAME,
         )
-
-    @cached_property
-    def resource_names(self) -> frozenset[str]:
-        return self.quota_names.resource_names
 
     @cached_property
     def quota_names(self) -> QuotaNames:

@@ -13,6 +13,7 @@ from app.devices.base import (
     ConfigSection,
     CountDevice,
     Device,
+    OwnsItsQuotaNames,
     QuotaNames,
     QuotaRequest,
     whole_in_range,
@@ -32,7 +33,7 @@ def partition(memory: int) -> int:
 
 
 @dataclass(frozen=True)
-class KunlunVXPU:
+class KunlunVXPU(OwnsItsQuotaNames):
     """HAMi's vXPU rules: found by vcount in limits; vmemory is rounded up in limits and requests."""
 
     vcount_name: str
@@ -42,10 +43,6 @@ class KunlunVXPU:
     @classmethod
     def from_config(cls, section: ConfigSection) -> KunlunVXPU:
         return cls(vcount_name=section.str("resourceVCountName"), vmemory_name=section.str("resourceVMemoryName"))
-
-    @cached_property
-    def resource_names(self) -> frozenset[str]:
-        return self.quota_names.resource_names
 
     @cached_property
     def quota_names(self) -> QuotaNames:

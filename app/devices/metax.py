@@ -9,6 +9,7 @@ from app.devices.base import (
     ConfigSection,
     CountDevice,
     DeviceRequestError,
+    OwnsItsQuotaNames,
     QuotaNames,
     QuotaRequest,
     whole_in_range,
@@ -27,7 +28,7 @@ MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
-class MetaxSGPU:
+class MetaxSGPU(OwnsItsQuotaNames):
     """HAMi's sGPU rules: an app class pins one device, and every non-online Pod carries a QoS policy.
 
     Only limits are read, here and for quota.
@@ -37,10 +38,6 @@ class MetaxSGPU:
     memory_name: str
     core_name: str
     key: str = "Metax-SGPU"
-
-    @cached_property
-    def resource_names(self) -> frozenset[str]:
-        return self.quota_names.resource_names
 
     @cached_property
     def quota_names(self) -> QuotaNames:

@@ -12,6 +12,7 @@ from functools import cached_property
 from app.devices.base import (
     ConfigSection,
     DeviceRequestError,
+    OwnsItsQuotaNames,
     QuotaNames,
     QuotaRequest,
     count_memory_core,
@@ -31,7 +32,7 @@ COUNT = Why("the device count", filled=None)
 
 
 @dataclass(frozen=True)
-class Mthreads:
+class Mthreads(OwnsItsQuotaNames):
     """HAMi's Mthreads admission rules; the count is read from limits, else requests."""
 
     count_name: str
@@ -42,10 +43,6 @@ class Mthreads:
     @classmethod
     def from_config(cls, section: ConfigSection) -> Mthreads:
         return cls(**count_memory_core(section))
-
-    @cached_property
-    def resource_names(self) -> frozenset[str]:
-        return self.quota_names.resource_names
 
     @cached_property
     def quota_names(self) -> QuotaNames:
