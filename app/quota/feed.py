@@ -33,6 +33,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from app import metrics
+from app.annotations import QUOTA_RESERVATION_ANNOTATION
 from app.devices.base import Device
 from app.kube.backoff import Backoff
 from app.kube.errors import GONE, ApiError, describe
@@ -40,7 +41,6 @@ from app.quota.demand import Amounts, pod_amounts
 from app.quota.ledger import LEDGER_PREFIX, MANAGED_BY, Snapshot, resource_version, snapshot
 from app.quota.limits import hard_limits, quota_factors, tightest
 
-RESERVATION_ANNOTATION = "hami.io/quota-reservation"
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 PAGE_SIZE = 500
 WATCH_SECONDS = (30, 45)  # the server ends each watch after a random time in this range; we resume
@@ -141,7 +141,7 @@ class PodTable:
             return uid, None
         if not amounts:
             return uid, None
-        reservation = (meta.get("annotations") or {}).get(RESERVATION_ANNOTATION) or ""
+        reservation = (meta.get("annotations") or {}).get(QUOTA_RESERVATION_ANNOTATION) or ""
         namespace = sys.intern(meta.get("namespace") or "")
         return uid, _Pod(namespace, reservation, amounts, resource_version(meta.get("resourceVersion")))
 
