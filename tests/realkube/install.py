@@ -136,6 +136,7 @@ class WebhookServer:
     log: Path
     env: dict[str, str] = field(default_factory=dict)  # on top of the container's own
     _proc: subprocess.Popen[bytes] | None = None
+    _terminated: bool = False
 
     @property
     def running(self) -> bool:
@@ -143,14 +144,22 @@ class WebhookServer:
 
     def with_address(self, host: str, port: int, log: Path) -> WebhookServer:
         """Another replica of the same container, listening elsewhere."""
-        return replace(self, host=host, port=port, log=log, _proc=None)
+        return replace(self, host=host, port=port, log=log, _proc=None, _terminated=False)
 
     def start(self, timeout: float = 120) -> WebhookServer:
+        return self.launch().ready(timeout)
+
+    def launch(self) -> WebhookServer:
+        """Start the process, without waiting for it to be ready."""
         env = process_env(self.ctr, self.kubeconfig) | {"HAMI_WEBHOOK_BIND": f"{self.host}:{self.port}"} | self.env
         with open(self.log, "ab") as log:
             self._proc = subprocess.Popen(
                 self.ctr.argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
             )
+        return self
+
+    def ready(self, timeout: float = 120) -> WebhookServer:
+        """Wait until /readyz answers 200; stopped, with its log in the error, if it never does."""
         deadline = time.monotonic() + timeout
         while self.status("/readyz") != 200:  # with quota on: after the first Pod/ResourceQuota list
             if not self.running or time.monotonic() > deadline:
@@ -159,15 +168,21 @@ class WebhookServer:
             time.sleep(0.2)
         return self
 
+    def terminate(self) -> None:
+        """Ask it to stop (SIGTERM: a graceful shutdown, STOP_LINGER seconds and more) without waiting."""
+        if self._proc is not None and self._proc.poll() is None and not self._terminated:
+            self._proc.terminate()
+            self._terminated = True
+
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
+            self.terminate()
             try:
                 self._proc.wait(timeout=40)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait(timeout=5)
-        self._proc = None
+        self._proc, self._terminated = None, False
 
     def status(self, path: str) -> int:
         """HTTP status of GET `path`, TLS verified as the API server does (CA bundle, name = the Service's)."""

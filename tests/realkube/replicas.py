@@ -30,6 +30,8 @@ class Replicas:
             out, _ = self.forwarder.communicate("", timeout=30)
             self.connections = json.loads(out.splitlines()[-1]) if out.strip() else {}
             self.forwarder = None
+        for server in self.servers:  # all at once: each lingers for seconds before it exits
+            server.terminate()
         for server in self.servers:
             server.stop()
         return [s.log.read_text(errors="replace") if s.log.exists() else "" for s in self.servers]
@@ -44,8 +46,9 @@ def start_replicas(installed: Installed, count: int, work: Path, env: dict[str, 
         for i in range(count):
             server = installed.webhook.with_address("127.0.0.1", free_port(), work / f"replica-{i}.log")
             server.env = {**server.env, **(env or {})}
-            replicas.servers.append(server)
-            server.start()
+            replicas.servers.append(server.launch())
+        for server in replicas.servers:  # started together, then each waited for
+            server.ready()
         backends = [f"{s.host}:{s.port}" for s in replicas.servers]
         command = [sys.executable, "-m", "tests.realkube.forwarder", f"{installed.cluster_ip}:443", *backends]
         replicas.forwarder = subprocess.Popen(

@@ -71,6 +71,8 @@ def webhooks(tmp_path: Path, bare_kube: RealKube) -> Iterator[tuple[list[int], L
             all_workers_ready(port, client_context(pki.ca_cert), proc)
         yield ports, pki, home, rounds
     finally:
+        for proc in procs:  # all at once: each lingers for seconds before it exits
+            proc.terminate()
         logs = [stop(proc) for proc in procs]
         bare_kube.kubectl("delete", "namespace", "--wait=false", home, *rounds, check=False)
     for log in logs:
