@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,16 @@ from certgen import cli
 from tests.certgen.helpers import MUTATING, VALIDATING, Certgen, Cluster, Run, namespace
 from tests.realkube.cluster import RealKube
 from tests.realkube.faults import FaultyProxy
+
+
+@pytest.fixture(autouse=True)
+def _certgen_log_handlers() -> Iterator[None]:
+    """certgen's CLI binds its log handler to the stderr of the moment, which under pytest is a capture closed
+    after the test; later tests that log through certgen (write_local) would hit the closed file."""
+    logger = logging.getLogger("certgen")
+    handlers, level, propagate = logger.handlers[:], logger.level, logger.propagate
+    yield
+    logger.handlers[:], logger.level, logger.propagate = handlers, level, propagate
 
 
 @pytest.fixture(scope="session")

@@ -150,8 +150,10 @@ def test_the_migration_never_leaves_a_pod_unmutated_or_mutated_twice(
     done = threading.Event()
 
     def keep_creating() -> None:
+        """Until the switch is done and the API server has picked it up (it watches webhook configurations, so
+        a create in flight during the switch may still go to HAMi's): the last Pod then carries ours."""
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (done.is_set() and len(made) >= 3):
+        while time.monotonic() < deadline and not (done.is_set() and len(made) >= 3 and ours_edits(made[-1])):
             made.append(create(kube, ns))
 
     creator = threading.Thread(target=keep_creating)
