@@ -118,10 +118,6 @@ class PodTable:
     def used(self, namespace: str) -> Amounts:
         return dict(self._used.get(namespace) or {})
 
-    def consumed(self, namespace: str, reservation: str) -> bool:
-        """A Pod carrying this reservation has been seen: what it holds is usage (or was, and is gone)."""
-        return (namespace, reservation) in self._held
-
     def held(self, namespace: str, reservation: str) -> Held | None:
         """What the Pods carrying this reservation took, and the resourceVersion by which a watch has seen them."""
         return self._held.get((namespace, reservation))
@@ -319,23 +315,14 @@ class Feed:
         with self._lock:
             return self.quotas.limits(namespace)
 
-    def in_use(self, namespace: str, reservations: Mapping[str, Amounts]) -> Amounts:
-        """The namespace's Pod usage plus what each reservation holds beyond what this process has seen its
-        Pods take: counted once."""
+    def seen(self, namespace: str, reservations: Iterable[str]) -> tuple[Amounts, dict[str, Held]]:
+        """The namespace's Pod usage, and what the Pods carrying each of ``reservations`` took, read together: a
+        Pod is in both or in neither (read apart, a Pod seen in between would count in neither)."""
         with self._lock:
-            total = self.pods.used(namespace)
-            for reservation, amounts in reservations.items():
-                accumulate(total, unseen(amounts, self.pods.held(namespace, reservation)))
-        return total
-
-    def used(self, namespace: str) -> Amounts:
-        with self._lock:
-            return self.pods.used(namespace)
-
-    def held(self, namespace: str, reservation: str) -> Held | None:
-        with self._lock:
-            found = self.pods.held(namespace, reservation)
-            return None if found is None else Held(dict(found.amounts), found.rv)
+            held = {r: self.pods.held(namespace, r) for r in reservations}
+            return self.pods.used(namespace), {
+                r: Held(dict(found.amounts), found.rv) for r, found in held.items() if found is not None
+            }
 
     def ledger(self, namespace: str) -> Snapshot | None:
         with self._lock:

@@ -377,12 +377,13 @@ class KubeQuota:
             state.first_seen = {i: state.first_seen.get(i, now) for i, e in live.items() if e.open and i not in mine}
             first_seen = dict(state.first_seen)
         certain_until = now - WINDOW - SLACK  # others' grants first seen before this can take nothing more
-        lower, upper = self.feed.used(namespace), self.feed.used(namespace)
+        lower, seen = self.feed.seen(namespace, live)
+        upper = dict(lower)
         keep: dict[str, Entry] = {}
         mark = found.mark
         for entry_id, entry in live.items():
             grant = mine.get(entry_id)
-            held = self.feed.held(namespace, entry_id)
+            held = seen.get(entry_id)
             closing = grant is not None and grant.frozen
             # this worker knows what went into its own grants; an open one may still take up to its amounts
             at_least = unseen(spent[entry_id] if grant is not None else entry.amounts, held)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,8 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from app.quota.demand import Amounts
+from app.quota.feed import Feed, accumulate, unseen
 from app.quota.kube import KubeQuota, open_quota
 from app.quota.ledger import LEDGER_ANNOTATION, LEDGER_PREFIX
 from app.settings import Settings
@@ -38,6 +40,15 @@ def eventually(check: Callable[[], Any], timeout: float = 10.0, what: str = "con
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.02)
+
+
+def in_use(feed: Feed, namespace: str, reservations: Mapping[str, Amounts]) -> Amounts:
+    """The namespace's Pod usage plus what each reservation holds beyond what its Pods were seen to take: a Pod
+    counted once, as the port counts it."""
+    used, held = feed.seen(namespace, reservations)
+    for reservation, amounts in reservations.items():
+        accumulate(used, unseen(amounts, held.get(reservation)))
+    return used
 
 
 def resource_quota(hard: dict[str, str], namespace: str, name: str = "gpu") -> dict[str, Any]:

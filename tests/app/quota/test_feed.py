@@ -9,7 +9,7 @@ from urllib.parse import parse_qs
 
 from prometheus_client import REGISTRY
 
-from tests.app.quota.conftest import GPU, MEM, Cluster, eventually, unique
+from tests.app.quota.conftest import GPU, MEM, Cluster, eventually, in_use, unique
 from tests.realkube.cluster import RealKube
 from tests.realkube.faults import Request
 from tests.support.pods import container, pod
@@ -39,7 +39,7 @@ def pod_lists(cluster: Cluster) -> int:
 
 
 def memory(port, cluster: Cluster) -> int:
-    return port.feed.in_use(cluster.ns, {}).get(MEM, 0)
+    return in_use(port.feed, cluster.ns, {}).get(MEM, 0)
 
 
 def test_a_dropped_watch_resumes_without_missing_an_event(cluster: Cluster, start_quota) -> None:
@@ -61,7 +61,7 @@ def test_only_the_pods_of_quotad_namespaces_are_listed_and_watched(cluster: Clus
     not) and stops with its last."""
     cluster.create_pod(gpu_pod("before", 1000))  # never admitted by a webhook: counts once the quota comes
     port, _ = start_quota()
-    assert pod_requests(cluster, watch=False) == [] and port.feed.in_use(cluster.ns, {}) == {}
+    assert pod_requests(cluster, watch=False) == [] and in_use(port.feed, cluster.ns, {}) == {}
     cluster.quota({MEM: "100000"})
     eventually(lambda: memory(port, cluster) == 1000, what="the namespace's Pods listed once it has a quota")
     cluster.quota({"limits.cpu": "4"})  # no device quota any more

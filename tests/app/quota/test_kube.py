@@ -18,7 +18,7 @@ from app.quota.kube import KubeQuota, QuotaStartError, open_quota
 from app.quota.ledger import LEDGER_ANNOTATION, MARK_ANNOTATION, MAX_LEDGER_BYTES, Entry, encode
 from app.review import QUOTA_RESERVATION_ANNOTATION
 from app.settings import Settings, SettingsError
-from tests.app.quota.conftest import GPU, MEM, Cluster, eventually, resource_quota, unique
+from tests.app.quota.conftest import GPU, MEM, Cluster, eventually, in_use, resource_quota, unique
 from tests.app.reviews import Outcome, admission_review, run
 from tests.realkube.cluster import RealKube
 from tests.support.pods import container, pod
@@ -105,8 +105,8 @@ def test_a_created_pod_counts_once_and_its_generated_name_is_tracked(cluster: Cl
     outcome = admit(4000, "u-1")
     created = cluster.create_pod(outcome.patched)  # generateName: the name is chosen only now
     assert created["metadata"]["name"].startswith("job-")
-    eventually(lambda: port.feed.pods.consumed(cluster.ns, "u-1"), what="the feed to see the Pod")
-    assert port.feed.in_use(cluster.ns, {"u-1": {MEM: 4000}}) == {MEM: 4000, GPU: 1}  # usage, not also reserved
+    eventually(lambda: port.feed.pods.held(cluster.ns, "u-1") is not None, what="the feed to see the Pod")
+    assert in_use(port.feed, cluster.ns, {"u-1": {MEM: 4000}}) == {MEM: 4000, GPU: 1}  # usage, not also reserved
     assert admit(4000, "u-2").response["allowed"]
     assert "used 8000 + requested 1 > limit 8000" in denied(admit(1, "u-3"))
     # The write that reserved u-2 dropped u-1: its Pod counts as usage for every worker whose Pod watch has
@@ -136,9 +136,9 @@ def test_terminal_pods_are_released(cluster: Cluster, start_quota) -> None:
     obj = gpu_pod(4000, cluster.ns)
     obj["metadata"] = {"name": "done"}
     cluster.create_pod(obj)
-    eventually(lambda: port.feed.in_use(cluster.ns, {}).get(MEM) == 4000, what="the Pod's usage")
+    eventually(lambda: in_use(port.feed, cluster.ns, {}).get(MEM) == 4000, what="the Pod's usage")
     cluster.finish_pod("done", "Succeeded")  # what its kubelet reports when the containers end
-    eventually(lambda: port.feed.in_use(cluster.ns, {}) == {}, what="the finished Pod's release")
+    eventually(lambda: in_use(port.feed, cluster.ns, {}) == {}, what="the finished Pod's release")
 
 
 def test_several_quota_objects_are_all_enforced(cluster: Cluster, start_quota, admitter) -> None:
@@ -283,7 +283,7 @@ def test_native_sidecars_count_in_the_usage_of_running_pods(cluster: Cluster, st
     obj["metadata"] = {"name": "with-sidecar"}
     obj["spec"]["initContainers"] = [container("proxy", limits={GPU: "1", MEM: "1000"}) | {"restartPolicy": "Always"}]
     cluster.create_pod(obj)
-    eventually(lambda: port.feed.in_use(cluster.ns, {}) == {MEM: 1500, GPU: 2}, what="the sidecar Pod's usage")
+    eventually(lambda: in_use(port.feed, cluster.ns, {}) == {MEM: 1500, GPU: 2}, what="the sidecar Pod's usage")
 
 
 def test_a_pod_consumes_only_its_own_namespaces_reservation(cluster: Cluster, start_quota) -> None:
@@ -298,9 +298,9 @@ def test_a_pod_consumes_only_its_own_namespaces_reservation(cluster: Cluster, st
         copied = pod(container(limits={GPU: "1", MEM: "1000"}), annotations={QUOTA_RESERVATION_ANNOTATION: "u-1"})
         copied["metadata"] = {"name": "copied", "annotations": copied["metadata"]["annotations"]}
         cluster.core.create_namespaced_pod(elsewhere, copied)
-        eventually(lambda: port.feed.pods.consumed(elsewhere, "u-1"), what="the Pod elsewhere")
-        assert not port.feed.pods.consumed(cluster.ns, "u-1")
-        assert port.feed.in_use(cluster.ns, {"u-1": {MEM: 4000}}) == {MEM: 4000}
+        eventually(lambda: port.feed.pods.held(elsewhere, "u-1") is not None, what="the Pod elsewhere")
+        assert port.feed.pods.held(cluster.ns, "u-1") is None
+        assert in_use(port.feed, cluster.ns, {"u-1": {MEM: 4000}}) == {MEM: 4000}
     finally:
         cluster.kube.kubectl("delete", "namespace", "--wait=false", elsewhere)
 
