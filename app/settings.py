@@ -95,9 +95,11 @@ class Settings:
     bind: str = _knob("HAMI_WEBHOOK_BIND", "0.0.0.0:9443", "address gunicorn listens on (HTTPS)")
     tls_cert: str = _knob("HAMI_WEBHOOK_TLS_CERT", "/tls/tls.crt", "serving certificate (PEM, leaf first)")
     tls_key: str = _knob("HAMI_WEBHOOK_TLS_KEY", "/tls/tls.key", "serving private key (PEM)")
-    workers: int = _knob("HAMI_WEBHOOK_WORKERS", "2", "gunicorn worker processes", minimum=1)
+    workers: int = _knob(
+        "HAMI_WEBHOOK_WORKERS", "1", "gunicorn worker processes (each keeps its own quota feed)", minimum=1
+    )
     threads: int = _knob(
-        "HAMI_WEBHOOK_THREADS", "4", "threads per worker (keep-alive connections served at once)", minimum=1
+        "HAMI_WEBHOOK_THREADS", "8", "threads per worker (keep-alive connections served at once)", minimum=1
     )
     timeout: int = _knob(
         "HAMI_WEBHOOK_TIMEOUT", "30", "seconds a worker may stay silent before gunicorn restarts it", minimum=1

@@ -60,6 +60,7 @@ class FaultyProxy:
     kube: RealKube
     port: int = 0
     requests: list[Request] = field(default_factory=list)
+    watch_chunk: int = 65536  # most bytes a watch stream passes on in one chunk (small: events split over chunks)
     _rules: list[_Rule] = field(default_factory=list)
     _watches: set[socket.socket] = field(default_factory=set)
     _connections: set[socket.socket] = field(default_factory=set)  # every client connection open now
@@ -163,7 +164,7 @@ class FaultyProxy:
                 with proxy._lock:
                     proxy._watches.add(self.connection)
                 try:
-                    while chunk := answer.read1(65536):
+                    while chunk := answer.read1(proxy.watch_chunk):
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                         self.wfile.flush()
                     self.wfile.write(b"0\r\n\r\n")

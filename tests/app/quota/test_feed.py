@@ -55,6 +55,18 @@ def test_a_dropped_watch_resumes_without_missing_an_event(cluster: Cluster, star
     assert len(pod_requests(cluster, watch=True)) == 2
 
 
+def test_events_split_over_chunks_are_read_whole(cluster: Cluster, start_quota) -> None:
+    """A watch's events reach the feed in chunks of any size (a proxy in between re-chunks the stream): one event
+    split over many chunks, the end of one and the start of the next in one chunk."""
+    cluster.proxy.watch_chunk = 97  # a Pod event is kilobytes
+    cluster.quota({MEM: "100000"})
+    port, _ = start_quota()
+    for i in range(5):
+        cluster.create_pod(gpu_pod(f"split-{i}", 1000))
+    eventually(lambda: memory(port, cluster) == 5000, what="five pods watched through 97-byte chunks")
+    assert pod_requests(cluster, watch=True)  # they came by the watch, not a list
+
+
 def test_only_the_pods_of_quotad_namespaces_are_listed_and_watched(cluster: Cluster, start_quota) -> None:
     """A worker's cost follows the quota'd namespaces' Pods: no cluster-wide Pod list or watch; a namespace's
     stream starts with its first device quota (counting the Pods already there, admitted by the webhook or
