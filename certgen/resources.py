@@ -11,25 +11,23 @@ from __future__ import annotations
 
 import base64
 import copy
-import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 from urllib.parse import quote
 
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from app.kube import transport
 from app.kube.backoff import Backoff
 from app.kube.config import LOAD_ERRORS, load_configuration
 from app.kube.errors import CONFLICT, NOT_FOUND, ApiError
+from app.kube.transport import JSON
 from certgen import log, pki
-
-JSON = dict[str, Any]
 
 MAX_ATTEMPTS = 5
 REQUEST_TIMEOUT = (10, 30)  # connect, read (seconds)
@@ -64,24 +62,12 @@ def connect(kubeconfig: str | None) -> Iterator[client.ApiClient]:
 def _request(api: client.ApiClient, method: str, path: str, action: str, body: JSON | None = None) -> JSON:
     """One API call; an answer other than 2xx raises ApiError, a connection error KubeError, each naming `action`."""
     query = {"fieldManager": FIELD_MANAGER} if method in ("POST", "PUT") else None
-    method, url, headers, payload, _ = api.param_serialize(
-        method,
-        path,
-        query_params=query,
-        header_params={"Accept": "application/json", "Content-Type": "application/json"},
-        body=body,
-        auth_settings=["BearerToken"],
-    )
     try:
-        response = api.call_api(method, url, header_params=headers, body=payload, _request_timeout=REQUEST_TIMEOUT)
-        response.read()
+        return transport.request(api, method, path, timeout=REQUEST_TIMEOUT, body=body, query=query, action=action)
     except ApiException as exc:  # the client's wrapping of TLS failures
         raise KubeError(f"{action}: cannot reach the API server: {exc.reason}") from None
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         raise KubeError(f"{action}: cannot reach the API server: {exc}") from None
-    if 200 <= response.status < 300:
-        return json.loads(response.data or b"{}")
-    raise ApiError.from_response(response.status, response.reason, response.data, action)
 
 
 def _get(api: client.ApiClient, path: str, action: str) -> JSON | None:

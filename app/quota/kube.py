@@ -541,7 +541,7 @@ def open_quota(settings: Settings) -> QuotaPort:
         _probe(configuration)
     ttl = settings.quota_reservation_ttl
     feed = Feed(client.ApiClient(configuration), settings.devices, forget_after=ttl, home=settings.namespace)
-    ledger = Ledger(client.CoordinationV1Api(client.ApiClient(configuration)), settings.namespace)
+    ledger = Ledger(client.ApiClient(configuration), settings.namespace)
     port = KubeQuota(feed, ledger, ttl=ttl, stale_after=settings.quota_stale_after)
     port.start()
     log.info("namespace device quota is on: API %s, ledger in namespace %s", configuration.host, settings.namespace)

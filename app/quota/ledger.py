@@ -19,10 +19,11 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
+from app.kube import transport
 from app.kube.errors import NOT_FOUND, ApiError
 from app.quota.demand import Amounts
 
@@ -97,61 +98,58 @@ def _encoded(entry: Entry) -> dict[str, Any]:
 
 
 class Ledger:
-    """Reads and compare-and-swap writes of the ledger Leases in ``home`` (the webhook's namespace)."""
+    """Reads and compare-and-swap writes of the ledger Leases in ``home`` (the webhook's namespace), as plain JSON
+    through app.kube.transport: on the admission path, the generated client's argument validation cost more
+    CPU than the request."""
 
-    def __init__(self, api: client.CoordinationV1Api, home: str) -> None:
+    def __init__(self, api: client.ApiClient, home: str) -> None:
         self._api = api
         self.home = home
 
     def close(self) -> None:
-        self._api.api_client.close()
+        self._api.close()
 
     @staticmethod
     def name(namespace: str) -> str:
         return LEDGER_PREFIX + namespace
 
+    def _path(self, namespace: str = "") -> str:
+        leases = f"/apis/coordination.k8s.io/v1/namespaces/{quote(self.home)}/leases"
+        return f"{leases}/{quote(self.name(namespace))}" if namespace else leases
+
     def read(self, namespace: str, timeout: float) -> Snapshot:
         try:
-            response: Any = self._api.read_namespaced_lease(  # raw JSON: _preload_content=False
-                self.name(namespace), self.home, _preload_content=False, _request_timeout=timeout
-            )
-        except ApiException as exc:
-            if exc.status == NOT_FOUND:
+            lease = transport.request(self._api, "GET", self._path(namespace), timeout=timeout)
+        except ApiError as exc:
+            if exc.code == NOT_FOUND:
                 return Snapshot(namespace, {}, None)
-            raise ApiError.from_client(exc) from None
-        return snapshot(namespace, json.loads(response.data))
+            raise
+        return snapshot(namespace, lease)
 
     def write(self, found: Snapshot, text: str, mark: int, wanted: int, timeout: float) -> Snapshot:
         """Replace the entries (``encode``d), mark and wanted count if the Lease is still the one read (create
-        it if it was absent); the ledger as now stored. ApiError CONFLICT if someone wrote first."""
+        it if it was absent); the ledger as now stored. ApiError CONFLICT if someone wrote first (a stale
+        resourceVersion, or created by someone else meanwhile)."""
         annotations = {LEDGER_ANNOTATION: text, MARK_ANNOTATION: str(mark), WANTED_ANNOTATION: str(wanted)}
-        body: Any  # a plain dict: the client sends it as is
-        try:
-            if found.lease is None:
-                body = {
-                    "apiVersion": "coordination.k8s.io/v1",
-                    "kind": "Lease",
-                    "metadata": {
-                        "name": self.name(found.namespace),
-                        "namespace": self.home,
-                        "labels": {"app.kubernetes.io/managed-by": "hami-webhook"},
-                        "annotations": annotations,
-                    },
-                    "spec": {},
-                }
-                response: Any = self._api.create_namespaced_lease(
-                    self.home, body, _preload_content=False, _request_timeout=timeout
-                )
-            else:
-                meta = found.lease["metadata"]  # keeps resourceVersion: the compare in compare-and-swap
-                merged = {**(meta.get("annotations") or {}), **annotations}
-                body = {**found.lease, "metadata": {**meta, "annotations": merged}}
-                response = self._api.replace_namespaced_lease(
-                    self.name(found.namespace), self.home, body, _preload_content=False, _request_timeout=timeout
-                )
-        except ApiException as exc:  # 409 CONFLICT: a stale resourceVersion, or created by someone else meanwhile
-            raise ApiError.from_client(exc) from None
-        return snapshot(found.namespace, json.loads(response.data))
+        if found.lease is None:
+            body: dict[str, Any] = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": self.name(found.namespace),
+                    "namespace": self.home,
+                    "labels": {"app.kubernetes.io/managed-by": "hami-webhook"},
+                    "annotations": annotations,
+                },
+                "spec": {},
+            }
+            stored = transport.request(self._api, "POST", self._path(), timeout=timeout, body=body)
+        else:
+            meta = found.lease["metadata"]  # keeps resourceVersion: the compare in compare-and-swap
+            merged = {**(meta.get("annotations") or {}), **annotations}
+            body = {**found.lease, "metadata": {**meta, "annotations": merged}}
+            stored = transport.request(self._api, "PUT", self._path(found.namespace), timeout=timeout, body=body)
+        return snapshot(found.namespace, stored)
 
 
 def _entries(raw: Any) -> dict[str, Entry]:
