@@ -10,7 +10,7 @@ past the limit together. The rules, and why they hold, are in docs/quota.md ("Ho
   compare-and-swap, from the worker's cached copy of the ledger (kept fresh by the feed's watch); a 409
   brings the newer copy and the batch is decided again.
 - Grants: a worker admitting into a namespace in a burst writes, with its batch, room for the Pods it
-  expects in the next moment (at most an eighth of the room left). For WINDOW seconds after sending that
+  expects in the next moment (at most a quarter of the room left). For WINDOW seconds after sending that
   write it admits into the grant without asking the API server, then closes it by writing what it admitted.
   Others count an open grant as wholly taken when they admit, and as possibly free when they deny: what does
   not fit even so is denied, what lies in between waits for the grant to close (or for its window, as they
@@ -57,7 +57,12 @@ LOST_ROUND = Backoff(first=0.002, cap=0.005, jitter=1.0)
 WINDOW = 1.0  # seconds a worker admits into a grant it wrote, counted from before the write
 SLACK = 0.25  # others count a grant as possibly free this much longer, on their own clocks, from first sight
 BURST = 4  # admissions per second into one namespace, in one worker, from which it takes room ahead
-SHARE = 8  # a grant takes at most 1/SHARE of the room left
+# A grant takes at most 1/SHARE of the room left, and at least BATCHES_AHEAD batches like the one it is written
+# with. Measured with one process per replica (3 replicas, 300-Pod bursts): 8 and 4 -> 4 and 8 cut ledger
+# writes from 0.16 to 0.11 per Pod (lost compare-and-swaps 0.08 -> 0.04) and room-for-50's p99 from 1.49x to
+# 1.10x the no-quota p99.
+SHARE = 4
+BATCHES_AHEAD = 8
 AHEAD_MAX = 64  # Pods' worth of room taken ahead at most
 UNDECIDED_STEP = 0.05  # seconds between decisions while a grant of another worker may hold the room
 CLOSER_RETRY = 0.02  # seconds before the closer looks again at a grant it could not close yet
@@ -410,13 +415,14 @@ class KubeQuota:
     ) -> Amounts:
         """Room to take ahead with this write, in a burst (several admissions at once, a recent rate of BURST
         or more, or a lost compare-and-swap): what the next WINDOW's admissions need at this worker's recent
-        rate, and at least four batches like this one (Pods shaped like its), at most 1/SHARE of the room left."""
+        rate, and at least BATCHES_AHEAD batches like this one (Pods shaped like its), at most 1/SHARE of the room
+        left."""
         while state.admitted and state.admitted[0] < now - 1:
             state.admitted.popleft()
         rate = len(state.admitted) + count
         if rate < BURST and count < 2 and not contended:
             return {}
-        pods = min(max(math.ceil(rate * WINDOW), 4 * count), AHEAD_MAX)
+        pods = min(max(math.ceil(rate * WINDOW), BATCHES_AHEAD * count), AHEAD_MAX)
         each = {name: math.ceil(amount / count) for name, amount in taking.items()}
         for name, amount in each.items():
             if name in limits and amount:
