@@ -6,9 +6,10 @@ burst      Device Pods created at once by client threads through kube-apiserver,
            create calls in a namespace without a device quota, with a quota that has room for all, and with
            room for 50; and, for reference, in a namespace whose ResourceQuota limits another extended
            resource (``limits.example.com/widgets``): what kube-apiserver's own quota admission costs a
-           namespace with a ResourceQuota of that shape, the webhook doing nothing for it. Rounds alternate the order of the cases; each run is divided by the no-quota
-           run of its own round, and the medians of those ratios are printed. Every run is checked: exactly the
-           Pods that fit are created, and nothing is refused except by the quota.
+           namespace with a ResourceQuota of that shape, the webhook doing nothing for it. Rounds alternate the
+           order of the cases; each run is divided by the no-quota run of its own round, and the medians of
+           those ratios are printed. Every run is checked: exactly the Pods that fit are created, and nothing
+           is refused except by the quota.
 inprocess  What review() costs per admission: quota off, quota on in a namespace without a device quota,
            and with one (the ledger round trips to the API server), medians over alternating rounds.
 scale      One replica's start-to-ready and worker RSS against the number of non-device Pods in the cluster,
