@@ -109,19 +109,27 @@ def machine() -> dict[str, Any]:
         "kernel": platform.release(),
         "load_average_start": os.getloadavg(),
         "versions": versions,
-        "workers": os.environ.get("HAMI_WEBHOOK_WORKERS", "2"),
-        "threads": os.environ.get("HAMI_WEBHOOK_THREADS", "4"),
+        "workers": serving()["HAMI_WEBHOOK_WORKERS"],
+        "threads": serving()["HAMI_WEBHOOK_THREADS"],
+    }
+
+
+def serving() -> dict[str, str]:
+    """The servers' workers and threads: 2 x 4 unless the environment says otherwise, not the webhook's own
+    default of one worker per replica, because the bench measures how connections spread over workers."""
+    return {
+        name: os.environ.get(name, default)
+        for name, default in (("HAMI_WEBHOOK_WORKERS", "2"), ("HAMI_WEBHOOK_THREADS", "4"))
     }
 
 
 def over_the_wire(args: argparse.Namespace, wrk: str) -> dict[str, Any]:
-    workers = int(os.environ.get("HAMI_WEBHOOK_WORKERS", "2"))
     body = json.dumps(pods.reviews()["single-gpu"]).encode()
     with tempfile.TemporaryDirectory(prefix="hami-bench-") as tmp:
         workdir = Path(tmp)
         (workdir / "review.json").write_bytes(body)
         load = wire.Load(wrk, workdir / "review.json")
-        with wire.servers(workdir, body, workers) as (product, floor):
+        with wire.servers(workdir, body, serving()) as (product, floor):
             for server in (product, floor):  # warm-up: imports, caches, TLS sessions
                 load.run(server, 1)
             out: dict[str, Any] = {"connections": wire.CONNECTIONS, "review_bytes": len(body)}

@@ -65,7 +65,7 @@ class Server:
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}/webhook"
 
-    def start(self, cert: Path, key: Path) -> None:
+    def start(self, cert: Path, key: Path, env: dict[str, str]) -> None:
         self.counts_path.write_bytes(b"\0" * counted.SLOTS * counted.SLOT.size)
         # as the shipped manifests run it: JSON logs, metrics in multiprocess mode served by the master; the
         # product's one line per review goes to a file
@@ -78,6 +78,7 @@ class Server:
             log=self.workdir / f"{self.name}.log",
             HAMI_BENCH_COUNTS=str(self.counts_path),
             HAMI_LOG_FORMAT="json",
+            **env,
         )
 
     def wait_ready(self, workers: int, body: bytes, context: ssl.SSLContext, timeout: float = 30) -> None:
@@ -156,7 +157,7 @@ def _post(port: int, context: ssl.SSLContext, body: bytes) -> dict[str, Any]:
 
 
 @contextmanager
-def servers(workdir: Path, body: bytes, workers: int) -> Iterator[tuple[Server, Server]]:
+def servers(workdir: Path, body: bytes, env: dict[str, str]) -> Iterator[tuple[Server, Server]]:
     """The product and the floor, both up, both answering correctly; stopped on the way out."""
     from certgen.pki import write_local
 
@@ -165,9 +166,9 @@ def servers(workdir: Path, body: bytes, workers: int) -> Iterator[tuple[Server, 
     floor = Server("floor", "bench.floor:app", workdir)
     try:
         for server in (product, floor):
-            server.start(pki.cert, pki.key)
+            server.start(pki.cert, pki.key, env)
         for server in (product, floor):
-            server.wait_ready(workers, body, client_context(pki.ca_cert))
+            server.wait_ready(int(env["HAMI_WEBHOOK_WORKERS"]), body, client_context(pki.ca_cert))
         yield product, floor
     finally:
         for server in (product, floor):
