@@ -575,8 +575,8 @@ def watch_lines(response: Any) -> Iterator[bytes]:
 
     The client's own iter_resp_lines decodes every line to str (which orjson then encodes again) and copies
     its buffer once per line; a Pod event is kilobytes, and every worker reads every Pod event of the
-    quota'd namespaces, so this is the feed's hottest loop. The API server sends one event per chunk, so the
-    split rarely carries anything over."""
+    quota'd namespaces, so this is the feed's hottest loop. Chunks and events need not line up (a proxy in
+    between may re-chunk the stream): what follows a chunk's last newline waits for the next chunk."""
     pending = b""
     for chunk in response.stream(amt=None, decode_content=False):
         *lines, pending = (pending + chunk if pending else chunk).split(b"\n")
