@@ -93,6 +93,7 @@ def quota_path(smoke: bool) -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
+    served = serving()
     cpu = next(
         (
             line.split(":", 1)[1].strip()
@@ -109,8 +110,8 @@ def machine() -> dict[str, Any]:
         "kernel": platform.release(),
         "load_average_start": os.getloadavg(),
         "versions": versions,
-        "workers": serving()["HAMI_WEBHOOK_WORKERS"],
-        "threads": serving()["HAMI_WEBHOOK_THREADS"],
+        "workers": served["HAMI_WEBHOOK_WORKERS"],
+        "threads": served["HAMI_WEBHOOK_THREADS"],
     }
 
 

@@ -105,6 +105,7 @@ class Ledger:
     def __init__(self, api: client.ApiClient, home: str) -> None:
         self._api = api
         self.home = home
+        self._leases = f"/apis/coordination.k8s.io/v1/namespaces/{quote(home)}/leases"
 
     def close(self) -> None:
         self._api.close()
@@ -113,9 +114,9 @@ class Ledger:
     def name(namespace: str) -> str:
         return LEDGER_PREFIX + namespace
 
-    def _path(self, namespace: str = "") -> str:
-        leases = f"/apis/coordination.k8s.io/v1/namespaces/{quote(self.home)}/leases"
-        return f"{leases}/{quote(self.name(namespace))}" if namespace else leases
+    def _path(self, namespace: str) -> str:
+        """Where the namespace's ledger Lease is read and replaced."""
+        return f"{self._leases}/{quote(self.name(namespace))}"
 
     def read(self, namespace: str, timeout: float) -> Snapshot:
         try:
@@ -143,7 +144,7 @@ class Ledger:
                 },
                 "spec": {},
             }
-            stored = transport.request(self._api, "POST", self._path(), timeout=timeout, body=body)
+            stored = transport.request(self._api, "POST", self._leases, timeout=timeout, body=body)
         else:
             meta = found.lease["metadata"]  # keeps resourceVersion: the compare in compare-and-swap
             merged = {**(meta.get("annotations") or {}), **annotations}
