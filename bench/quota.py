@@ -43,6 +43,7 @@ from typing import Any
 from app.edit import PodEdit
 from app.quota import QuotaOff, demands
 from app.quota.kube import KubeQuota, open_quota
+from app.quota.ledger import LEDGER_ANNOTATION, Ledger
 from app.review import review
 from app.settings import Settings
 from bench.inprocess import percentile
@@ -55,7 +56,6 @@ from tests.support.pods import container, pod
 from tests.support.ports import free_port
 
 MEM = "nvidia.com/gpumem"
-LEDGER = "hami-quota-"
 GPU = {"nvidia.com/gpu": "1", MEM: "1000"}
 IMAGE = "nvidia/cuda:12.4.1-base-ubuntu22.04"
 CASES = ("no quota", "other quota", "room for all", "room for 50")
@@ -451,10 +451,10 @@ def churn_part(installed: Installed, work: Path, args: argparse.Namespace) -> No
         try:
             while not done.wait(0.5):
                 status, data = api.call(
-                    "GET", f"/apis/coordination.k8s.io/v1/namespaces/hami-system/leases/{LEDGER}{ns}"
+                    "GET", f"/apis/coordination.k8s.io/v1/namespaces/hami-system/leases/{Ledger.name(ns)}"
                 )
                 if status == 200:
-                    text = json.loads(data)["metadata"].get("annotations", {}).get("hami.io/quota-ledger", "{}")
+                    text = json.loads(data)["metadata"].get("annotations", {}).get(LEDGER_ANNOTATION, "{}")
                     sizes.append((len(json.loads(text)), len(text)))
         finally:
             api.close()

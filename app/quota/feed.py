@@ -243,19 +243,24 @@ class LedgerTable:
             self.apply("ADDED", obj)
 
     def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
-        name = (obj.get("metadata") or {}).get("name") or ""
+        meta = obj.get("metadata") or {}
+        name = meta.get("name") or ""
         if not name.startswith(LEDGER_PREFIX):
             return
         namespace = name[len(LEDGER_PREFIX) :]
         if kind == "DELETED":
             self._by_namespace.pop(namespace, None)
-        else:
+        elif self._newer(namespace, resource_version(meta.get("resourceVersion"))):
+            # parsed only when newer: the writer's own write comes back by the watch after it offered it
             self.offer(snapshot(namespace, obj))
 
     def offer(self, found: Snapshot) -> None:
-        current = self._by_namespace.get(found.namespace)
-        if current is None or found.rv > current.rv:
+        if self._newer(found.namespace, found.rv):
             self._by_namespace[found.namespace] = found
+
+    def _newer(self, namespace: str, rv: int) -> bool:
+        current = self._by_namespace.get(namespace)
+        return current is None or rv > current.rv
 
     def get(self, namespace: str) -> Snapshot | None:
         return self._by_namespace.get(namespace)

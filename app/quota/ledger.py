@@ -31,7 +31,8 @@ LEDGER_ANNOTATION = "hami.io/quota-ledger"
 MARK_ANNOTATION = "hami.io/quota-ledger-mark"
 WANTED_ANNOTATION = "hami.io/quota-ledger-wanted"
 LEDGER_PREFIX = "hami-quota-"
-MANAGED_BY = "app.kubernetes.io/managed-by=hami-webhook"
+MANAGED_BY_LABEL = {"app.kubernetes.io/managed-by": "hami-webhook"}  # on every ledger Lease
+MANAGED_BY = ",".join(f"{k}={v}" for k, v in MANAGED_BY_LABEL.items())  # its selector, for the feed's watch
 # The API server refuses more than 256 KiB of annotations on an object; this leaves room for the mark and keys.
 MAX_LEDGER_BYTES = 250_000
 
@@ -139,7 +140,7 @@ class Ledger:
                 "metadata": {
                     "name": self.name(found.namespace),
                     "namespace": self.home,
-                    "labels": {"app.kubernetes.io/managed-by": "hami-webhook"},
+                    "labels": dict(MANAGED_BY_LABEL),
                     "annotations": annotations,
                 },
                 "spec": {},
