@@ -1,0 +1,125 @@
+"""HAMi's own webhook, built from its source by scripts/hami-reference.sh: the reference for parity and speed.
+
+`build()` returns the build (exit codes 2-4 of the script mean "cannot build here": `Unavailable`, which the
+suites skip off CI and fail on with CI=true), `render()` HAMi's chart's device config for a set-up, and
+`serve()` runs HAMi's webhook over TLS on 127.0.0.1 until the block ends.
+"""
+
+from __future__ import annotations
+
+import http.client
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.support import ROOT
+from tests.support.ports import free_port
+from tests.support.servers import Server, stop
+
+BUILD_SCRIPT = ROOT / "scripts" / "hami-reference.sh"
+DEFAULT_SOURCE_DIR = ROOT.parent / "shared" / "hami-src"
+# What the script's exit codes mean when it cannot build here (its header lists them).
+CANNOT_BUILD = {2: "a HAMi source tree", 3: "a Go toolchain (go)", 4: "the Go module proxy"}
+
+
+class Unavailable(Exception):
+    """HAMi's webhook cannot be built on this machine; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One build of HAMi's webhook: the binary, the chart renderer, the chart, and where it came from."""
+
+    bin: Path
+
+    @property
+    def webhook(self) -> Path:
+        return self.bin / "hami-webhook"
+
+    @property
+    def source(self) -> str:
+        """The HAMi source that was built (a path), as the build recorded it."""
+        return (self.bin / "SOURCE").read_text().splitlines()[0]
+
+    def render(self, values: Mapping[str, str] = {}) -> str:
+        """The chart's device-config.yaml, as `helm install --set key=value ...` would write it."""
+        sets = [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
+        command = [str(self.bin / "render-device-config"), "--chart", str(self.bin / "chart"), *sets]
+        return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+
+
+def build(source: str | Path | None = None) -> Reference:
+    """scripts/hami-reference.sh [SOURCE]: built once into the user's cache, then reused (seconds)."""
+    command = ["bash", str(BUILD_SCRIPT), *([str(source)] if source else [])]
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+    if done.returncode in CANNOT_BUILD:
+        raise Unavailable(f"{BUILD_SCRIPT.name} needs {CANNOT_BUILD[done.returncode]} to build HAMi's webhook")
+    if done.returncode != 0:
+        raise RuntimeError(f"{BUILD_SCRIPT} exited {done.returncode} (its progress is on stderr above)")
+    return Reference(Path(done.stdout.strip().splitlines()[-1]))
+
+
+@dataclass(frozen=True)
+class Served:
+    """A running HAMi webhook: where to reach it and the CA that signed its certificate."""
+
+    port: int
+    context: ssl.SSLContext
+    process: Server
+
+    def connection(self, timeout: float = 10) -> http.client.HTTPSConnection:
+        return http.client.HTTPSConnection("127.0.0.1", self.port, context=self.context, timeout=timeout)
+
+
+def flags(
+    device_config: Path,
+    *,
+    scheduler_name: str = "hami-scheduler",
+    force_overwrite: bool = True,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """HAMi's scheduler flags as its chart passes them (`--scheduler-name`, `--force-overwrite-...`, the config)."""
+    return [
+        f"--scheduler-name={scheduler_name}",
+        f"--force-overwrite-default-scheduler={str(force_overwrite).lower()}",
+        f"--device-config-file={device_config}",
+        *extra,
+    ]
+
+
+@contextmanager
+def serve(
+    reference: Reference, cert: Path, key: Path, context: ssl.SSLContext, args: Sequence[str], port: int = 0
+) -> Iterator[Served]:
+    """HAMi's webhook with `args` (see `flags`) on 127.0.0.1, ready when the block starts, stopped after it."""
+    port = port or free_port()
+    command = [str(reference.webhook), f"--http_bind=127.0.0.1:{port}", f"--cert_file={cert}", f"--key_file={key}"]
+    process = Server([*command, *args], env={})
+    served = Served(port, context, process)
+    try:
+        _wait_ready(served)
+        yield served
+    finally:
+        stop(process, timeout=10)
+
+
+def _wait_ready(served: Served, timeout: float = 20) -> None:
+    """Poll /healthz (HAMi's webhook has no /readyz); fail with its log if it exits or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if served.process.poll() is not None:
+            raise AssertionError(f"HAMi's webhook exited {served.process.returncode}: {served.process.log()}")
+        conn = served.connection(timeout=2)
+        try:
+            conn.request("GET", "/healthz")
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            time.sleep(0.1)
+        finally:
+            conn.close()
+    raise AssertionError(f"HAMi's webhook did not become ready: {served.process.log()}")
