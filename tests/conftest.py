@@ -1,6 +1,9 @@
-"""Fixtures every test may use: the real Kubernetes control plane of tests/realkube."""
+"""Fixtures every test may use: the real Kubernetes control plane of tests/realkube, HAMi's examples."""
 
 import os
+from pathlib import Path
+
+import pytest
 
 from tests.realkube.fixtures import (  # noqa: F401
     any_installed,
@@ -17,3 +20,18 @@ from tests.realkube.fixtures import (  # noqa: F401
 # A gunicorn a test starts serves /metrics on a free loopback port unless the test names one: never
 # 0.0.0.0:9090, where parallel servers would fight over one port.
 os.environ.setdefault("HAMI_METRICS_BIND", "127.0.0.1:0")
+
+HAMI_EXAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "hami-examples"
+
+
+@pytest.fixture(scope="session")
+def hami_examples() -> Path:
+    """HAMi's own example manifests, read where they are (shared/ beside the repository), never copied into it.
+
+    A machine without them skips; under CI=true (where shared/ is always beside the clone) they must be there.
+    """
+    if not (HAMI_EXAMPLES / "examples").is_dir():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"HAMi's examples are missing: expected them in {HAMI_EXAMPLES}")
+        pytest.skip(f"HAMi's examples are not at {HAMI_EXAMPLES}")
+    return HAMI_EXAMPLES

@@ -95,10 +95,11 @@ class Nvidia:
     def _check_percentage(self, ctr: ContainerEdit) -> None:
         if not self.percentage_name:
             return
+        # HAMi reads the percentage rounded up, as its scheduler and device plugin do: 500m is 1%.
         percentage = ctr.limit_or_request(self.percentage_name)
-        if percentage is not None and whole_in_range(percentage, 0, 100) is None:
+        if percentage is not None and not 0 <= percentage.value <= 100:
             raise DeviceRequestError(
-                f"invalid {self.percentage_name} value {percentage} in container {ctr.name}: "
+                f"invalid {self.percentage_name} value {percentage.value} in container {ctr.name}: "
                 "must be an integer between 0 and 100"
             )
 

@@ -1,8 +1,6 @@
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 import yaml
@@ -39,19 +37,3 @@ def configured(tmp_path) -> Callable[..., Settings]:
 def pki(tmp_path_factory) -> LocalFiles:
     """A CA and a serving pair for localhost/127.0.0.1, shared by a module's gunicorn tests."""
     return write_local(tmp_path_factory.mktemp("tls"), ["localhost", "127.0.0.1"])
-
-
-HAMI_EXAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "hami-examples"
-
-
-@pytest.fixture(scope="session")
-def hami_examples() -> Path:
-    """HAMi's own example manifests, read where they are (shared/ beside the repository), never copied into it.
-
-    A machine without them skips; under CI=true (where shared/ is always beside the clone) they must be there.
-    """
-    if not (HAMI_EXAMPLES / "examples").is_dir():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"HAMi's examples are missing: expected them in {HAMI_EXAMPLES}")
-        pytest.skip(f"HAMi's examples are not at {HAMI_EXAMPLES}")
-    return HAMI_EXAMPLES

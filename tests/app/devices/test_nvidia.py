@@ -84,14 +84,22 @@ def test_no_nvidia_resource_is_untouched(settings) -> None:
             id="pct150",
         ),
         pytest.param(
-            {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50.5"},
-            "invalid nvidia.com/gpumem-percentage value 50.5 in container main: must be an integer between 0 and 100",
-            id="pct-fraction",
+            {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "100500m"},
+            "invalid nvidia.com/gpumem-percentage value 101 in container main: must be an integer between 0 and 100",
+            id="pct-fraction-rounded-past-100",
         ),
     ],
 )
 def test_percentage_errors(limits: dict[str, str], message: str, settings) -> None:
     assert run(pod(container(limits=limits)), settings).denial() == (False, 400, "BadRequest", message)
+
+
+@pytest.mark.parametrize("percentage", ["500m", "50.5", "99900m"])
+def test_fractional_percentage_is_read_rounded_up(percentage: str, settings) -> None:
+    """As HAMi reads it (Quantity.Value()): admitted, and the Pod keeps the amount as written."""
+    outcome = run(pod(container(limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": percentage})), settings)
+    assert outcome.response["allowed"] is True
+    assert not any("gpumem-percentage" in op["path"] for op in outcome.ops)
 
 
 def test_memory_without_count_and_no_default_is_denied(configured) -> None:

@@ -1,0 +1,1 @@
+"""The differential suite: HAMi's own webhook and this one answer the same AdmissionReviews (docs/rules.md#parity)."""
