@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.support import ROOT
+from tests.support.pods import container
 
 HAMI_WEBHOOK = Path(sys.executable).with_name("hami-webhook")
 WEBHOOK_CONFIGURATION = ROOT / "manifests/base/mutatingwebhookconfiguration.yaml"
@@ -62,7 +63,7 @@ def write(tmp_path: Path, name: str, documents: Any) -> Path:
 
 
 def gpu_container(name: str = "cuda", **limits: Any) -> dict[str, Any]:
-    return {"name": name, "image": "cuda:12", "resources": {"limits": limits or {"nvidia.com/gpu": 1}}}
+    return container(name, limits or {"nvidia.com/gpu": 1}, defaulted=False)
 
 
 def pod_spec(*containers: dict[str, Any]) -> dict[str, Any]:
