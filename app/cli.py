@@ -184,8 +184,15 @@ def _review(args: argparse.Namespace) -> int:
     else:
         for document in reviewed:
             print("---")
-            print(yaml.safe_dump(document.patched, sort_keys=False), end="")
+            print(yaml.dump(document.patched, Dumper=_PlainDumper, sort_keys=False), end="")
     return max(document.outcome for document in reviews)
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """YAML as kubectl prints it: a node met twice is written twice, never as an ``&id001`` anchor and alias."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _patches(reviewed: list[DocumentReview]) -> Any:

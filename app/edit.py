@@ -254,13 +254,12 @@ def _env_value(entry: Any) -> str:
 class PodEdit:
     """The Pod-level fields the policy reads and writes, plus its containers in policy order."""
 
-    __slots__ = ("_pod", "_spec", "_why", "annotations", "containers", "namespace", "spec_changes")
+    __slots__ = ("_pod", "_spec", "_why", "annotations", "containers", "spec_changes")
 
     def __init__(self, pod: Mapping[str, Any]) -> None:
         self._pod = pod
         metadata = pod.get("metadata") or {}
         self._spec: Mapping[str, Any] = pod.get("spec") or {}
-        self.namespace: str = metadata.get("namespace") or ""
         self.annotations: dict[str, str] = dict(metadata.get("annotations") or {})
         self._why: dict[str, Why] = {}
         self.spec_changes: dict[str, Any] = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
@@ -23,6 +24,16 @@ class SettingsError(ValueError):
     """A setting is invalid; the message names the environment variable."""
 
 
+class QuotaMode(StrEnum):
+    """What HAMI_QUOTA_ENABLED asks of the namespace device quota at start-up; the values are the variable's."""
+
+    AUTO = "auto"
+    """On when an in-cluster configuration or a kubeconfig loads, else off."""
+    REQUIRED = "true"
+    """On; start-up fails without a usable Kubernetes API."""
+    OFF = "false"
+
+
 @dataclass(frozen=True)
 class Knob:
     """One setting: its variable, default and meaning, and the checks its value must pass. Declared once, on its
@@ -34,7 +45,7 @@ class Knob:
     kind: type
     help: str
     minimum: int | None = None
-    choices: tuple[str, ...] = ()  # case-insensitive; the value is kept lower-cased
+    choices: tuple[str, ...] = ()  # case-insensitive; the value is the field's type made from it lower-cased
 
 
 def _knob(env: str, default: str, help: str, *, minimum: int | None = None, choices: tuple[str, ...] = ()) -> Any:
@@ -111,11 +122,11 @@ class Settings:
         minimum=1,
     )
     # -- namespace device quota (README "Namespace quota") --
-    quota_enabled: str = _knob(
+    quota_enabled: QuotaMode = _knob(
         "HAMI_QUOTA_ENABLED",
         "auto",
         "auto: quota on when in-cluster config or a kubeconfig loads; true: required (start-up fails without); false",
-        choices=("auto", "true", "false"),
+        choices=tuple(QuotaMode),
     )
     namespace: str = _knob("HAMI_NAMESPACE", "hami-system", "the webhook's own namespace: home of the ledger Leases")
     quota_reservation_ttl: int = _knob(
@@ -221,11 +232,11 @@ def _parse(knob: Knob, raw: str) -> Any:
         if raw.lower() not in knob.choices:
             expected = f"{', '.join(knob.choices[:-1])} or {knob.choices[-1]}"
             raise SettingsError(f"{knob.env}: expected {expected}, got {raw!r}")
-        return raw.lower()
+        return knob.kind(raw.lower())
     return raw
 
 
-_KINDS = {"str": str, "bool": bool, "int": int}
+_KINDS = {"str": str, "bool": bool, "int": int, "QuotaMode": QuotaMode}
 KNOBS: tuple[Knob, ...] = tuple(
     Knob(env, f.name, default, _KINDS[str(f.type)], help, minimum, choices)
     for f in fields(Settings)

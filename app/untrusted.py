@@ -63,10 +63,22 @@ def yaml_documents(data: bytes) -> list[Any]:
     except UnicodeDecodeError as exc:
         raise UntrustedError(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
-        _check_shape(text)
-        return list(yaml.load_all(text, Loader=_Loader))
+        aliased = _check_shape(text)
+        documents = list(yaml.load_all(text, Loader=_Loader))
     except yaml.YAMLError as exc:
         raise UntrustedError(_one_line(str(exc))) from None
+    return [_unshared(d) for d in documents] if aliased else documents
+
+
+def _unshared(value: Any) -> Any:
+    """``value`` with every node its own, as kubectl's YAML-to-JSON conversion makes it: the loader gives an
+    alias the anchor's very object, and an edit of one place (an annotation added to a map that the labels
+    alias too) would show in the other. Bounded by the node count checked before loading."""
+    if isinstance(value, dict):
+        return {key: _unshared(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_unshared(item) for item in value]
+    return value
 
 
 def _one_line(message: str, limit: int = 300) -> str:
@@ -74,9 +86,11 @@ def _one_line(message: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[:limit] + "..."
 
 
-def _check_shape(text: str) -> None:
-    """Walk the event stream once, stopping at the first bound crossed, before any node is built."""
+def _check_shape(text: str) -> bool:
+    """Walk the event stream once, stopping at the first bound crossed, before any node is built; whether the
+    text holds an alias."""
     documents = depth = expanded = 0
+    aliased = False
     opened: list[tuple[str | None, int]] = []
     sizes: dict[str, int] = {}
     for event in yaml.parse(text, Loader=_Base):
@@ -102,9 +116,11 @@ def _check_shape(text: str) -> None:
                 sizes[event.anchor] = 1
         elif isinstance(event, yaml.AliasEvent):
             grown = sizes.get(event.anchor or "", 1)
+            aliased = True
         expanded += grown
         if expanded > MAX_YAML_NODES:
             raise UntrustedError(f"more than {MAX_YAML_NODES} nodes once aliases are expanded")
+    return aliased
 
 
 class _Loader(_Base):  # type: ignore[valid-type,misc]

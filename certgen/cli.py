@@ -290,27 +290,16 @@ def _add_pki_arguments(parser: argparse.ArgumentParser) -> None:
         default=defaults.key_type.value,
         help="key algorithm of new keys",
     )
-    parser.add_argument(
-        "--ca-validity",
-        type=_duration,
-        metavar="DURATION",
-        default=format_duration(defaults.ca_validity),
-        help="lifetime of a new CA",
-    )
-    parser.add_argument(
-        "--cert-validity",
-        type=_duration,
-        metavar="DURATION",
-        default=format_duration(defaults.cert_validity),
-        help="lifetime of a new serving certificate",
-    )
-    parser.add_argument(
-        "--renew-before",
-        type=_duration,
-        metavar="DURATION",
-        default=format_duration(defaults.renew_before),
-        help="renew a certificate (or CA) this long before it expires; also the CA overlap period",
-    )
+    for flag, default, meaning in (
+        ("--ca-validity", defaults.ca_validity, "lifetime of a new CA"),
+        ("--cert-validity", defaults.cert_validity, "lifetime of a new serving certificate"),
+        (
+            "--renew-before",
+            defaults.renew_before,
+            "renew a certificate (or CA) this long before it expires; also the CA overlap period",
+        ),
+    ):
+        parser.add_argument(flag, type=_duration, metavar="DURATION", default=format_duration(default), help=meaning)
 
 
 def _policy(args: argparse.Namespace) -> pki.Policy:

@@ -110,8 +110,8 @@ class Material:
 
 
 @dataclass(frozen=True)
-class Decision:
-    """What `reconcile` chose, and why (a reason of None means 'kept as it was')."""
+class Plan:
+    """What `reconcile` will store, and why (a reason of None means 'kept as it was')."""
 
     material: Material
     ca_reason: str | None
@@ -189,7 +189,7 @@ def parse_certificates(pem: bytes | None) -> list[x509.Certificate]:
     return certs
 
 
-def reconcile(stored: Stored, hosts: str | Sequence[str], policy: Policy, now: datetime) -> Decision:
+def reconcile(stored: Stored, hosts: str | Sequence[str], policy: Policy, now: datetime) -> Plan:
     """Decide the material to store: keep what is valid, re-issue only what must change.
 
     The CA is re-issued only when missing, broken or expiring within
@@ -212,7 +212,7 @@ def reconcile(stored: Stored, hosts: str | Sequence[str], policy: Policy, now: d
     overlap_until = ca.cert.not_valid_before_utc + policy.renew_before
     previous = _previous_cas(stored, ca.cert, now) if now < overlap_until else []
     bundle = [ca.cert, *previous]
-    return Decision(
+    return Plan(
         material=Material(
             ca_cert=_cert_pem(ca.cert),
             ca_key=_key_pem(ca.key),
@@ -491,9 +491,9 @@ def write_local(
     ca_key = directory / "ca.key"
     bundle = _read(files.ca_cert)
     stored = Stored(bundle, _read(ca_key), bundle, _read(files.cert), _read(files.key))
-    decision = reconcile(stored, hosts, policy, now or datetime.now(UTC))
-    decision.report()
-    material = decision.material
+    plan = reconcile(stored, hosts, policy, now or datetime.now(UTC))
+    plan.report()
+    material = plan.material
     written = [
         path.name
         for path, data, mode in (

@@ -136,9 +136,9 @@ def ensure_secrets(
             cert=serving_data.get(layout.cert_key),
             key=serving_data.get(layout.key_key),
         )
-        decision = pki.reconcile(stored, hosts, policy, datetime.now(UTC))
-        decision.report()
-        material = decision.material
+        plan = pki.reconcile(stored, hosts, policy, datetime.now(UTC))
+        plan.report()
+        material = plan.material
         try:
             _write_secret(
                 api,

@@ -11,11 +11,25 @@ import pytest
 
 from tests.support import ROOT
 
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "tests" / "realkube" / "README.md"]
+PAGES = [
+    ROOT / "README.md",
+    ROOT / "CHANGELOG.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    ROOT / "tests" / "realkube" / "README.md",
+]
 RULES = ROOT / "docs" / "rules.md"
 SOURCE_DIRS = ("app", "certgen", "tests", "manifests", "scripts", "bench", ".github", ".ci", "docs")
 SOURCE_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".sh", ".cfg", ".toml", ".txt"}
-TOP_FILES = ("README.md", "Dockerfile", "setup.cfg", "pyproject.toml", "ruff.toml", "wsgi.py", "gunicorn.conf.py")
+TOP_FILES = (
+    "README.md",
+    "CHANGELOG.md",
+    "Dockerfile",
+    "setup.cfg",
+    "pyproject.toml",
+    "ruff.toml",
+    "wsgi.py",
+    "gunicorn.conf.py",
+)
 
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
 INLINE_CODE = re.compile(r"`[^`\n]*`")

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 from app.devices.base import (
     ConfigSection,
+    CountMemoryCore,
     DeviceRequestError,
-    OwnsItsQuotaNames,
-    QuotaNames,
     QuotaRequest,
-    count_memory_core,
     whole_in_range,
 )
 from app.edit import ContainerEdit, PodEdit
@@ -21,21 +18,10 @@ WHOLE_CARD_PERCENTAGE = 100
 
 
 @dataclass(frozen=True)
-class AMD(OwnsItsQuotaNames):
+class AMD(CountMemoryCore):
     """HAMi's AMD rules: limits only; the percentage is checked when a count is asked for."""
 
-    count_name: str
-    memory_name: str
-    core_name: str
     key: str = "AMD"
-
-    @classmethod
-    def from_config(cls, section: ConfigSection) -> AMD:
-        return cls(**count_memory_core(section))
-
-    @cached_property
-    def quota_names(self) -> QuotaNames:
-        return QuotaNames(self.memory_name, self.core_name, self.count_name)
 
     def mutate(self, ctr: ContainerEdit, pod: PodEdit) -> bool:
         if self.count_name in ctr.limits and self.core_name in ctr.limits:

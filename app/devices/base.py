@@ -11,7 +11,7 @@ import builtins
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol, Self
 
 from app.edit import ContainerEdit, PodEdit
 from app.quantity import INT32_MAX, Quantity
@@ -156,6 +156,25 @@ def count_memory_core(section: ConfigSection) -> dict[str, str]:
         "memory_name": section.str("resourceMemoryName"),
         "core_name": section.str("resourceCoreName"),
     }
+
+
+@dataclass(frozen=True)
+class CountMemoryCore(OwnsItsQuotaNames):
+    """A vendor configured by the three names most share (``count_memory_core``), its quota kept under them;
+    ``memory_unit_mib`` turns its memory units into the quota's MiB."""
+
+    count_name: str
+    memory_name: str
+    core_name: str
+    memory_unit_mib: ClassVar[int] = 1
+
+    @classmethod
+    def from_config(cls, section: ConfigSection) -> Self:
+        return cls(**count_memory_core(section))
+
+    @cached_property
+    def quota_names(self) -> QuotaNames:
+        return QuotaNames(self.memory_name, self.core_name, self.count_name, self.memory_unit_mib)
 
 
 def names(*candidates: str) -> frozenset[str]:

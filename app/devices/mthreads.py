@@ -7,15 +7,13 @@ out whole, so the webhook rewrites core and memory to whole cards (docs/rules.md
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from typing import ClassVar
 
 from app.devices.base import (
     ConfigSection,
+    CountMemoryCore,
     DeviceRequestError,
-    OwnsItsQuotaNames,
-    QuotaNames,
     QuotaRequest,
-    count_memory_core,
     whole_in_range,
 )
 from app.edit import ContainerEdit, PodEdit, Why
@@ -32,21 +30,11 @@ COUNT = Why("the device count", filled=None)
 
 
 @dataclass(frozen=True)
-class Mthreads(OwnsItsQuotaNames):
+class Mthreads(CountMemoryCore):
     """HAMi's Mthreads admission rules; the count is read from limits, else requests."""
 
-    count_name: str
-    memory_name: str
-    core_name: str
     key: str = "Mthreads"
-
-    @classmethod
-    def from_config(cls, section: ConfigSection) -> Mthreads:
-        return cls(**count_memory_core(section))
-
-    @cached_property
-    def quota_names(self) -> QuotaNames:
-        return QuotaNames(self.memory_name, self.core_name, self.count_name, MEMORY_UNIT_MIB)
+    memory_unit_mib: ClassVar[int] = MEMORY_UNIT_MIB
 
     def mutate(self, ctr: ContainerEdit, pod: PodEdit) -> bool:
         count = ctr.limit_or_request(self.count_name) if self.count_name else None

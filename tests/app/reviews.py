@@ -14,6 +14,7 @@ from typing import Any
 
 import jsonpatch
 
+from app.annotations import GPU_TYPE_ANNOTATION
 from app.quota import QuotaOff, QuotaPort
 from app.review import review
 from app.settings import Settings
@@ -89,9 +90,16 @@ def run(obj: dict[str, Any], settings: Settings, quota: QuotaPort | None = None,
     return Outcome(response, ops, patched)
 
 
+def admitted(obj: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """``obj`` as the webhook lets it in: allowed with no denial, its patch applied."""
+    outcome = run(obj, settings)
+    assert outcome.denial() == (True, 200, "", "")
+    return outcome.patched
+
+
 def redirected(obj: dict[str, Any], *, devices: str = "NVIDIA") -> dict[str, Any]:
     """``obj`` as the webhook returns a device Pod it changed nothing else in: HAMi's scheduler, gpu-type annotation."""
     out = copy.deepcopy(obj)
     out["spec"]["schedulerName"] = "hami-scheduler"
-    out["metadata"].setdefault("annotations", {})["hami.io/gpu-type"] = devices
+    out["metadata"].setdefault("annotations", {})[GPU_TYPE_ANNOTATION] = devices
     return out

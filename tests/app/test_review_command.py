@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.support import ROOT
+from tests.support.pods import container
 
 HAMI_WEBHOOK = Path(sys.executable).with_name("hami-webhook")
 WEBHOOK_CONFIGURATION = ROOT / "manifests/base/mutatingwebhookconfiguration.yaml"
@@ -62,7 +63,7 @@ def write(tmp_path: Path, name: str, documents: Any) -> Path:
 
 
 def gpu_container(name: str = "cuda", **limits: Any) -> dict[str, Any]:
-    return {"name": name, "image": "cuda:12", "resources": {"limits": limits or {"nvidia.com/gpu": 1}}}
+    return container(name, limits or {"nvidia.com/gpu": 1}, defaulted=False)
 
 
 def pod_spec(*containers: dict[str, Any]) -> dict[str, Any]:
@@ -478,3 +479,24 @@ def test_each_patch_is_labelled_with_its_document(hami_examples: Path) -> None:
     assert all(
         {"op": "replace", "path": "/spec/schedulerName", "value": "hami-scheduler"} in p for p in patches.values()
     )
+
+
+def test_nodes_shared_in_the_input_are_printed_plainly_as_kubectl_would(tmp_path: Path) -> None:
+    """Anchors in the input (or any node two places share) come out written in full: kubectl never prints
+    ``&id001``/``*id001``, and tools that read its output need not resolve them."""
+    path = tmp_path / "anchors.yaml"
+    path.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: two, labels: &labels {app: train}, annotations: *labels}\n"
+        "spec:\n  containers:\n"
+        "  - {name: a, image: cuda:12, resources: &gpu {limits: {nvidia.com/gpu: 1}}}\n"
+        "  - {name: b, image: cuda:12, resources: *gpu}\n"
+    )
+    run = review(path)
+    assert run.code == 0, run.err
+    assert "&" not in run.out and "*" not in run.out, run.out
+    (pod,) = run.documents()
+    assert pod["metadata"]["labels"] == {"app": "train"}, (
+        "the annotation added is not the labels' (one node in the input)"
+    )
+    assert pod["metadata"]["annotations"] == {"app": "train", "hami.io/gpu-type": "NVIDIA"}
+    assert [c["resources"]["limits"]["nvidia.com/gpu"] for c in pod["spec"]["containers"]] == [1, 1]

@@ -123,9 +123,9 @@ def test_a_foreign_ca_without_subject_key_identifier_can_sign() -> None:
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     ca_pem = ca.public_bytes(serialization.Encoding.PEM)
-    decision = pki.reconcile(pki.Stored(ca_cert=ca_pem, ca_key=key_pem), HOSTS, POLICY, NOW)
-    assert decision.ca_reason is None and decision.material.ca_cert == ca_pem
-    [leaf] = certs(decision.material.cert)
+    plan = pki.reconcile(pki.Stored(ca_cert=ca_pem, ca_key=key_pem), HOSTS, POLICY, NOW)
+    assert plan.ca_reason is None and plan.material.ca_cert == ca_pem
+    [leaf] = certs(plan.material.cert)
     leaf.verify_directly_issued_by(ca)
     aki = leaf.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value
     assert aki == x509.AuthorityKeyIdentifier.from_issuer_public_key(key.public_key())
@@ -261,23 +261,23 @@ Mutation = Callable[[pki.Material], pki.Stored]
 def test_reconcile_keeps_or_reissues(
     mutate: Mutation, hosts: str, policy: pki.Policy, now: datetime, new_ca: bool, leaf_reason: str | None
 ) -> None:
-    decision = pki.reconcile(mutate(BASE), hosts, policy, now)
-    material = decision.material
+    plan = pki.reconcile(mutate(BASE), hosts, policy, now)
+    material = plan.material
     [ca] = certs(material.ca_cert)
     [leaf] = certs(material.cert)
 
-    assert (decision.ca_reason is not None) is new_ca
+    assert (plan.ca_reason is not None) is new_ca
     assert (material.ca_cert != BASE.ca_cert) is new_ca
     if leaf_reason is None:
-        assert decision.leaf_reason is None
+        assert plan.leaf_reason is None
         assert (material.cert, material.key) == (BASE.cert, BASE.key)
     else:
-        assert leaf_reason in (decision.leaf_reason or "")
+        assert leaf_reason in (plan.leaf_reason or "")
         assert material.cert != BASE.cert and material.key != BASE.key
     assert certs(material.bundle)[0] == ca
     leaf.verify_directly_issued_by(ca)
     assert leaf.not_valid_after_utc - policy.renew_before > now
-    assert decision.hosts == pki.normalize_hosts(hosts)
+    assert plan.hosts == pki.normalize_hosts(hosts)
 
     again = pki.reconcile(pki.Stored(**vars(material)), hosts, policy, now)
     assert again.material == material, "a second run must change nothing"

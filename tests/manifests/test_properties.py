@@ -14,6 +14,7 @@ from app.settings import Settings
 from certgen.cli import build_parser
 from tests.manifests.conftest import MANIFESTS, NAMESPACE, Obj, containers, find, one, pod_specs
 from tests.support import ROOT
+from tests.support import version as project_version
 
 MODES = ["certgen", "cert-manager", "manual"]
 WEBHOOK_LABELS = {"app.kubernetes.io/name": "hami-webhook", "app.kubernetes.io/component": "webhook"}
@@ -353,7 +354,7 @@ def test_readme_production_overlay_sets_the_image_and_the_tls_mode(
 
     objects = kustomize(write_overlay(overlays_dir / "hami-production", "hami-production"))
     images = {c["image"] for pod in pod_specs(objects).values() for c in containers(pod)}
-    assert images == {"registry.example.com/gpu/hami-webhook:0.1.0"}
+    assert images == {f"registry.example.com/gpu/hami-webhook:{project_version()}"}
     assert "Deployment/hami-webhook" in pod_specs(objects)
     assert {(o["kind"], o["metadata"]["name"]) for o in objects} == {
         (o["kind"], o["metadata"]["name"]) for o in rendered["cert-manager"]

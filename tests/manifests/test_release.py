@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support import ROOT
+from tests.support import ROOT, version
 
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
 ACTIONLINT = "github.com/rhysd/actionlint/cmd/actionlint@v1.7.12"
@@ -73,11 +73,7 @@ def test_runs_only_on_version_tags_once_enabled_with_least_privilege() -> None:
     assert build["with"]["platforms"] == "linux/amd64,linux/arm64" and build["with"]["push"] is True
 
 
-VERSION = next(
-    line.split("=", 1)[1].strip()
-    for line in (ROOT / "setup.cfg").read_text().splitlines()
-    if line.startswith("version")
-)
+VERSION = version()
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from tests.support import ROOT
+from tests.support.polling import eventually
 from tests.support.ports import free_port
 
 ADMIN_TOKEN = "admin-token-for-tests"  # a test cluster's static token, loopback only
@@ -303,15 +304,9 @@ class RealKube:
 
     @staticmethod
     def wait_for(condition: Callable[[], object], timeout: float, interval: float = 0.2) -> Any:
-        """Poll `condition` until it returns something true; its value, or TimeoutError."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = condition()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"not true after {timeout:.0f} s: {condition}")
-            time.sleep(interval)
+        """Poll `condition` until it returns something true; its value, or TimeoutError. Every 0.2 s by default:
+        most conditions run kubectl or a request to the API server."""
+        return eventually(condition, timeout, interval=interval)
 
     def _spawn(self, name: str, argv: Sequence[str]) -> None:
         with open(self.run_dir / f"{name}.log", "wb") as log:

@@ -30,9 +30,9 @@ from tests.realkube.install import (
     run_job,
     webhook_server,
 )
+from tests.realkube.pods import pod
 from tests.realkube.test_match_conditions import calls
 from tests.support import ROOT
-from tests.support.pods import container, pod
 
 Obj = dict[str, Any]
 
@@ -41,16 +41,6 @@ Obj = dict[str, Any]
 def kube(request: pytest.FixtureRequest, clusters: Clusters) -> RealKube:
     """A cluster of its own (install and uninstall must not disturb the shared `installed` one)."""
     return clusters.own(request.param, "install")
-
-
-def gpu_pod() -> Obj:
-    ctr = container("cuda", {"nvidia.com/gpu": "1"}, defaulted=False)
-    return pod(ctr, name="gpu-", namespace=None, scheduler=None)
-
-
-def cpu_pod() -> Obj:
-    ctr = container("app", {"cpu": "1"}, image="busybox:1.36", defaulted=False)
-    return pod(ctr, name="cpu-", namespace=None, scheduler=None)
 
 
 def create(kube: RealKube, obj: Obj, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -120,8 +110,8 @@ def test_install_use_upgrade_switch_uninstall(kube: RealKube, tmp_path: Path, se
     assert [rs["spec"]["replicas"] for rs in replica_sets["items"]] == [2]
 
     servers.append(webhook_server(kube, tmp_path / "webhook-1").start())
-    assert scheduler(kube, gpu_pod()) == "hami-scheduler" and calls(kube) == 1
-    assert scheduler(kube, cpu_pod()) == "default-scheduler"
+    assert scheduler(kube, pod("gpu-", {"nvidia.com/gpu": "1"})) == "hami-scheduler" and calls(kube) == 1
+    assert scheduler(kube, pod("cpu-", {"cpu": "1"})) == "default-scheduler"
     assert calls(kube) == 1, "matchConditions keep non-device Pods away from the webhook"
 
     # Upgrade: the finished Job goes (as its TTL would); apply again keeps the published caBundle, and the
@@ -133,13 +123,13 @@ def test_install_use_upgrade_switch_uninstall(kube: RealKube, tmp_path: Path, se
     kube.kubectl("create", "job", "--from=cronjob/hami-webhook-certgen", "certgen-now", "-n", NAMESPACE)
     run_job(kube, tmp_path / "cronjob", name="certgen-now")
     assert certificate_versions(kube) == before, "certgen rewrote valid certificates or the caBundle"
-    assert scheduler(kube, gpu_pod()) == "hami-scheduler" and calls(kube) == 2
+    assert scheduler(kube, pod("gpu-", {"nvidia.com/gpu": "1"})) == "hami-scheduler" and calls(kube) == 2
 
     # Outage: with the webhook down, Fail refuses device Pods; the emergency switch lets them through
     # unmutated, and switches back; a later apply sets Fail again, as the README says.
     servers[0].stop()
     assert "Traceback" not in servers[0].log.read_text()
-    refused = create(kube, gpu_pod(), check=False)
+    refused = create(kube, pod("gpu-", {"nvidia.com/gpu": "1"}), check=False)
     assert refused.returncode == 1
     assert (
         f'Internal error occurred: failed calling webhook "{WEBHOOK}": failed to call webhook: Post ' in refused.stderr
@@ -147,14 +137,14 @@ def test_install_use_upgrade_switch_uninstall(kube: RealKube, tmp_path: Path, se
     assert "hami-webhook.hami-system.svc:443/webhook?timeout=10s" in refused.stderr
     assert "pods.hami.io: failurePolicy Fail -> Ignore" in flip(kube, "Ignore", tmp_path)
     assert policy(kube) == "Ignore"
-    assert scheduler(kube, gpu_pod()) == "default-scheduler"
+    assert scheduler(kube, pod("gpu-", {"nvidia.com/gpu": "1"})) == "default-scheduler"
     assert "pods.hami.io: failurePolicy Ignore -> Fail" in flip(kube, "Fail", tmp_path)
     assert policy(kube) == "Fail"
     flip(kube, "Ignore", tmp_path)
     kube.kubectl("apply", "-k", str(MANIFESTS))
     assert policy(kube) == "Fail", "the README says a later apply sets Fail back"
     servers.append(webhook_server(kube, tmp_path / "webhook-2").start())
-    assert scheduler(kube, gpu_pod()) == "hami-scheduler"
+    assert scheduler(kube, pod("gpu-", {"nvidia.com/gpu": "1"})) == "hami-scheduler"
 
     # Switch to manual TLS with the README's command: no certgen object is left, the webhook serves the
     # overlay's certificate and the API server trusts it through the bundle the component copied.
@@ -174,7 +164,7 @@ def test_install_use_upgrade_switch_uninstall(kube: RealKube, tmp_path: Path, se
         kube.get("mutatingwebhookconfiguration", CONFIGURATION)["webhooks"][0]["clientConfig"]["caBundle"] == manual_ca
     )
     servers.append(webhook_server(kube, tmp_path / "webhook-3").start())
-    assert scheduler(kube, gpu_pod()) == "hami-scheduler"
+    assert scheduler(kube, pod("gpu-", {"nvidia.com/gpu": "1"})) == "hami-scheduler"
     servers[2].stop()
 
     # Uninstall (the README's command) removes everything the manifests made; the namespace controller
@@ -187,4 +177,4 @@ def test_install_use_upgrade_switch_uninstall(kube: RealKube, tmp_path: Path, se
         gone = kube.kubectl("get", obj["kind"], meta["name"], *scope, "--ignore-not-found", "-o", "name")
         assert gone.stdout == "", meta["name"]
     called = calls(kube)
-    assert scheduler(kube, gpu_pod()) == "default-scheduler" and calls(kube) == called
+    assert scheduler(kube, pod("gpu-", {"nvidia.com/gpu": "1"})) == "default-scheduler" and calls(kube) == called

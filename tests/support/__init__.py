@@ -5,6 +5,14 @@ Each module is cheap to import (no Flask, no kubernetes client), so bench/ and s
 
 from __future__ import annotations
 
+import configparser
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def version() -> str:
+    """The project's version, from its one declaration: ``setup.cfg``'s ``[metadata] version``."""
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    return config["metadata"]["version"]

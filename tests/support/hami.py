@@ -10,7 +10,6 @@ from __future__ import annotations
 import http.client
 import ssl
 import subprocess
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from tests.support import ROOT
 from tests.support.ports import free_port
-from tests.support.servers import Server, stop
+from tests.support.servers import Server, stop, wait_ready
 
 BUILD_SCRIPT = ROOT / "scripts" / "hami-reference.sh"
 DEFAULT_SOURCE_DIR = ROOT.parent / "shared" / "hami-src"
@@ -101,25 +100,7 @@ def serve(
     process = Server([*command, *args], env={})
     served = Served(port, context, process)
     try:
-        _wait_ready(served)
+        wait_ready(port, context, process, path="/healthz", name="HAMi's webhook")  # HAMi's has no /readyz
         yield served
     finally:
         stop(process, timeout=10)
-
-
-def _wait_ready(served: Served, timeout: float = 20) -> None:
-    """Poll /healthz (HAMi's webhook has no /readyz); fail with its log if it exits or `timeout` passes."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if served.process.poll() is not None:
-            raise AssertionError(f"HAMi's webhook exited {served.process.returncode}: {served.process.log()}")
-        conn = served.connection(timeout=2)
-        try:
-            conn.request("GET", "/healthz")
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            time.sleep(0.1)
-        finally:
-            conn.close()
-    raise AssertionError(f"HAMi's webhook did not become ready: {served.process.log()}")

@@ -71,22 +71,30 @@ def gunicorn(
     return Server(command, serving_env(port, cert, key, **env), log)
 
 
-def wait_ready(port: int, context: ssl.SSLContext, proc: subprocess.Popen[str], timeout: float = 20) -> None:
-    """Poll /readyz until it answers 200; fail with the server's log if it exits or ``timeout`` passes."""
+def wait_ready(
+    port: int,
+    context: ssl.SSLContext,
+    proc: subprocess.Popen[str],
+    timeout: float = 20,
+    *,
+    path: str = "/readyz",
+    name: str = "server",
+) -> None:
+    """Poll ``path`` until it answers 200; fail with the server's log if it exits or ``timeout`` passes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"server exited {proc.returncode}: {stop(proc)}")
+            raise AssertionError(f"{name} exited {proc.returncode}: {stop(proc)}")
         conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=2)
         try:
-            conn.request("GET", "/readyz")
+            conn.request("GET", path)
             if conn.getresponse().status == 200:
                 return
         except OSError:
             time.sleep(0.1)
         finally:
             conn.close()
-    raise AssertionError("server did not become ready")
+    raise AssertionError(f"{name} did not become ready: {proc.log() if isinstance(proc, Server) else ''}")
 
 
 def stop(proc: subprocess.Popen[str], timeout: float = 30) -> str:

@@ -11,47 +11,42 @@ from app.devices.amd import AMD
 from app.devices.base import QuotaRequest
 from app.devices.config import load_device_config
 from app.edit import ContainerEdit
-from tests.app.reviews import run
+from tests.app.reviews import admitted, redirected, run
 from tests.support.pods import container, pod
 
 GPU = "amd.com/gpu"
 MEM = "amd.com/gpumem"
 PCT = "amd.com/gpucores"
-GPU_TYPE = "hami.io/gpu-type"
 
 ADMITTED = [
     pytest.param(
         pod(container(limits={GPU: "1", PCT: "50"})),
-        pod(container(limits={GPU: "1", PCT: "50"}), annotations={GPU_TYPE: "AMD"}, scheduler="hami-scheduler"),
+        redirected(pod(container(limits={GPU: "1", PCT: "50"})), devices="AMD"),
         id="count-with-valid-percentage-found",
     ),
     pytest.param(
         pod(container(limits={GPU: "1", PCT: "100"})),
-        pod(container(limits={GPU: "1", PCT: "100"}), annotations={GPU_TYPE: "AMD"}, scheduler="hami-scheduler"),
+        redirected(pod(container(limits={GPU: "1", PCT: "100"})), devices="AMD"),
         id="count-with-full-percentage-found",
     ),
     pytest.param(
         pod(container(limits={GPU: "2"})),
-        pod(container(limits={GPU: "2"}), annotations={GPU_TYPE: "AMD"}, scheduler="hami-scheduler"),
+        redirected(pod(container(limits={GPU: "2"})), devices="AMD"),
         id="count-only-found",
     ),
     pytest.param(
         pod(container(limits={MEM: "4096"})),
-        pod(container(limits={MEM: "4096"}), annotations={GPU_TYPE: "AMD"}, scheduler="hami-scheduler"),
+        redirected(pod(container(limits={MEM: "4096"})), devices="AMD"),
         id="memory-only-found",
     ),
     pytest.param(
         pod(container(limits={PCT: "150"})),
-        pod(container(limits={PCT: "150"}), annotations={GPU_TYPE: "AMD"}, scheduler="hami-scheduler"),
+        redirected(pod(container(limits={PCT: "150"})), devices="AMD"),
         id="percentage-without-count-found-unchecked",
     ),
     pytest.param(
         pod(container(limits={GPU: "1"}, requests={PCT: "300"}, defaulted=False)),
-        pod(
-            container(limits={GPU: "1"}, requests={GPU: "1", PCT: "300"}, defaulted=False),
-            annotations={GPU_TYPE: "AMD"},
-            scheduler="hami-scheduler",
-        ),
+        redirected(pod(container(limits={GPU: "1"}, requests={GPU: "1", PCT: "300"}, defaulted=False)), devices="AMD"),
         id="percentage-in-requests-unchecked",
     ),
     pytest.param(
@@ -65,9 +60,7 @@ ADMITTED = [
 
 @pytest.mark.parametrize(("source", "expected"), ADMITTED)
 def test_admitted(source: dict[str, Any], expected: dict[str, Any], settings) -> None:
-    outcome = run(source, settings)
-    assert outcome.denial() == (True, 200, "", "")
-    assert outcome.patched == expected
+    assert admitted(source, settings) == expected
 
 
 BAD_PERCENTAGE = f"{PCT} must be an integer percentage between 1 and 100"

@@ -14,41 +14,36 @@ from app.devices.awsneuron import AWSNeuron
 from app.devices.base import QuotaRequest
 from app.devices.config import load_device_config
 from app.edit import ContainerEdit
-from tests.app.reviews import run
+from tests.app.reviews import admitted, redirected, run
 from tests.support.pods import container, pod
 
 NEURON = "aws.amazon.com/neuron"
 CORE = "aws.amazon.com/neuroncore"
-GPU_TYPE = "hami.io/gpu-type"
 
 ADMITTED = [
     pytest.param(
         pod(container(limits={NEURON: "2"})),
-        pod(container(limits={NEURON: "2"}), annotations={GPU_TYPE: "AWSNeuron"}, scheduler="hami-scheduler"),
+        redirected(pod(container(limits={NEURON: "2"})), devices="AWSNeuron"),
         id="neuron-count-found",
     ),
     pytest.param(
         pod(container(requests={NEURON: "2"}, defaulted=False)),
-        pod(
-            container(requests={NEURON: "2"}, defaulted=False),
-            annotations={GPU_TYPE: "AWSNeuron"},
-            scheduler="hami-scheduler",
-        ),
+        redirected(pod(container(requests={NEURON: "2"}, defaulted=False)), devices="AWSNeuron"),
         id="request-only-neuron-count-found",
     ),
     pytest.param(
         pod(container(limits={CORE: "2"})),
-        pod(container(limits={CORE: "2"}), annotations={GPU_TYPE: "AWSNeuron"}, scheduler="hami-scheduler"),
+        redirected(pod(container(limits={CORE: "2"})), devices="AWSNeuron"),
         id="neuron-cores-found",
     ),
     pytest.param(
         pod(container(limits={CORE: "1"})),
-        pod(container(limits={CORE: "1"}), annotations={GPU_TYPE: "AWSNeuron"}, scheduler="hami-scheduler"),
+        redirected(pod(container(limits={CORE: "1"})), devices="AWSNeuron"),
         id="one-neuron-core-found",
     ),
     pytest.param(
         pod(container(limits={CORE: "4"})),
-        pod(container(limits={CORE: "4"}), annotations={GPU_TYPE: "AWSNeuron"}, scheduler="hami-scheduler"),
+        redirected(pod(container(limits={CORE: "4"})), devices="AWSNeuron"),
         id="multiple-of-two-cores-found",
     ),
     pytest.param(pod(container(limits={"cpu": "1"})), pod(container(limits={"cpu": "1"})), id="no-neuron-devices"),
@@ -57,9 +52,7 @@ ADMITTED = [
 
 @pytest.mark.parametrize(("source", "expected"), ADMITTED)
 def test_admitted(source: dict[str, Any], expected: dict[str, Any], settings) -> None:
-    outcome = run(source, settings)
-    assert outcome.denial() == (True, 200, "", "")
-    assert outcome.patched == expected
+    assert admitted(source, settings) == expected
 
 
 DENIED = [

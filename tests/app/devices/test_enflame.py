@@ -11,19 +11,18 @@ from app.devices.base import ConfigSection, CountDevice, QuotaRequest
 from app.devices.config import load_device_config
 from app.devices.enflame import EnflameDRS
 from app.edit import ContainerEdit
-from tests.app.reviews import run
+from tests.app.reviews import admitted, redirected, run
 from tests.support.pods import container, pod
 
 GCU = "enflame.com/gcu"
 DRS = "enflame.com/drs-gcu"
 MEM = "enflame.com/gcu-memory"
 CORE = "enflame.com/gcu-core"
-GPU_TYPE = "hami.io/gpu-type"
 
 ADMITTED = [
     pytest.param(
         pod(container(limits={GCU: "2"})),
-        pod(container(limits={GCU: "2"}), annotations={GPU_TYPE: "GCU"}, scheduler="hami-scheduler"),
+        redirected(pod(container(limits={GCU: "2"})), devices="GCU"),
         id="gcu-in-limits-found",
     ),
     pytest.param(
@@ -38,34 +37,32 @@ ADMITTED = [
     ),
     pytest.param(
         pod(container(limits={DRS: "3"})),
-        pod(container(limits={DRS: "3"}), annotations={GPU_TYPE: "Enflame"}, scheduler="hami-scheduler"),
+        redirected(pod(container(limits={DRS: "3"})), devices="Enflame"),
         id="drs-in-limits-found",
     ),
     pytest.param(
         pod(container(requests={DRS: "3"}, defaulted=False)),
-        pod(container(limits={DRS: "3"}), annotations={GPU_TYPE: "Enflame"}, scheduler="hami-scheduler"),
+        redirected(pod(container(limits={DRS: "3"})), devices="Enflame"),
         id="drs-only-in-requests-fills-limits",
     ),
     pytest.param(
         pod(container(limits={DRS: "3"}, defaulted=False)),
-        pod(container(limits={DRS: "3"}), annotations={GPU_TYPE: "Enflame"}, scheduler="hami-scheduler"),
+        redirected(pod(container(limits={DRS: "3"})), devices="Enflame"),
         id="drs-only-in-limits-fills-requests",
     ),
     pytest.param(
         pod(container(limits={MEM: "20480", CORE: "50"})),
-        pod(
-            container(limits={MEM: "20480", CORE: "50"}), annotations={GPU_TYPE: "Enflame"}, scheduler="hami-scheduler"
-        ),
+        redirected(pod(container(limits={MEM: "20480", CORE: "50"})), devices="Enflame"),
         id="memory-and-core-found",
     ),
     pytest.param(
         pod(container(requests={MEM: "20480"}, defaulted=False)),
-        pod(container(limits={MEM: "20480"}), annotations={GPU_TYPE: "Enflame"}, scheduler="hami-scheduler"),
+        redirected(pod(container(limits={MEM: "20480"})), devices="Enflame"),
         id="memory-only-in-requests-fills-limits",
     ),
     pytest.param(
         pod(container(limits={CORE: "100"}, defaulted=False)),
-        pod(container(limits={CORE: "100"}), annotations={GPU_TYPE: "Enflame"}, scheduler="hami-scheduler"),
+        redirected(pod(container(limits={CORE: "100"})), devices="Enflame"),
         id="core-100-only-in-limits-fills-requests",
     ),
 ]
@@ -73,9 +70,7 @@ ADMITTED = [
 
 @pytest.mark.parametrize(("source", "expected"), ADMITTED)
 def test_admitted(source: dict[str, Any], expected: dict[str, Any], settings) -> None:
-    outcome = run(source, settings)
-    assert outcome.denial() == (True, 200, "", "")
-    assert outcome.patched == expected
+    assert admitted(source, settings) == expected
 
 
 DENIED = [
@@ -129,11 +124,8 @@ def test_drs_active_with_blank_names(configured) -> None:
     blank = {"resourceNameGCU": "", "resourceNameDRSGCU": "", "resourceNameGCUMemory": "", "resourceNameGCUCore": ""}
     settings = configured({"enflame": blank})
     source = pod(container(limits={GCU: "1"}), container("drs", requests={DRS: "2"}, defaulted=False))
-    assert run(source, settings).patched == pod(
-        container(limits={GCU: "1"}),
-        container("drs", limits={DRS: "2"}),
-        annotations={GPU_TYPE: "Enflame"},
-        scheduler="hami-scheduler",
+    assert run(source, settings).patched == redirected(
+        pod(container(limits={GCU: "1"}), container("drs", limits={DRS: "2"})), devices="Enflame"
     )
 
 

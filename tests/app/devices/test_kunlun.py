@@ -11,18 +11,17 @@ from app.devices.base import CountDevice, QuotaRequest
 from app.devices.config import load_device_config
 from app.devices.kunlun import KunlunVXPU, partition
 from app.edit import ContainerEdit
-from tests.app.reviews import run
+from tests.app.reviews import admitted, redirected, run
 from tests.support.pods import container, pod
 
 XPU = "kunlunxin.com/xpu"
 VXPU = "kunlunxin.com/vxpu"
 VMEM = "kunlunxin.com/vxpu-memory"
-GPU_TYPE = "hami.io/gpu-type"
 
 ADMITTED = [
     pytest.param(
         pod(container(limits={XPU: "8"})),
-        pod(container(limits={XPU: "8"}), annotations={GPU_TYPE: "kunlun"}, scheduler="hami-scheduler"),
+        redirected(pod(container(limits={XPU: "8"})), devices="kunlun"),
         id="xpu-in-limits-found",
     ),
     pytest.param(
@@ -32,17 +31,17 @@ ADMITTED = [
     ),
     pytest.param(
         pod(container(limits={VXPU: "1", VMEM: "30000"})),
-        pod(container(limits={VXPU: "1", VMEM: "49152"}), annotations={GPU_TYPE: "XPU"}, scheduler="hami-scheduler"),
+        redirected(pod(container(limits={VXPU: "1", VMEM: "49152"})), devices="XPU"),
         id="vmemory-rounded-up-in-limits-and-requests",
     ),
     pytest.param(
         pod(container(limits={VXPU: "1", VMEM: "20000"}, defaulted=False)),
-        pod(container(limits={VXPU: "1", VMEM: "24576"}), annotations={GPU_TYPE: "XPU"}, scheduler="hami-scheduler"),
+        redirected(pod(container(limits={VXPU: "1", VMEM: "24576"})), devices="XPU"),
         id="vmemory-written-to-missing-requests",
     ),
     pytest.param(
         pod(container(limits={VXPU: "1"})),
-        pod(container(limits={VXPU: "1"}), annotations={GPU_TYPE: "XPU"}, scheduler="hami-scheduler"),
+        redirected(pod(container(limits={VXPU: "1"})), devices="XPU"),
         id="vxpu-without-vmemory-unchanged",
     ),
     pytest.param(
@@ -57,11 +56,8 @@ ADMITTED = [
     ),
     pytest.param(
         pod(container(limits={XPU: "1"}), container("v", limits={VXPU: "1", VMEM: "60000"})),
-        pod(
-            container(limits={XPU: "1"}),
-            container("v", limits={VXPU: "1", VMEM: "98304"}),
-            annotations={GPU_TYPE: "kunlun,XPU"},
-            scheduler="hami-scheduler",
+        redirected(
+            pod(container(limits={XPU: "1"}), container("v", limits={VXPU: "1", VMEM: "98304"})), devices="kunlun,XPU"
         ),
         id="both-backends-in-registry-order",
     ),
@@ -70,9 +66,7 @@ ADMITTED = [
 
 @pytest.mark.parametrize(("source", "expected"), ADMITTED)
 def test_admitted(source: dict[str, Any], expected: dict[str, Any], settings) -> None:
-    outcome = run(source, settings)
-    assert outcome.denial() == (True, 200, "", "")
-    assert outcome.patched == expected
+    assert admitted(source, settings) == expected
 
 
 @pytest.mark.parametrize(

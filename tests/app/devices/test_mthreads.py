@@ -6,53 +6,41 @@ from typing import Any
 
 import pytest
 
+from app.annotations import GPU_TYPE_ANNOTATION
 from app.devices import mthreads
 from app.devices.base import QuotaRequest
 from app.devices.config import load_device_config
 from app.devices.mthreads import Mthreads
 from app.edit import ContainerEdit
-from tests.app.reviews import run
+from tests.app.reviews import admitted, redirected, run
 from tests.support.pods import container, pod
 
 GPU = "mthreads.com/vgpu"
 MEM = "mthreads.com/sgpu-memory"
 CORE = "mthreads.com/sgpu-core"
-GPU_TYPE = "hami.io/gpu-type"
 GPU_NUM = "mthreads.com/request-gpu-num"
 
 ADMITTED = [
     pytest.param(
         pod(container(limits={GPU: "1"})),
-        pod(
-            container(limits={GPU: "1", CORE: "16", MEM: "96"}),
-            annotations={GPU_TYPE: "Mthreads"},
-            scheduler="hami-scheduler",
-        ),
+        redirected(pod(container(limits={GPU: "1", CORE: "16", MEM: "96"})), devices="Mthreads"),
         id="one-card-without-memory-gets-whole-card",
     ),
     pytest.param(
         pod(container(limits={GPU: "1", CORE: "8"})),
-        pod(
-            container(limits={GPU: "1", CORE: "16", MEM: "96"}),
-            annotations={GPU_TYPE: "Mthreads"},
-            scheduler="hami-scheduler",
-        ),
+        redirected(pod(container(limits={GPU: "1", CORE: "16", MEM: "96"})), devices="Mthreads"),
         id="one-card-without-memory-overwrites-core",
     ),
     pytest.param(
         pod(container(limits={GPU: "1", MEM: "8", CORE: "4"})),
-        pod(
-            container(limits={GPU: "1", MEM: "8", CORE: "4"}),
-            annotations={GPU_TYPE: "Mthreads"},
-            scheduler="hami-scheduler",
-        ),
+        redirected(pod(container(limits={GPU: "1", MEM: "8", CORE: "4"})), devices="Mthreads"),
         id="one-card-valid-memory-slice-unchanged",
     ),
     pytest.param(
         pod(container(limits={GPU: "2"})),
         pod(
             container(limits={GPU: "2", CORE: "32", MEM: "192"}),
-            annotations={GPU_TYPE: "Mthreads", GPU_NUM: "2"},
+            annotations={GPU_TYPE_ANNOTATION: "Mthreads", GPU_NUM: "2"},
             scheduler="hami-scheduler",
         ),
         id="two-cards-whole-cards-and-annotation",
@@ -61,18 +49,14 @@ ADMITTED = [
         pod(container(limits={GPU: "3", MEM: "8", CORE: "4"}), annotations={GPU_NUM: "7"}),
         pod(
             container(limits={GPU: "3", CORE: "48", MEM: "288"}),
-            annotations={GPU_TYPE: "Mthreads", GPU_NUM: "3"},
+            annotations={GPU_TYPE_ANNOTATION: "Mthreads", GPU_NUM: "3"},
             scheduler="hami-scheduler",
         ),
         id="three-cards-overwrite-user-values-and-annotation",
     ),
     pytest.param(
         pod(container(requests={GPU: "1"}, defaulted=False)),
-        pod(
-            container(limits={CORE: "16", MEM: "96"}, requests={GPU: "1"}),
-            annotations={GPU_TYPE: "Mthreads"},
-            scheduler="hami-scheduler",
-        ),
+        redirected(pod(container(limits={CORE: "16", MEM: "96"}, requests={GPU: "1"})), devices="Mthreads"),
         id="count-only-in-requests-found",
     ),
     pytest.param(
@@ -86,9 +70,7 @@ ADMITTED = [
 
 @pytest.mark.parametrize(("source", "expected"), ADMITTED)
 def test_admitted(source: dict[str, Any], expected: dict[str, Any], settings) -> None:
-    outcome = run(source, settings)
-    assert outcome.denial() == (True, 200, "", "")
-    assert outcome.patched == expected
+    assert admitted(source, settings) == expected
 
 
 INVALID_SLICE = "sGPU memory request value is invalid, valid values are [2, 4, 8, 16, 32, 64, 96]"
