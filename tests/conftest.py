@@ -16,12 +16,11 @@ from tests.realkube.fixtures import (  # noqa: F401
     real_kube,
     webhook,
 )
+from tests.support import HAMI_EXAMPLES
 
 # A gunicorn a test starts serves /metrics on a free loopback port unless the test names one: never
 # 0.0.0.0:9090, where parallel servers would fight over one port.
 os.environ.setdefault("HAMI_METRICS_BIND", "127.0.0.1:0")
-
-HAMI_EXAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "hami-examples"
 
 
 @pytest.fixture(scope="session")
