@@ -1,1 +1,4 @@
-"""The differential suite: HAMi's own webhook and this one answer the same AdmissionReviews (docs/rules.md#parity-with-hamis-code)."""
+"""The differential suite: HAMi's own webhook and this one answer the same AdmissionReviews.
+
+What it compares and the deviations it accepts: docs/rules.md#parity-with-hamis-code.
+"""

@@ -16,5 +16,7 @@ def version() -> str:
     config = configparser.ConfigParser()
     config.read(ROOT / "setup.cfg")
     return config["metadata"]["version"]
+
+
 HAMI_EXAMPLES = ROOT.parent / "shared" / "hami-examples"
 """HAMi's own example manifests, read where they are (shared/ beside the clone), never copied into it."""
