@@ -16,7 +16,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from tests.parity import harness
-from tests.parity.run import Checker, example_reviews
+from tests.parity.run import Checker, example_reviews, sweep_reviews
 from tests.parity.setups import SETUPS
 from tests.parity.tally import UNDOCUMENTED, Tally
 from tests.support import HAMI_EXAMPLES, hami
@@ -38,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
             with harness.pair(reference, setup, tls) as pair:
                 checker = Checker.of(pair, reference.render(setup.values))
                 _generated(checker, args.pods, value)
+                for _, review in sweep_reviews(checker.names):
+                    checker.check(review)
                 if (HAMI_EXAMPLES / "examples").is_dir():
                     for _, review in example_reviews(HAMI_EXAMPLES):
                         checker.check(review)

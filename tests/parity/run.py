@@ -59,6 +59,15 @@ def failure(setup: str, review: dict[str, Any], hami: Answer, ours: Answer, outc
     )
 
 
+def sweep_reviews(names: tuple[str, ...]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every resource name against every edge amount, alone in one container's limits, as a direct client sends it."""
+    for name in names:
+        for amount in (*generate.CANONICAL, *generate.NON_CANONICAL):
+            ctr = {"name": "c0", "image": "cuda:12", "resources": {"limits": {name: amount}}}
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"}}
+            yield f"{name}={amount!r}", generate.review({**pod, "spec": {"containers": [ctr]}})
+
+
 def example_reviews(root: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every Pod and Pod template of HAMi's examples, as kube-apiserver would send the Pod it creates."""
     import yaml

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterable
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 
 from tests.parity import compare
 from tests.parity.documented import documented
-from tests.parity.run import Checker, example_reviews, failure
+from tests.parity.run import Checker, example_reviews, failure, sweep_reviews
 
 PODS = int(os.environ.get("PARITY_PODS", "1100"))
 """Generated Pods per set-up and run: five set-ups make 5,500, within three minutes warm on 2 cores."""
@@ -53,9 +54,17 @@ def test_generated_pods(checker: Checker, which: str, pods: int, value: int) -> 
     one()
 
 
+def test_every_resource_against_edge_amounts(checker: Checker) -> None:
+    _all_explained(checker, sweep_reviews(checker.names))
+
+
 def test_hami_examples(checker: Checker, hami_examples) -> None:
+    _all_explained(checker, example_reviews(hami_examples))
+
+
+def _all_explained(checker: Checker, reviews: Iterable[tuple[str, dict]]) -> None:
     failures = []
-    for name, review in example_reviews(hami_examples):
+    for name, review in reviews:
         hami, ours, outcome = checker.check(review)
         if not outcome.explained:
             failures.append(f"{name}: " + failure(checker.pair.setup.name, review, hami, ours, outcome, "example"))
