@@ -210,17 +210,19 @@ class CountDevice(OwnsItsQuotaNames):
         return None if count is None else QuotaRequest(nums=count.value)
 
 
-def sliced_request(ctr: ContainerEdit, quota: QuotaNames, default_cores: int) -> QuotaRequest | None:
+def sliced_request(
+    ctr: ContainerEdit, quota: QuotaNames, default_cores: int, *, min_count: int = 1, default_memory: int = 0
+) -> QuotaRequest | None:
     """HAMi's request: count devices, each with memory (times the unit) and cores, read from limits, else requests.
 
-    The count must be a whole number of at least 1, and the memory a whole number
+    The count must be a whole number of at least `min_count`, and the memory a whole number
     that stays within int32 once scaled; otherwise there is no request at all.
     """
     count = ctr.limit_or_request(quota.count) if quota.count else None
-    nums = whole_in_range(count, 1, INT32_MAX)
+    nums = whole_in_range(count, min_count, INT32_MAX)
     if nums is None:
         return None
-    memory = 0
+    memory = default_memory
     memory_raw = ctr.limit_or_request(quota.memory) if quota.memory else None
     if memory_raw is not None:
         whole = whole_in_range(memory_raw, 0, INT32_MAX // quota.memory_factor)

@@ -12,11 +12,10 @@ from app.devices.base import (
     QuotaNames,
     QuotaRequest,
     names,
-    whole_in_range,
+    sliced_request,
 )
 from app.edit import ContainerEdit, PodEdit, Why
 from app.notices import POLICY_FROM_ANNOTATION
-from app.quantity import INT32_MAX
 
 CORE_POLICY_ANNOTATION = "hami.io/core-policy"
 CORE_POLICIES = ("default", "force", "disable")
@@ -142,25 +141,12 @@ class Nvidia:
         return policy, POLICY_FROM_POD
 
     def quota_request(self, ctr: ContainerEdit) -> QuotaRequest | None:
-        count = ctr.limit_or_request(self.count_name) if self.count_name else None
-        nums = whole_in_range(count, 0, INT32_MAX)
-        if nums is None:
-            return None
-        factor = max(self.memory_factor, 1)
-        memory_raw = ctr.limit_or_request(self.memory_name) if self.memory_name else None
-        memory = 0
-        if memory_raw is not None:
-            whole = whole_in_range(memory_raw, 0, INT32_MAX // factor)
-            if whole is None:
-                return None
-            memory = whole * factor
-        else:
-            percentage = ctr.limit_or_request(self.percentage_name) if self.percentage_name else None
-            if (percentage is None or percentage.value <= 0) and self.default_memory:
-                memory = self.default_memory
-        cores_raw = ctr.limit_or_request(self.core_name) if self.core_name else None
-        cores = self.default_cores if cores_raw is None else cores_raw.value
-        return QuotaRequest(nums=nums, memory=memory, cores=cores)
+        """HAMi's NVIDIA request: a count of 0 still counts, and a container asking no memory and no positive
+        percentage is charged `defaultMemory` per GPU."""
+        percentage = ctr.limit_or_request(self.percentage_name) if self.percentage_name else None
+        by_default = percentage is None or percentage.value <= 0
+        default_memory = self.default_memory if by_default else 0
+        return sliced_request(ctr, self.quota_names, self.default_cores, min_count=0, default_memory=default_memory)
 
 
 def build(root: ConfigSection) -> tuple[Nvidia, ...]:
