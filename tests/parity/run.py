@@ -11,8 +11,9 @@ from hypothesis.strategies import SearchStrategy
 
 from app.workloads import objects, template_pod
 from tests.parity import generate
-from tests.parity.compare import Context, Facts, Outcome, compare
+from tests.parity.deviations import Outcome, compare
 from tests.parity.documented import documented
+from tests.parity.forms import Context, Facts
 from tests.parity.harness import Answer, Pair
 from tests.parity.tally import Tally
 

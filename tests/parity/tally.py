@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.parity.compare import Outcome
+from tests.parity.deviations import Outcome
 from tests.parity.harness import Answer
 
 IDENTICAL = "identical"

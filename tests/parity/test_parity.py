@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from tests.parity import compare
+from tests.parity import deviations
 from tests.parity.documented import documented
 from tests.parity.run import Checker, example_reviews, failure, sweep_reviews
 
@@ -72,4 +72,4 @@ def _all_explained(checker: Checker, reviews: Iterable[tuple[str, dict]]) -> Non
 
 
 def test_every_deviation_is_documented_and_every_documented_one_exists() -> None:
-    assert set(compare.DEVIATIONS) == set(documented())
+    assert set(deviations.DEVIATIONS) == set(documented())

@@ -1,137 +1,35 @@
-"""How two answers to one review are compared, and which documented deviation explains a difference.
+"""Which documented deviation explains a difference between HAMi's answer and ours.
 
-Both answers become comparable forms: allowed or not, and for an admitted Pod the Pod after its patch, with
-quantities read by value, JSON nulls and empty objects dropped (Go's encoding/json writes them for every zero
-field when HAMi re-encodes the Pod), and the env vars vendors append ordered by vendor, because HAMi asks its
-vendors in Go map order, which changes from call to call. Equal forms are identical answers.
-
-A difference is then explained, or not, by the deviations of docs/rules.md#parity-with-hamis-code: each one
-below rewrites exactly the aspect it names, on one side or both; when the forms are equal after some of them,
-those are the difference's classes. What no deviation explains is undocumented: the suite fails on it.
+Each deviation of docs/rules.md#parity-with-hamis-code is one function here that rewrites exactly the aspect it
+names, on one side or both; they are tried in order, and when the forms are equal after some of them, those are
+the difference's classes. What no deviation explains is undocumented: the suite fails on it.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
-import jsonpatch
-import yaml
-from kubernetes.utils.quantity import parse_quantity
-
+from tests.parity.forms import (
+    Context,
+    Facts,
+    Form,
+    containers,
+    difference,
+    edited,
+    form,
+    pruned,
+    value_of,
+)
 from tests.parity.harness import Answer
 
-VENDOR_ENV = {
-    "CUDA_TASK_PRIORITY": 0,
-    "GPU_CORE_UTILIZATION_POLICY": 0,
-    "NVIDIA_VISIBLE_DEVICES": 0,
-    "SOL_CONTINER_NAME": 3,
-    "ASCEND_VISIBLE_DEVICES": 4,
-}
-"""Env vars HAMi's vendors append, by the vendor's place in this webhook's fixed order (docs/rules.md)."""
 CORE_POLICY = "GPU_CORE_UTILIZATION_POLICY"
 CORE_POLICY_ANNOTATION = "hami.io/core-policy"
 OUR_ANNOTATIONS = ("hami.io/gpu-type",)
-
-
-@dataclass(frozen=True)
-class Facts:
-    """What the deviations read of a set-up's device config."""
-
-    nvidia_count: str
-    nvidia_cores: str
-    ascend_counts: frozenset[str]
-    device_names: frozenset[str]
-    runtime_classes: frozenset[str]
-    """The runtime classes vendors set (NVIDIA's and each Ascend chip's)."""
-
-    @classmethod
-    def of(cls, device_config: str, device_names: frozenset[str]) -> Facts:
-        config = yaml.safe_load(device_config)
-        chips = (config.get("vnpus") or {}).get("configs") or []
-        return cls(
-            nvidia_count=(config.get("nvidia") or {}).get("resourceCountName", ""),
-            nvidia_cores=(config.get("nvidia") or {}).get("resourceCoreName", ""),
-            ascend_counts=frozenset(chip["resourceName"] for chip in chips if chip.get("resourceName")),
-            device_names=device_names,
-            runtime_classes=frozenset(
-                name
-                for name in [(config.get("nvidia") or {}).get("runtimeClassName")]
-                + [chip.get("runtimeClassName") for chip in chips]
-                if name
-            ),
-        )
-
-
-@dataclass(frozen=True)
-class Context:
-    """What the deviations may read besides the answers: the Pod sent, and the set-up's facts."""
-
-    pod: Any
-    facts: Facts
-    ask_hami: Callable[[Any], Answer] | None = None
-    """HAMi's answer to another Pod (for a deviation that shows what HAMi does with the Pod rewritten)."""
-
-
-@dataclass(frozen=True)
-class Form:
-    """An answer as it is compared."""
-
-    allowed: bool | None
-    pod: Any
-
-
-def form(answer: Answer, ctx: Context) -> Form:
-    return Form(answer.allowed, _canonical(answer.pod, ctx) if answer.allowed else None)
-
-
-def _canonical(pod: Any, ctx: Context) -> Any:
-    pod = _pruned(copy.deepcopy(pod))
-    for ctr, original in _containers(pod, ctx.pod):
-        resources = ctr.get("resources") or {}
-        for side in ("limits", "requests"):
-            if isinstance(resources.get(side), dict):
-                resources[side] = {name: _value(amount) for name, amount in resources[side].items()}
-        if isinstance(ctr.get("env"), list):
-            kept = len((original or {}).get("env") or [])
-            tail = sorted(ctr["env"][kept:], key=lambda entry: VENDOR_ENV.get(entry.get("name"), -1))
-            ctr["env"] = ctr["env"][:kept] + tail
-    return pod
-
-
-def _value(amount: Any) -> Any:
-    try:
-        return parse_quantity(amount)
-    except (ValueError, TypeError):
-        return amount
-
-
-EMPTY: tuple[Any, ...] = (None, {}, [], "")
-MAPS = frozenset({"annotations", "labels"})
-"""Maps whose empty values are values: every other empty field is one Go's `omitempty` leaves out."""
-
-
-def _pruned(node: Any, keep_empty: bool = False) -> Any:
-    if isinstance(node, dict):
-        pruned = {key: _pruned(value, key in MAPS) for key, value in node.items()}
-        return {key: value for key, value in pruned.items() if keep_empty or not any(value == e for e in EMPTY)}
-    if isinstance(node, list):
-        return [_pruned(value) for value in node]
-    return node
-
-
-def _containers(pod: Any, original: Any) -> Iterator[tuple[dict, dict | None]]:
-    """Each container of `pod` beside the same container of `original` (by list and index)."""
-    for field in ("initContainers", "containers"):
-        sent = ((original or {}).get("spec") or {}).get(field) or []
-        for index, ctr in enumerate(((pod or {}).get("spec") or {}).get(field) or []):
-            yield ctr, sent[index] if index < len(sent) else None
-
 
 Deviation = Callable[[Form, Form, Context, Answer, Answer], "tuple[Form, Form] | None"]
 DEVIATIONS: dict[str, Deviation] = {}
@@ -174,32 +72,7 @@ def compare(hami: Answer, ours: Answer, ctx: Context, documented: Mapping[str, A
         used.append(name)
         if theirs == mine:
             return Outcome(tuple(used), True)
-    return Outcome(tuple(used), False, _difference(theirs, mine))
-
-
-def _difference(theirs: Form, mine: Form) -> str:
-    if theirs.allowed != mine.allowed:
-        return f"allowed: HAMi {theirs.allowed}, ours {mine.allowed}"
-    plain = [json.loads(json.dumps(pod, default=str)) for pod in (theirs.pod, mine.pod)]
-    ops = jsonpatch.make_patch(*plain).patch
-    return json.dumps(ops, default=str)
-
-
-def _each_container(form_: Form, ctx: Context) -> Iterator[tuple[dict, dict | None]]:
-    return _containers(form_.pod, ctx.pod)
-
-
-def _appended(ctr: dict, original: dict | None) -> list[dict]:
-    return (ctr.get("env") or [])[len((original or {}).get("env") or []) :]
-
-
-def _edit(form_: Form, ctx: Context, change: Callable[[dict, dict | None], None]) -> Form:
-    if form_.pod is None:
-        return form_
-    pod = copy.deepcopy(form_.pod)
-    for ctr, original in _containers(pod, ctx.pod):
-        change(ctr, original)
-    return replace(form_, pod=_pruned(pod))
+    return Outcome(tuple(used), False, difference(theirs, mine))
 
 
 # The deviations, in the order they are tried. Each names its rule in docs/rules.md's parity table.
@@ -220,10 +93,10 @@ def _by_value(theirs: Form, mine: Form, ctx: Context, hami: Answer, ours: Answer
         return None
     pod = copy.deepcopy(ctx.pod)
     rewritten = False
-    for ctr, _ in _containers(pod, None):
+    for ctr, _ in containers(pod, None):
         for side in ((ctr.get("resources") or {}).get(key) for key in ("limits", "requests")):
             for name, amount in (side or {}).items():
-                value = _value(amount)
+                value = value_of(amount)
                 if isinstance(value, Decimal) and value == value.to_integral_value() and amount != str(int(value)):
                     side[name] = str(int(value))
                     rewritten = True
@@ -245,7 +118,7 @@ def _ascend_env(theirs: Form, mine: Form, ctx: Context, hami: Answer, ours: Answ
         tail = [entry for entry in env[kept:] if entry != {"name": "ASCEND_VISIBLE_DEVICES"}]
         ctr["env"] = env[:kept] + tail
 
-    return _edit(theirs, ctx, drop), mine
+    return edited(theirs, ctx, drop), mine
 
 
 @deviation("core-policy-per-pod")
@@ -261,7 +134,7 @@ def _core_policy(theirs: Form, mine: Form, ctx: Context, hami: Answer, ours: Ans
         env = ctr.get("env") or []
         ctr["env"] = env[:kept] + [entry for entry in env[kept:] if entry.get("name") != CORE_POLICY]
 
-    return _edit(theirs, ctx, drop), (_edit(mine, ctx, drop) if annotated else mine)
+    return edited(theirs, ctx, drop), (edited(mine, ctx, drop) if annotated else mine)
 
 
 def _uses_nvidia(ctr: dict, original: dict | None, facts: Facts) -> bool:
@@ -290,7 +163,7 @@ def _env_set(theirs: Form, mine: Form, ctx: Context, hami: Answer, ours: Answer)
         if env:
             ctr["env"] = collapsed
 
-    return _edit(theirs, ctx, collapse), mine
+    return edited(theirs, ctx, collapse), mine
 
 
 AMOUNT_DENIAL = re.compile(r"^container (\S+): (\S+) must (not be negative|be a whole number|be at most (\d+))\b")
@@ -301,7 +174,7 @@ INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
 def _amounts(ctr: dict, name: str) -> list[Any]:
     """The container's limit and request of `name`, by value where they are quantities."""
     resources = ctr.get("resources") or {}
-    return [_value((resources.get(side) or {}).get(name)) for side in ("limits", "requests")]
+    return [value_of((resources.get(side) or {}).get(name)) for side in ("limits", "requests")]
 
 
 @deviation("invalid-amounts-denied")
@@ -311,7 +184,7 @@ def _invalid_amounts(theirs: Form, mine: Form, ctx: Context, hami: Answer, ours:
         return None
     beyond = OUT_OF_RANGE.search(ours.message)
     if beyond:
-        for ctr, _ in _containers(ctx.pod, None):
+        for ctr, _ in containers(ctx.pod, None):
             for amount in _amounts(ctr, beyond.group(1)):
                 if isinstance(amount, Decimal) and abs(amount) > INT64_MAX:
                     return Form(False, None), mine
@@ -320,7 +193,7 @@ def _invalid_amounts(theirs: Form, mine: Form, ctx: Context, hami: Answer, ours:
     if not match:
         return None
     container, name, rule = match.group(1), match.group(2), match.group(3)
-    for ctr, _ in _containers(ctx.pod, None):
+    for ctr, _ in containers(ctx.pod, None):
         if ctr.get("name") != container:
             continue
         for value in _amounts(ctr, name):
@@ -345,7 +218,7 @@ def _mirror(theirs: Form, mine: Form, ctx: Context, hami: Answer, ours: Answer) 
         for name in ctx.facts.device_names.intersection(limits):
             resources.setdefault("requests", {})[name] = limits[name]
 
-    return _edit(theirs, ctx, mirror), _edit(mine, ctx, mirror)
+    return edited(theirs, ctx, mirror), edited(mine, ctx, mirror)
 
 
 @deviation("device-pods-annotated")
@@ -358,7 +231,7 @@ def _annotated(theirs: Form, mine: Form, ctx: Context, hami: Answer, ours: Answe
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     for key in OUR_ANNOTATIONS:
         annotations.pop(key, None)
-    return theirs, replace(mine, pod=_pruned(pod))
+    return theirs, replace(mine, pod=pruned(pod))
 
 
 @deviation("fixed-vendor-order")
