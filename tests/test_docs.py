@@ -1,6 +1,8 @@
 """The documentation holds together: every relative link and anchor resolves, every rule the tree names exists in
-docs/rules.md, and nothing cites a document a reader of the repository cannot open (a numbered decision, a
-checklist item, a section of a spec, an issue number)."""
+docs/rules.md, nothing cites a document a reader of the repository cannot open (a numbered decision, a
+checklist item, a section of a spec, an issue number), and the README stays a short page for installers that
+holds no measured figure (those live in docs/performance.md and docs/quota.md, so a new measurement edits one
+page)."""
 
 from __future__ import annotations
 
@@ -38,6 +40,18 @@ HEADING = re.compile(r"^#{1,6} +(.+?) *#*$", re.M)
 EXPLICIT_ANCHOR = re.compile(r"<a (?:id|name)=\"([^\"]+)\"")
 RULE_MENTION = re.compile(r"rules\.md#[a-z0-9-]+(?:[^.\n]|\.(?!\s)|\n(?!\s*\n))*")
 ANCHOR_IN_MENTION = re.compile(r"(?:rules\.md|[\s,(])#([a-z0-9][a-z0-9-]*[a-z0-9])")
+README_WORDS = 3500
+# What a benchmark prints: a latency or ratio (`1.2 ms`, `0.80×`, `3x`), a percentile or median, a decimal time
+# or size (`1.01 s`, `85.7 MiB`), an approximate one (`about 84 MiB`), a rate. Settings, limits and units are
+# whole numbers (`30`, `90 s`, `128Mi`, a `7 MiB` body, `256 MiB` units), which these leave alone.
+FIGURE = re.compile(
+    r"\b\d+(?:\.\d+)? ?(?:ms|µs|us|x|×)(?![\w-])"
+    r"|\bp(?:50|90|95|99|999)\b|\bmedians?\b"
+    r"|\b\d+\.\d+ ?(?:s|KiB|MiB|GiB|kB|MB|GB)\b"
+    r"|\babout \d+(?:\.\d+)? ?(?:s|seconds?|minutes?|KiB|MiB|GiB|kB|MB|GB)\b"
+    r"|\b\d[\d,.]* ?(?:\w+ )?(?:reviews|requests|Pods|admissions)/s\b",
+    re.I,
+)
 CITATION = re.compile(
     r"§"
     r"|\bdecisions? [A-Z][0-9]"
@@ -117,3 +131,56 @@ def test_nothing_cites_a_document_outside_the_tree() -> None:
             if CITATION.search(line):
                 cited.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:100]}")
     assert not cited, cited
+
+
+def test_readme_stays_short() -> None:
+    words = len((ROOT / "README.md").read_text().split())
+    assert words <= README_WORDS, f"README.md has {words} words (at most {README_WORDS}): move depth to docs/"
+
+
+def test_readme_holds_no_measured_figure() -> None:
+    found = [
+        f"README.md:{number}: {match.group(0)!r} in {line.strip()[:80]}"
+        for number, line in enumerate((ROOT / "README.md").read_text().splitlines(), 1)
+        for match in FIGURE.finditer(line)
+    ]
+    assert not found, f"figures live in docs/performance.md and docs/quota.md; link them instead: {found}"
+
+
+@pytest.mark.parametrize(
+    "figure",
+    [
+        "a review takes 1.2 ms",
+        "0.80× the no-quota rate",
+        "3x faster",
+        "p99 1.20",
+        "the median of 6 rounds",
+        "1.01 s and 85.7 MiB",
+        "use about 84 MiB",
+        "medians of 6 rounds",
+        "1,800 reviews/s",
+        "300 Pods/s",
+    ],
+)
+def test_the_figure_pattern_catches_what_benchmarks_print(figure: str) -> None:
+    assert FIGURE.search(figure)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "| `HAMI_WEBHOOK_TIMEOUT` | `30` |",
+        "above the API server's 90 s",
+        "200m CPU and 128Mi memory",
+        "5 minutes",
+        "rbac.authorization.k8s.io/v1",
+        "a body over 7 MiB",
+        "256 MiB units",
+        "linux/amd64,linux/arm64",
+        "hami-webhook:0.1.0",
+        "exit 2",
+        "matchConditions",
+    ],
+)
+def test_the_figure_pattern_leaves_settings_alone(value: str) -> None:
+    assert not FIGURE.search(value)

@@ -248,8 +248,10 @@ def test_rules_without_configured_chips_have_no_chip_keys() -> None:
     assert not any(key.startswith("hami.io/use-") and key != "hami.io/use-xpu-uuid" for key in rules.rows)
 
 
-# -- the README shows the table and an example that holds -------------------------------------------------------
-README = Path(__file__).resolve().parents[2] / "README.md"
+# -- docs/annotations.md shows the table and an example that holds; the README's short table agrees --------------
+ROOT = Path(__file__).resolve().parents[2]
+ANNOTATIONS_PAGE = ROOT / "docs" / "annotations.md"
+README = ROOT / "README.md"
 
 
 def _key(row: Annotation) -> str:
@@ -257,7 +259,7 @@ def _key(row: Annotation) -> str:
     return f"`{row.key.replace(CHIP, '<chip>')}`{where}"
 
 
-def test_readme_tables_are_the_table() -> None:
+def test_annotations_page_tables_are_the_table() -> None:
     """Every row, in order: what an author may set, then what HAMi writes, grouped by writer."""
     user = ["| annotation | accepted values | read in |", "|---|---|---|"] + [
         f"| {_key(row)} | {row.accepts.described} | {', '.join(f'`{f}`' for f in row.read_in) or '-'} |"
@@ -271,15 +273,28 @@ def test_readme_tables_are_the_table() -> None:
     written = ["| written by | annotations |", "|---|---|"] + [
         f"| {writer} | {', '.join(keys)} |" for writer, keys in writers.items()
     ]
-    text = README.read_text()
+    text = ANNOTATIONS_PAGE.read_text()
     assert "\n".join(user) in text
     assert "\n".join(written) in text
-    listed = re.search(r"a prefix where HAMi reads Pod annotations \(([^)]*)\)", text.replace("\n  ", " "))
+    listed = re.search(r"a prefix where HAMi reads Pod annotations \(([^)]*)\)", text.replace("\n", " "))
     assert listed and set(re.findall(r"`([^`]+)`", listed.group(1))) == RULES.prefixes
 
 
-def test_readme_kubectl_example_is_what_the_webhook_says(make_settings) -> None:
-    section = README.read_text().split("### What kubectl shows you", 1)[1]
+def test_readme_short_table_rows_are_rows_of_the_table() -> None:
+    """The README lists a few annotations an author sets; each is a row an author may set, described as the table
+    describes it."""
+    section = README.read_text().split("## Annotations\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (`[^|]+`) \| ([^|]+) \|$", section, re.M)
+    assert rows, "the README's annotation table"
+    by_key = {_key(row): row for row in TABLE if not row.written_by}
+    for keys, accepted in rows:
+        for key in keys.split(", "):
+            assert key in by_key, key
+            assert by_key[key].accepts.described == accepted.strip(), key
+
+
+def test_kubectl_example_is_what_the_webhook_says(make_settings) -> None:
+    section = ANNOTATIONS_PAGE.read_text().split("## What kubectl shows you", 1)[1]
     manifest = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.S).group(1))
     shown = re.findall(r"^Warning: (.*)$", section, re.M)
     denied = re.search(r"denied the request: (.*)$", section, re.M).group(1)

@@ -1,4 +1,4 @@
-"""Admission warnings as a user sees them: the README's "What kubectl shows you" example, run with the real
+"""Admission warnings as a user sees them: docs/annotations.md's "What kubectl shows you" example, run with the real
 kubectl against the real API server, word for word; strict mode's refusal; and where the warnings of a Pod
 made by a controller end up.
 """
@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.manifests.conftest import README
 from tests.realkube.install import Installed, WebhookServer
+from tests.support import ROOT
 
 
-def readme_example() -> tuple[str, list[str], list[str]]:
-    """The README's train.yaml, what kubectl prints for it, and what it prints with strict annotations."""
-    section = README.read_text().split("### What kubectl shows you", 1)[1]
+def documented_example() -> tuple[str, list[str], list[str]]:
+    """The example's train.yaml, what kubectl prints for it, and what it prints with strict annotations."""
+    section = (ROOT / "docs" / "annotations.md").read_text().split("## What kubectl shows you", 1)[1]
     (manifest,) = re.findall(r"```yaml\n# train\.yaml\n(.*?)```", section, re.S)
     consoles = re.findall(r"```console\n\$ kubectl create -f train\.yaml\n(.*?)```", section, re.S)
-    assert len(consoles) == 2, "the README shows the create and the strict refusal"
+    assert len(consoles) == 2, "the page shows the create and the strict refusal"
     return manifest, consoles[0].splitlines(), consoles[1].splitlines()
 
 
@@ -39,8 +39,8 @@ def strict(installed: Installed, webhook: WebhookServer) -> Iterator[WebhookServ
 
 
 def create_train(installed: Installed, tmp_path: Path) -> tuple[int, list[str]]:
-    """`kubectl create -f train.yaml` in a new namespace, from a directory holding the README's train.yaml."""
-    manifest, _, _ = readme_example()
+    """`kubectl create -f train.yaml` in a new namespace, from a directory holding the example's train.yaml."""
+    manifest, _, _ = documented_example()
     (tmp_path / "train.yaml").write_text(manifest)
     ns = installed.kube.namespace(f"warn-{uuid.uuid4().hex[:8]}")
     done = installed.kube.kubectl("create", "-n", ns, "-f", str(tmp_path / "train.yaml"), check=False)
@@ -48,18 +48,18 @@ def create_train(installed: Installed, tmp_path: Path) -> tuple[int, list[str]]:
     return done.returncode, printed.splitlines()
 
 
-def test_kubectl_prints_the_readme_warnings(installed: Installed, tmp_path: Path) -> None:
+def test_kubectl_prints_the_documented_warnings(installed: Installed, tmp_path: Path) -> None:
     code, printed = create_train(installed, tmp_path)
-    _, expected, _ = readme_example()
+    _, expected, _ = documented_example()
     assert code == 0
     assert printed == expected
 
 
-def test_strict_annotations_refuse_with_the_readme_message(
+def test_strict_annotations_refuse_with_the_documented_message(
     installed: Installed, strict: WebhookServer, tmp_path: Path
 ) -> None:
     code, printed = create_train(installed, tmp_path)
-    _, _, expected = readme_example()
+    _, _, expected = documented_example()
     assert code == 1
     assert printed == expected
 
