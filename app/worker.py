@@ -38,6 +38,8 @@ parses with ``conn.parser``; the parser's unreader has ``unread`` and ``take_buf
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import http
 import logging
 import selectors
@@ -85,6 +87,12 @@ def error_response(status: int, message: str) -> bytes:
     reason = http.HTTPStatus(status).phrase
     head = f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
     return f"{head}Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body
+
+
+def _cork(sock: socket.socket, on: bool) -> None:
+    """Hold back partial TCP segments until uncorked (Linux; elsewhere, and on a Unix socket, nothing)."""
+    if hasattr(socket, "TCP_CORK") and sock.family != socket.AF_UNIX:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, on)
 
 
 class Logger(glogging.Logger):
@@ -135,6 +143,9 @@ class WebhookWorker(gthread.ThreadWorker):
     # -- the event loop ---------------------------------------------------------------------------
 
     def run(self) -> None:
+        # Everything loaded so far (the app, its modules, the device config) lives as long as the worker: out of
+        # the collector's way, a full collection scans only what requests made (~0.5 ms instead of ~30 ms).
+        gc.freeze()
         self.poller.register(self.method_queue.fileno(), selectors.EVENT_READ, self.method_queue.run_callbacks)
         self.set_accept_enabled(True)
         self.log.info("worker ready: app loaded, accepting connections")
@@ -309,9 +320,17 @@ class WebhookWorker(gthread.ThreadWorker):
     # -- in a thread --------------------------------------------------------------------------------
 
     def handle_request(self, req: Any, conn: Connection) -> bool:
-        """The app gets the body as app.framing hands it over: whole, of known length, or refused unread."""
+        """The app gets the body as app.framing hands it over: whole, of known length, or refused unread.
+
+        gunicorn writes the answer's head and body apart; corked, they leave in one TCP segment, which the
+        API server reads at once (two segments: two wake-ups on each side, and one more for any proxy)."""
         conn.request.for_app(req)
-        return bool(super().handle_request(req, conn))
+        _cork(conn.sock, True)
+        try:
+            return bool(super().handle_request(req, conn))
+        finally:
+            with contextlib.suppress(OSError):  # closed after a failed answer
+                _cork(conn.sock, False)
 
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
         """gunicorn's status and message for a refused request, as the app's JSON error instead of an HTML page.

@@ -61,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--pods", type=int, default=200, help="sequential creates per case (%(default)s)")
     parser.add_argument("--burst", type=int, default=300, help="Pods per burst (%(default)s)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating bursts per case (%(default)s)")
+    parser.add_argument("--replica-env", action="append", default=[], help="KEY=VALUE for this webhook's replicas")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--smoke", action="store_true", help="tiny counts: proves the part runs (no figures)")
     return parser
@@ -80,8 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         kube = control_plane(work)
         try:
             installed = install(kube, work / "install")
-            with serving(installed, reference, work) as names:
+            connections: dict[str, Any] = {}
+            env = dict(item.split("=", 1) for item in args.replica_env)
+            with serving(installed, reference, work, connections, env) as names:
                 results = measure(kube, names, args)
+            results["connections"] = connections
         finally:
             kube.stop()
     print(table(results, args))
@@ -94,12 +98,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 @contextmanager
-def serving(installed: Installed, reference: hami.Reference, work: Path) -> Iterator[dict[str, str]]:
-    """Both webhooks up behind their Services and configured, and a namespace per case; yields case -> namespace."""
+def serving(
+    installed: Installed, reference: hami.Reference, work: Path, connections: dict[str, Any], env: dict[str, str]
+) -> Iterator[dict[str, str]]:
+    """Both webhooks up behind their Services and configured, and a namespace per case; yields case -> namespace.
+    On the way out, ``connections`` gets the connections the API server opened to each replica."""
     kube = installed.kube
     with ExitStack() as stack:
-        replicas = start_replicas(installed, REPLICAS, work / "replicas")
-        stack.callback(replicas.stop)
+        replicas = start_replicas(installed, REPLICAS, work / "replicas", env)
+
+        def stopped() -> None:
+            replicas.stop()
+            connections["product"] = sorted(replicas.connections.values())
+
+        stack.callback(stopped)
         ip = hami_service(kube)
         pki = write_local(work / "hami-tls", [f"{HAMI_SERVICE}.{NAMESPACE}.svc", "127.0.0.1"])  # 127.0.0.1: readiness
         config = work / "hami-device-config.yaml"
@@ -112,7 +124,12 @@ def serving(installed: Installed, reference: hami.Reference, work: Path) -> Iter
             )  # fmt: skip
             backends.append(f"127.0.0.1:{served.port}")
         forwarder = forward(f"{ip}:443", backends)
-        stack.callback(lambda: forwarder.communicate("", timeout=30))
+
+        def forwarded() -> None:
+            out, _ = forwarder.communicate("", timeout=30)
+            connections["hami"] = sorted(json.loads(out.splitlines()[-1]).values()) if out.strip() else []
+
+        stack.callback(forwarded)
         configure(kube, base64.b64encode(pki.ca_cert.read_bytes()).decode())
         suffix = uuid.uuid4().hex[:4]
         yield {case: kube.namespace(f"bench-{case}-{suffix}", {LABEL: case}) for case in CASES}
@@ -292,6 +309,8 @@ def table(results: dict[str, Any], args: argparse.Namespace) -> str:
         buckets = sorted((float(k), v) for k, v in hist.items() if k not in ("sum", "count") and k != "+Inf")
         shown = " ".join(f"<={le * 1000:g}ms {v / count:.0%}" for le, v in buckets[:4])
         lines.append(f"  {name:24} {count:6.0f} calls, mean {hist['sum'] / count * 1000:6.2f} ms  {shown}")
+    lines.append("connections the API server opened to each replica (whole run): " + ", ".join(
+        f"{case} {n}" for case, n in results["connections"].items()))  # fmt: skip
     if results["problems"]:
         lines += ["PROBLEMS:", *(f"  {p}" for p in results["problems"][:20])]
     return "\n".join(lines)

@@ -8,6 +8,8 @@ worker over a soak; 4 the quota path, when bench/quota.py is present.
 
 Part 4 is bench/quota.py's in-process part, run as its own process (it starts a
 real control plane of its own, tests/realkube); its printed figures are kept verbatim.
+Part 5 is bench/apiserver.py, also its own process with its own control plane: device-Pod
+creates through kube-apiserver with this webhook, HAMi's and none.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ BIG_POD_TARGET_US = 10_000
 THROUGHPUT_TARGET = 1.0
 HAMI_CPU_TARGET = 3.0  # server CPU per review, over HAMi's own webhook's in the same bursts
 P99_TARGET = 1.5
+ADDED_P50_TARGET = 1.3  # through the API server: added latency per create, over HAMi's webhook's
+CREATE_P99_TARGET = 1.5  # through the API server: p99 per create, over HAMi's webhook's
 HOT_WORKER_TARGET = 1.2  # the busiest worker's share of requests, in units of a fair share
 RSS_GROWTH_TARGET_KIB = 2048
 
@@ -51,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--soak", type=int, default=100_000, help="requests for the RSS soak (%(default)s)")
     parser.add_argument("--no-wire", action="store_true", help="in-process part only")
     parser.add_argument("--require-wire", action="store_true", help="fail (exit 2) when wrk cannot be had")
+    parser.add_argument("--no-apiserver", action="store_true", help="leave out part 5 (through kube-apiserver)")
     return parser
 
 
@@ -71,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
             results["wire"] = over_the_wire(args, wrk)
     if QUOTA_BENCH.exists():
         results["quota"] = quota_path(args.smoke)
+    if not args.no_apiserver:
+        results["apiserver"] = through_apiserver(args.smoke)
     results["targets"] = targets(results)
     results["machine"]["load_average_end"] = os.getloadavg()
     results["seconds"] = round(time.monotonic() - started, 1)
@@ -91,6 +98,19 @@ def quota_path(smoke: bool) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     return {"command": " ".join(command[1:]), "exit_code": done.returncode, "output": done.stdout + done.stderr}
+
+
+def through_apiserver(smoke: bool) -> dict[str, Any]:
+    """Part 5: bench/apiserver.py's table (kept verbatim) and figures."""
+    with tempfile.TemporaryDirectory(prefix="hami-bench-") as tmp:
+        figures = Path(tmp) / "apiserver.json"
+        command = [sys.executable, "-m", "bench.apiserver", "--json", str(figures)] + (["--smoke"] if smoke else [])
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False)
+        output = done.stdout + (done.stderr[-4000:] if done.returncode else "")
+        out: dict[str, Any] = {"command": " ".join(command[1:3]), "exit_code": done.returncode, "output": output}
+        if figures.exists():
+            out["figures"] = json.loads(figures.read_text())
+    return out
 
 
 def machine() -> dict[str, Any]:
@@ -156,6 +176,11 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     big = results["inprocess"]["200-containers"]["median_us"]
     add("in process: single-GPU review, median", f"<= {SINGLE_GPU_TARGET_US} µs", single, single <= 100, "µs")
     add("in process: 200-container Pod, median", f"<= {BIG_POD_TARGET_US} µs", big, big <= BIG_POD_TARGET_US, "µs")
+    figures = results.get("apiserver", {}).get("figures")
+    if figures:
+        added, p99 = figures["ratios"]["added_p50"], figures["ratios"]["p99"]
+        add("API server: added p50 per create / HAMi's", f"<= {ADDED_P50_TARGET}", added, added <= ADDED_P50_TARGET)
+        add("API server: p99 per create / HAMi's", f"<= {CREATE_P99_TARGET}", p99, p99 <= CREATE_P99_TARGET)
     wire_results = results.get("wire")
     if not wire_results:
         return rows
@@ -237,6 +262,10 @@ def table(results: dict[str, Any]) -> str:
         lines += ["  " + line for line in results["quota"]["output"].splitlines()]
     else:
         lines += ["", "4. quota path: not in this build (bench/quota.py is absent)"]
+    if "apiserver" in results:
+        lines += ["", results["apiserver"]["output"].rstrip()]
+        if results["apiserver"]["exit_code"]:
+            lines.append(f"  ({results['apiserver']['command']} exited {results['apiserver']['exit_code']})")
     lines += ["", "targets"]
     for row in results["targets"]:
         measured = "-" if row["measured"] is None else f"{row['measured']:.2f} {row['unit']}".strip()
