@@ -38,7 +38,6 @@ parses with ``conn.parser``; the parser's unreader has ``unread`` and ``take_buf
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import http
 import logging
@@ -89,10 +88,25 @@ def error_response(status: int, message: str) -> bytes:
     return f"{head}Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body
 
 
-def _cork(sock: socket.socket, on: bool) -> None:
-    """Hold back partial TCP segments until uncorked (Linux; elsewhere, and on a Unix socket, nothing)."""
-    if hasattr(socket, "TCP_CORK") and sock.family != socket.AF_UNIX:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, on)
+class Gathered:
+    """A connection's socket as gunicorn's answer writer sees it: what it sends is kept until ``flush``.
+
+    (Not TCP_CORK: uncorking transmits inside ``setsockopt``, which holds the GIL; ``sendall`` releases it.)"""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.parts: list[bytes] = []
+
+    def sendall(self, data: bytes) -> None:
+        self.parts.append(bytes(data))
+
+    def flush(self) -> None:
+        if self.parts:
+            data, self.parts = b"".join(self.parts), []
+            self.sock.sendall(data)
+
+    def __getattr__(self, name: str) -> Any:  # anything else (close, shutdown, fileno) is the socket's
+        return getattr(self.sock, name)
 
 
 class Logger(glogging.Logger):
@@ -322,15 +336,18 @@ class WebhookWorker(gthread.ThreadWorker):
     def handle_request(self, req: Any, conn: Connection) -> bool:
         """The app gets the body as app.framing hands it over: whole, of known length, or refused unread.
 
-        gunicorn writes the answer's head and body apart; corked, they leave in one TCP segment, which the
-        API server reads at once (two segments: two wake-ups on each side, and one more for any proxy)."""
+        gunicorn writes the answer's head and body apart: here they are gathered and sent in one write, so
+        one TLS record in one TCP segment reaches the API server (two: a wake-up more on each side, and for
+        any proxy between). An answer cut short by an error is not sent: gthread answers the error itself."""
         conn.request.for_app(req)
-        _cork(conn.sock, True)
+        gathered = Gathered(conn.sock)
+        conn.sock = gathered
         try:
-            return bool(super().handle_request(req, conn))
+            keep = super().handle_request(req, conn)
         finally:
-            with contextlib.suppress(OSError):  # closed after a failed answer
-                _cork(conn.sock, False)
+            conn.sock = gathered.sock
+        gathered.flush()
+        return bool(keep)
 
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
         """gunicorn's status and message for a refused request, as the app's JSON error instead of an HTML page.
