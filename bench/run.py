@@ -94,9 +94,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def quota_path(smoke: bool) -> dict[str, Any]:
     """Part 4: bench/quota.py's figures (added latency per admission with a quota, ledger round trip included)."""
-    command = [sys.executable, str(QUOTA_BENCH)] + (["--smoke"] if smoke else [])
+    command = [sys.executable, str(QUOTA_BENCH), "--parts", "inprocess"] + (["--smoke"] if smoke else [])
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     return {"command": " ".join(command[1:]), "exit_code": done.returncode, "output": done.stdout + done.stderr}
 
 
