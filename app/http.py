@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 from flask import Blueprint, Flask, Response, current_app, request
+from flask.sessions import NullSession, SessionInterface
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTooLarge
 
 from app import metrics
@@ -42,9 +43,20 @@ class Webhook:
     quota: QuotaPort
 
 
+class NoSessions(SessionInterface):
+    """The webhook keeps no sessions. Flask's default interface, without a secret key, builds a new empty
+    NullSession for every request; this hands out one, which refuses every write as each of those would."""
+
+    session = NullSession()
+
+    def open_session(self, app: Flask, request: Any) -> NullSession:
+        return self.session
+
+
 def install(app: Flask, webhook: Webhook) -> None:
     """Register the views, the body limit and JSON error pages on ``app``."""
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
+    app.session_interface = NoSessions()
     app.extensions["hami_webhook"] = webhook
     app.register_blueprint(blueprint)
     app.register_error_handler(HTTPException, _http_error)

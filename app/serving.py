@@ -27,6 +27,7 @@ __all__ = [
     "keepalive",
     "keyfile",
     "logconfig_dict",
+    "logger_class",
     "loglevel",
     "on_exit",
     "on_starting",
@@ -52,6 +53,7 @@ bind = [settings.bind]
 certfile = settings.tls_cert
 keyfile = settings.tls_key
 worker_class = "app.worker.WebhookWorker"
+logger_class = "app.worker.Logger"
 workers = settings.workers
 threads = settings.threads
 timeout = settings.timeout

@@ -38,6 +38,7 @@ parses with ``conn.parser``; the parser's unreader has ``unread`` and ``take_buf
 
 from __future__ import annotations
 
+import gc
 import http
 import logging
 import selectors
@@ -47,6 +48,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gunicorn import glogging
 from gunicorn import http as gunicorn_http
 from gunicorn.workers import gthread
 
@@ -84,6 +86,36 @@ def error_response(status: int, message: str) -> bytes:
     reason = http.HTTPStatus(status).phrase
     head = f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
     return f"{head}Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body
+
+
+class Gathered:
+    """A connection's socket as gunicorn's answer writer sees it: what it sends is kept until ``flush``.
+
+    (Not TCP_CORK: uncorking transmits inside ``setsockopt``, which holds the GIL; ``sendall`` releases it.)"""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.parts: list[bytes] = []
+
+    def sendall(self, data: bytes) -> None:
+        self.parts.append(bytes(data))
+
+    def flush(self) -> None:
+        if self.parts:
+            data, self.parts = b"".join(self.parts), []
+            self.sock.sendall(data)
+
+    def __getattr__(self, name: str) -> Any:  # anything else (close, shutdown, fileno) is the socket's
+        return getattr(self.sock, name)
+
+
+class Logger(glogging.Logger):
+    """gunicorn's logger, minus the access line nobody prints: with a ``logconfig_dict`` gunicorn assumes an
+    access log and formats each request's atoms (~10 µs), which app.logs' config then drops (no handler)."""
+
+    def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
+        if self.access_log.isEnabledFor(logging.INFO):
+            super().access(resp, req, environ, request_time)
 
 
 class Connection(gthread.TConn):
@@ -125,6 +157,9 @@ class WebhookWorker(gthread.ThreadWorker):
     # -- the event loop ---------------------------------------------------------------------------
 
     def run(self) -> None:
+        # Everything loaded so far (the app, its modules, the device config) lives as long as the worker: out of
+        # the collector's way, a full collection scans only what requests made (~0.5 ms instead of ~30 ms).
+        gc.freeze()
         self.poller.register(self.method_queue.fileno(), selectors.EVENT_READ, self.method_queue.run_callbacks)
         self.set_accept_enabled(True)
         self.log.info("worker ready: app loaded, accepting connections")
@@ -204,6 +239,9 @@ class WebhookWorker(gthread.ThreadWorker):
                 return
             self.nr_conns += 1
             sock.setblocking(False)
+            # gunicorn sends the head and the body of an answer in two writes: with Nagle's algorithm on, the
+            # body waits for the client to acknowledge the head (a delayed ACK: up to 40 ms on Linux)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             tls = self.certificate.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
             deadline = time.monotonic() + self.settings.handshake_timeout
             conn = Connection(self.cfg, tls, client, listener.getsockname(), deadline)
@@ -260,7 +298,10 @@ class WebhookWorker(gthread.ThreadWorker):
         conn.request.take_back(conn.parser.unreader)  # a pipelined next request
         conn.deadline = time.monotonic() + (self.settings.request_timeout if conn.request.buf else self.cfg.keepalive)
         self._watch(conn, self._read)
-        self._read(conn)  # bytes TLS already decrypted do not make the socket readable
+        # Bytes TLS already decrypted do not make the socket readable: read them now. Otherwise wait for the
+        # poller rather than try a read that would find nothing (a syscall and an exception per request).
+        if conn.request.buf or (isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending()):
+            self._read(conn)
 
     def _drain(self, conn: Connection) -> None:
         """Half-close after the last answer, then read what the client still sends until it closes.
@@ -293,9 +334,20 @@ class WebhookWorker(gthread.ThreadWorker):
     # -- in a thread --------------------------------------------------------------------------------
 
     def handle_request(self, req: Any, conn: Connection) -> bool:
-        """The app gets the body as app.framing hands it over: whole, of known length, or refused unread."""
+        """The app gets the body as app.framing hands it over: whole, of known length, or refused unread.
+
+        gunicorn writes the answer's head and body apart: here they are gathered and sent in one write, so
+        one TLS record in one TCP segment reaches the API server (two: a wake-up more on each side, and for
+        any proxy between). An answer cut short by an error is not sent: gthread answers the error itself."""
         conn.request.for_app(req)
-        return bool(super().handle_request(req, conn))
+        gathered = Gathered(conn.sock)
+        conn.sock = gathered
+        try:
+            keep = super().handle_request(req, conn)
+        finally:
+            conn.sock = gathered.sock
+        gathered.flush()
+        return bool(keep)
 
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
         """gunicorn's status and message for a refused request, as the app's JSON error instead of an HTML page.

@@ -93,15 +93,21 @@ def device_pod(name: str = "burst-") -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [ctr]}}
 
 
-def apiserver_metrics(kube: RealKube) -> dict[str, float]:
-    """The API server's /metrics samples whose names the bench reads, keyed by name{labels}."""
+def apiserver_metrics(
+    kube: RealKube,
+    wanted: tuple[str, ...] = (
+        "apiserver_request_total",
+        "apiserver_response_sizes_sum",
+        "apiserver_watch_events_total",
+    ),
+) -> dict[str, float]:
+    """The API server's /metrics samples whose names start with one of ``wanted``, keyed by name{labels}."""
     api = Api(kube)
     try:
         status, data = api.call("GET", "/metrics")
     finally:
         api.close()
     assert status == 200, data[:200]
-    wanted = ("apiserver_request_total", "apiserver_response_sizes_sum", "apiserver_watch_events_total")
     out: dict[str, float] = {}
     for line in data.decode().splitlines():
         if line.startswith(wanted):

@@ -8,6 +8,8 @@ worker over a soak; 4 the quota path, when bench/quota.py is present.
 
 Part 4 is bench/quota.py's in-process part, run as its own process (it starts a
 real control plane of its own, tests/realkube); its printed figures are kept verbatim.
+Part 5 is bench/apiserver.py, also its own process with its own control plane: device-Pod
+creates through kube-apiserver with this webhook, HAMi's and none.
 """
 
 from __future__ import annotations
@@ -33,8 +35,11 @@ QUOTA_BENCH = ROOT / "bench" / "quota.py"
 FRACTIONS = [0.25, 0.5, 0.75]
 SINGLE_GPU_TARGET_US = 100
 BIG_POD_TARGET_US = 10_000
-THROUGHPUT_TARGET = 0.85
+THROUGHPUT_TARGET = 1.0
+HAMI_CPU_TARGET = 3.0  # server CPU per review, over HAMi's own webhook's in the same bursts
 P99_TARGET = 1.5
+ADDED_P50_TARGET = 1.3  # through the API server: added latency per create, over HAMi's webhook's
+CREATE_P99_TARGET = 1.5  # through the API server: p99 per create, over HAMi's webhook's
 HOT_WORKER_TARGET = 1.2  # the busiest worker's share of requests, in units of a fair share
 RSS_GROWTH_TARGET_KIB = 2048
 
@@ -50,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--soak", type=int, default=100_000, help="requests for the RSS soak (%(default)s)")
     parser.add_argument("--no-wire", action="store_true", help="in-process part only")
     parser.add_argument("--require-wire", action="store_true", help="fail (exit 2) when wrk cannot be had")
+    parser.add_argument("--no-apiserver", action="store_true", help="leave out part 5 (through kube-apiserver)")
     return parser
 
 
@@ -70,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
             results["wire"] = over_the_wire(args, wrk)
     if QUOTA_BENCH.exists():
         results["quota"] = quota_path(args.smoke)
+    if not args.no_apiserver:
+        results["apiserver"] = through_apiserver(args.smoke)
     results["targets"] = targets(results)
     results["machine"]["load_average_end"] = os.getloadavg()
     results["seconds"] = round(time.monotonic() - started, 1)
@@ -86,10 +94,23 @@ def main(argv: list[str] | None = None) -> int:
 
 def quota_path(smoke: bool) -> dict[str, Any]:
     """Part 4: bench/quota.py's figures (added latency per admission with a quota, ledger round trip included)."""
-    command = [sys.executable, str(QUOTA_BENCH)] + (["--smoke"] if smoke else [])
+    command = [sys.executable, str(QUOTA_BENCH), "--parts", "inprocess"] + (["--smoke"] if smoke else [])
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     return {"command": " ".join(command[1:]), "exit_code": done.returncode, "output": done.stdout + done.stderr}
+
+
+def through_apiserver(smoke: bool) -> dict[str, Any]:
+    """Part 5: bench/apiserver.py's table (kept verbatim) and figures."""
+    with tempfile.TemporaryDirectory(prefix="hami-bench-") as tmp:
+        figures = Path(tmp) / "apiserver.json"
+        command = [sys.executable, "-m", "bench.apiserver", "--json", str(figures)] + (["--smoke"] if smoke else [])
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False)
+        output = done.stdout + (done.stderr[-4000:] if done.returncode else "")
+        out: dict[str, Any] = {"command": " ".join(command[1:3]), "exit_code": done.returncode, "output": output}
+        if figures.exists():
+            out["figures"] = json.loads(figures.read_text())
+    return out
 
 
 def machine() -> dict[str, Any]:
@@ -130,11 +151,11 @@ def over_the_wire(args: argparse.Namespace, wrk: str) -> dict[str, Any]:
         workdir = Path(tmp)
         (workdir / "review.json").write_bytes(body)
         load = wire.Load(wrk, workdir / "review.json")
-        with wire.servers(workdir, body, serving()) as (product, floor):
-            for server in (product, floor):  # warm-up: imports, caches, TLS sessions
+        with wire.servers(workdir, body, serving()) as (product, floor, peer):
+            for server in (product, floor, *([peer] if peer else [])):  # warm-up: imports, caches, TLS sessions
                 load.run(server, 1)
             out: dict[str, Any] = {"connections": wire.CONNECTIONS, "review_bytes": len(body)}
-            out["saturation"] = wire.saturation(load, product, floor, args.pairs, args.burst)
+            out["saturation"] = wire.saturation(load, product, floor, args.pairs, args.burst, peer)
             floor_max = out["saturation"]["floor_rps"]["median"]
             out["rates"] = wire.fixed_rates(load, product, floor, floor_max, FRACTIONS, args.rate_seconds)
             out["memory"] = {
@@ -155,12 +176,20 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     big = results["inprocess"]["200-containers"]["median_us"]
     add("in process: single-GPU review, median", f"<= {SINGLE_GPU_TARGET_US} µs", single, single <= 100, "µs")
     add("in process: 200-container Pod, median", f"<= {BIG_POD_TARGET_US} µs", big, big <= BIG_POD_TARGET_US, "µs")
+    figures = results.get("apiserver", {}).get("figures")
+    if figures:
+        added, p99 = figures["ratios"]["added_p50"], figures["ratios"]["p99"]
+        add("API server: added p50 per create / HAMi's", f"<= {ADDED_P50_TARGET}", added, added <= ADDED_P50_TARGET)
+        add("API server: p99 per create / HAMi's", f"<= {CREATE_P99_TARGET}", p99, p99 <= CREATE_P99_TARGET)
     wire_results = results.get("wire")
     if not wire_results:
         return rows
     sat = wire_results["saturation"]
     ratio = sat["throughput_ratio"]["median"]
     add("throughput / floor's (median of pairs)", f">= {THROUGHPUT_TARGET}", ratio, ratio >= THROUGHPUT_TARGET)
+    if "hami_cpu_ratio" in sat:
+        cpu = sat["hami_cpu_ratio"]["median"]
+        add("server CPU per review / HAMi's (median)", f"<= {HAMI_CPU_TARGET}", cpu, cpu <= HAMI_CPU_TARGET)
     half = next((r for r in wire_results["rates"] if r["fraction"] == 0.5), None)
     if half:
         p99 = half["p99_ratio"]
@@ -196,16 +225,17 @@ def table(results: dict[str, Any]) -> str:
         ]
         lines.append(f"{'':26} {'product':>22} {'floor':>22} {'ratio':>20}")
         lines.append(_row("throughput req/s", sat["product_rps"], sat["floor_rps"], sat["throughput_ratio"], "{:.0f}"))
-        lines.append(
-            _row(
-                "server CPU µs/request",
-                sat["product_cpu_us"],
-                sat["floor_cpu_us"],
-                sat["cpu_per_request_ratio"],
-                "{:.0f}",
-            )
-        )
+        cpu = sat["cpu_per_request_ratio"]
+        lines.append(_row("server CPU µs/request", sat["product_cpu_us"], sat["floor_cpu_us"], cpu, "{:.0f}"))
         lines.append(_row("p99 at saturation µs", sat["product_p99_us"], sat["floor_p99_us"], None, "{:.0f}"))
+        if "hami_cpu_ratio" in sat:
+            lines += ["", f"{'':26} {'product':>22} {'HAMi (Go)':>22} {'ratio':>20}"]
+            lines.append(
+                _row("throughput req/s", sat["product_rps"], sat["hami_rps"], sat["hami_throughput_ratio"], "{:.0f}")
+            )
+            cpu = sat["hami_cpu_ratio"]
+            lines.append(_row("server CPU µs/request", sat["product_cpu_us"], sat["hami_cpu_us"], cpu, "{:.0f}"))
+            lines.append(_row("p99 at saturation µs", sat["product_p99_us"], sat["hami_p99_us"], None, "{:.0f}"))
         lines += ["", f"{'offered req/s':>14} {'':7} {'product p50/p95/p99 µs (got req/s)':>38} "
                   f"{'floor p50/p95/p99 µs (got req/s)':>38} {'p99 ratio':>9}"]  # fmt: skip
         for row in wire_results["rates"]:
@@ -232,6 +262,10 @@ def table(results: dict[str, Any]) -> str:
         lines += ["  " + line for line in results["quota"]["output"].splitlines()]
     else:
         lines += ["", "4. quota path: not in this build (bench/quota.py is absent)"]
+    if "apiserver" in results:
+        lines += ["", results["apiserver"]["output"].rstrip()]
+        if results["apiserver"]["exit_code"]:
+            lines.append(f"  ({results['apiserver']['command']} exited {results['apiserver']['exit_code']})")
     lines += ["", "targets"]
     for row in results["targets"]:
         measured = "-" if row["measured"] is None else f"{row['measured']:.2f} {row['unit']}".strip()

@@ -15,6 +15,7 @@ import shutil
 import ssl
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import counted
-from tests.support import ROOT
+from certgen.pki import LocalFiles, write_local
+from tests.support import ROOT, hami
 from tests.support.ports import free_port
 from tests.support.servers import Server as Gunicorn
 from tests.support.servers import gunicorn, stop
@@ -47,62 +49,15 @@ def wrk_path(install: bool) -> str | None:
     return shutil.which("wrk")
 
 
-@dataclass
-class Server:
-    """One gunicorn master serving ``app`` over TLS on 127.0.0.1."""
+class Measured:
+    """What the bench reads of a server's processes from /proc: CPU, connections held, memory, per process."""
 
     name: str
-    app: str
-    workdir: Path
-    port: int = field(default_factory=free_port)
-    proc: Gunicorn | None = None
-
-    @property
-    def counts_path(self) -> Path:
-        return self.workdir / f"{self.name}.counts"
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}/webhook"
-
-    def start(self, cert: Path, key: Path, env: dict[str, str]) -> None:
-        self.counts_path.write_bytes(b"\0" * counted.SLOTS * counted.SLOT.size)
-        # as the shipped manifests run it: JSON logs, metrics in multiprocess mode served by the master; the
-        # product's one line per review goes to a file
-        self.proc = gunicorn(
-            self.port,
-            cert,
-            key,
-            config="python:bench.counted",
-            app=self.app,
-            log=self.workdir / f"{self.name}.log",
-            HAMI_BENCH_COUNTS=str(self.counts_path),
-            HAMI_LOG_FORMAT="json",
-            **env,
-        )
-
-    def wait_ready(self, workers: int, body: bytes, context: ssl.SSLContext, timeout: float = 30) -> None:
-        """Until every worker has started and a review gets a correct answer (uid echoed, allowed)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise WireError(f"{self.name} exited {self.proc.returncode}; see {self.workdir / self.name}.log")
-            try:
-                answer = _post(self.port, context, body)
-            except OSError:
-                time.sleep(0.2)
-                continue
-            uid = json.loads(body)["request"]["uid"]
-            if answer.get("response", {}).get("uid") != uid or answer["response"].get("allowed") is not True:
-                raise WireError(f"{self.name} answered wrongly: {answer}")
-            if len(self.workers()) >= workers:
-                return
-            time.sleep(0.2)
-        raise WireError(f"{self.name} was not ready within {timeout:.0f} s")
+    port: int
 
     def workers(self) -> dict[int, int]:
-        """pid -> requests answered, per live worker."""
-        return {pid: n for pid, n in counted.read_counts(self.counts_path).items() if Path(f"/proc/{pid}").exists()}
+        """pid -> requests answered (0 where the server does not count them), per live serving process."""
+        raise NotImplementedError
 
     def cpu_seconds(self) -> dict[int, float]:
         """pid -> user+system CPU seconds, per worker."""
@@ -142,9 +97,101 @@ class Server:
                     out[pid] = int(line.split()[1])
         return out
 
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}/webhook"
+
+
+@dataclass
+class Server(Measured):
+    """One gunicorn master serving ``app`` over TLS on 127.0.0.1."""
+
+    name: str
+    app: str
+    workdir: Path
+    port: int = field(default_factory=free_port)
+    proc: Gunicorn | None = None
+
+    @property
+    def counts_path(self) -> Path:
+        return self.workdir / f"{self.name}.counts"
+
+    def start(self, cert: Path, key: Path, env: dict[str, str]) -> None:
+        self.counts_path.write_bytes(b"\0" * counted.SLOTS * counted.SLOT.size)
+        # as the shipped manifests run it: JSON logs, metrics in multiprocess mode served by the master; the
+        # product's one line per review goes to a file
+        self.proc = gunicorn(
+            self.port,
+            cert,
+            key,
+            config="python:bench.counted",
+            app=self.app,
+            log=self.workdir / f"{self.name}.log",
+            HAMI_BENCH_COUNTS=str(self.counts_path),
+            HAMI_LOG_FORMAT="json",
+            **env,
+        )
+
+    def wait_ready(self, workers: int, body: bytes, context: ssl.SSLContext, timeout: float = 30) -> None:
+        """Until every worker has started and a review gets a correct answer (uid echoed, allowed)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise WireError(f"{self.name} exited {self.proc.returncode}; see {self.workdir / self.name}.log")
+            try:
+                answer = _post(self.port, context, body)
+            except OSError:
+                time.sleep(0.2)
+                continue
+            _check_answer(self.name, answer, body)
+            if len(self.workers()) >= workers:
+                return
+            time.sleep(0.2)
+        raise WireError(f"{self.name} was not ready within {timeout:.0f} s")
+
+    def workers(self) -> dict[int, int]:
+        """pid -> requests answered, per live worker."""
+        return {pid: n for pid, n in counted.read_counts(self.counts_path).items() if Path(f"/proc/{pid}").exists()}
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             stop(self.proc, timeout=40)
+
+
+@dataclass
+class Peer(Measured):
+    """HAMi's own webhook (Go, one process), served by tests/support/hami.py: the reference for CPU per review."""
+
+    port: int
+    pid: int
+    name: str = "hami"
+
+    def workers(self) -> dict[int, int]:
+        return {self.pid: 0} if Path(f"/proc/{self.pid}").exists() else {}
+
+
+@contextmanager
+def hami_peer(workdir: Path, pki: LocalFiles, body: bytes) -> Iterator[Peer | None]:
+    """HAMi's webhook on the same certificate, answering the review correctly; None (with the reason printed)
+    when it cannot be built here (no Go toolchain, no HAMi source)."""
+    try:
+        reference = hami.build()
+    except hami.Unavailable as exc:
+        print(f"over the wire: HAMi's webhook left out: {exc}", file=sys.stderr)
+        yield None
+        return
+    config = workdir / "hami-device-config.yaml"
+    config.write_text(reference.render())
+    context = client_context(pki.ca_cert)
+    with hami.serve(reference, pki.cert, pki.key, context, hami.flags(config), log=workdir / "hami.log") as served:
+        _check_answer("hami", _post(served.port, context, body), body)
+        yield Peer(served.port, served.process.pid)
+
+
+def _check_answer(name: str, answer: dict[str, Any], body: bytes) -> None:
+    uid = json.loads(body)["request"]["uid"]
+    if answer.get("response", {}).get("uid") != uid or answer["response"].get("allowed") is not True:
+        raise WireError(f"{name} answered wrongly: {answer}")
 
 
 def _post(port: int, context: ssl.SSLContext, body: bytes) -> dict[str, Any]:
@@ -157,10 +204,9 @@ def _post(port: int, context: ssl.SSLContext, body: bytes) -> dict[str, Any]:
 
 
 @contextmanager
-def servers(workdir: Path, body: bytes, env: dict[str, str]) -> Iterator[tuple[Server, Server]]:
-    """The product and the floor, both up, both answering correctly; stopped on the way out."""
-    from certgen.pki import write_local
-
+def servers(workdir: Path, body: bytes, env: dict[str, str]) -> Iterator[tuple[Server, Server, Peer | None]]:
+    """The product, the floor and HAMi's webhook (None when it cannot be built here), all up and answering
+    correctly; stopped on the way out."""
     pki = write_local(workdir / "tls", ["localhost", "127.0.0.1"])
     product = Server("product", "wsgi:app", workdir)
     floor = Server("floor", "bench.floor:app", workdir)
@@ -169,7 +215,8 @@ def servers(workdir: Path, body: bytes, env: dict[str, str]) -> Iterator[tuple[S
             server.start(pki.cert, pki.key, env)
         for server in (product, floor):
             server.wait_ready(int(env["HAMI_WEBHOOK_WORKERS"]), body, client_context(pki.ca_cert))
-        yield product, floor
+        with hami_peer(workdir, pki, body) as peer:
+            yield product, floor, peer
     finally:
         for server in (product, floor):
             server.stop()
@@ -182,7 +229,7 @@ class Load:
     wrk: str
     body_path: Path
 
-    def run(self, server: Server, seconds: float, pace_ms: float = 0) -> dict[str, Any]:
+    def run(self, server: Measured, seconds: float, pace_ms: float = 0) -> dict[str, Any]:
         env = {**os.environ, "BENCH_BODY": str(self.body_path), "BENCH_DELAY_MS": str(pace_ms or "")}
         before_cpu, before_n = server.cpu_seconds(), server.workers()
         command = [
@@ -218,31 +265,42 @@ def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def saturation(load: Load, product: Server, floor: Server, pairs: int, seconds: float) -> dict[str, Any]:
-    """Alternating bursts at saturation (8 keep-alive connections): ratios per pair, then their median."""
+def saturation(
+    load: Load, product: Server, floor: Server, pairs: int, seconds: float, peer: Peer | None = None
+) -> dict[str, Any]:
+    """Alternating bursts at saturation (8 keep-alive connections): ratios per pair, then their median.
+
+    With HAMi's webhook as ``peer``, each pair is a triple (the order rotates) and also gives the product's
+    CPU per request over HAMi's."""
+    servers: list[Measured] = [product, floor] + ([peer] if peer else [])
     rows = []
     for index in range(pairs):
-        order = (product, floor) if index % 2 == 0 else (floor, product)
-        runs = {server.name: load.run(server, seconds) for server in order}
-        rows.append(
-            {
-                "product": runs["product"],
-                "floor": runs["floor"],
-                "throughput_ratio": runs["product"]["rps"] / runs["floor"]["rps"],
-                "cpu_ratio": runs["product"]["cpu_us_per_request"] / max(runs["floor"]["cpu_us_per_request"], 1e-9),
-            }
-        )
-    return {
+        shift = index % len(servers)
+        runs = {server.name: load.run(server, seconds) for server in servers[shift:] + servers[:shift]}
+        row = {
+            **runs,
+            "throughput_ratio": runs["product"]["rps"] / runs["floor"]["rps"],
+            "cpu_ratio": runs["product"]["cpu_us_per_request"] / max(runs["floor"]["cpu_us_per_request"], 1e-9),
+        }
+        if peer:
+            row["hami_cpu_ratio"] = runs["product"]["cpu_us_per_request"] / max(
+                runs["hami"]["cpu_us_per_request"], 1e-9
+            )
+            row["hami_throughput_ratio"] = runs["product"]["rps"] / runs["hami"]["rps"]
+        rows.append(row)
+    out = {
         "pairs": rows,
         "throughput_ratio": spread([r["throughput_ratio"] for r in rows]),
         "cpu_per_request_ratio": spread([r["cpu_ratio"] for r in rows]),
-        "product_rps": spread([r["product"]["rps"] for r in rows]),
-        "floor_rps": spread([r["floor"]["rps"] for r in rows]),
-        "product_cpu_us": spread([r["product"]["cpu_us_per_request"] for r in rows]),
-        "floor_cpu_us": spread([r["floor"]["cpu_us_per_request"] for r in rows]),
-        "product_p99_us": spread([r["product"]["p99_us"] for r in rows]),
-        "floor_p99_us": spread([r["floor"]["p99_us"] for r in rows]),
     }
+    for server in servers:
+        out[f"{server.name}_rps"] = spread([r[server.name]["rps"] for r in rows])
+        out[f"{server.name}_cpu_us"] = spread([r[server.name]["cpu_us_per_request"] for r in rows])
+        out[f"{server.name}_p99_us"] = spread([r[server.name]["p99_us"] for r in rows])
+    if peer:
+        out["hami_cpu_ratio"] = spread([r["hami_cpu_ratio"] for r in rows])
+        out["hami_throughput_ratio"] = spread([r["hami_throughput_ratio"] for r in rows])
+    return out
 
 
 def fixed_rates(
@@ -270,7 +328,7 @@ def fixed_rates(
     return rows
 
 
-def soak(load: Load, server: Server, requests: int, time_limit: float) -> dict[str, Any]:
+def soak(load: Load, server: Measured, requests: int, time_limit: float) -> dict[str, Any]:
     """RSS per worker after warm-up, then after ``requests`` more requests (bounded by ``time_limit``)."""
     before = server.rss_kib()
     start_count = sum(server.workers().values())

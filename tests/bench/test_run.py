@@ -18,9 +18,9 @@ def test_smoke_run_prints_every_part_and_writes_results(tmp_path: Path) -> None:
     if shutil.which("wrk") is None and os.geteuid() != 0 and os.environ.get("CI") != "true":
         pytest.skip("wrk is not installed (sudo scripts/install-wrk.sh)")
     command = [sys.executable, "-m", "bench", "--smoke", "--require-wire", "--out", str(tmp_path)]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False)
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=420, check=False)
     assert done.returncode == 0, done.stderr
-    for heading in ("1. in process", "2. over TLS", "3. RSS per worker", "4. quota path", "targets"):
+    for heading in ("1. in process", "2. over TLS", "3. RSS per worker", "4. quota path", "5. through kube", "targets"):
         assert heading in done.stdout
 
     results = json.loads((tmp_path / "results.json").read_text())
@@ -35,7 +35,17 @@ def test_smoke_run_prints_every_part_and_writes_results(tmp_path: Path) -> None:
         assert sum(pair[side]["per_worker_requests"]) > 0
         assert wire["memory"][side]["requests"] > 0
     assert [row["fraction"] for row in wire["rates"]] == [0.25, 0.5, 0.75]
-    assert len(results["targets"]) == 6
+    peer = "hami_cpu_ratio" in wire["saturation"]  # HAMi's webhook, when scripts/hami-reference.sh can build it
+    api = results["apiserver"]
+    assert api["exit_code"] == 0, api["output"]
+    if os.environ.get("CI") == "true":
+        assert peer and "figures" in api, "HAMi's webhook must build on CI (scripts/hami-reference.sh)"
+    if peer:
+        assert pair["hami"]["requests"] > 0 and pair["hami"]["errors"] == 0
+    if "figures" in api:  # every create was checked (201, the scheduler name each case must give)
+        assert api["figures"]["problems"] == []
+        assert all(api["figures"]["sequential"][case]["p50"] > 0 for case in ("none", "hami", "product"))
+    assert len(results["targets"]) == 6 + peer + 2 * ("figures" in api)
     assert (tmp_path / "latency.png").stat().st_size > 0
     if "quota" in results:  # bench/quota.py is in this build: it ran and succeeded
         assert results["quota"]["exit_code"] == 0, results["quota"]["output"]

@@ -111,7 +111,7 @@ def pair(reference: hami.Reference, setup: SetUp, tls: tuple[Path, Path, ssl.SSL
             force_overwrite=setup.force_overwrite,
             extra=setup.hami_flags(),
         )
-        served = stack.enter_context(hami.serve(reference, tls[0], tls[1], tls[2], flags))
+        served = stack.enter_context(hami.serve(reference, tls[0], tls[1], tls[2], flags, log=workdir / "hami.log"))
         ours = create_app(Settings.from_env(setup.our_env(str(config)))).test_client()
         both = Pair(setup, served, ours)
         stack.callback(lambda: both.connection.close())

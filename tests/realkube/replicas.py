@@ -50,14 +50,20 @@ def start_replicas(installed: Installed, count: int, work: Path, env: dict[str, 
         for server in replicas.servers:  # started together, then each waited for
             server.ready()
         backends = [f"{s.host}:{s.port}" for s in replicas.servers]
-        command = [sys.executable, "-m", "tests.realkube.forwarder", f"{installed.cluster_ip}:443", *backends]
-        replicas.forwarder = subprocess.Popen(
-            command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
-        assert replicas.forwarder.stdout is not None
-        if replicas.forwarder.stdout.readline().strip() != "listening":
-            raise RuntimeError(f"the forwarder on {installed.cluster_ip}:443 did not start")
+        replicas.forwarder = forward(f"{installed.cluster_ip}:443", backends)
     except BaseException:
         replicas.stop()
         raise
     return replicas
+
+
+def forward(listen: str, backends: list[str]) -> subprocess.Popen[str]:
+    """The round-robin forwarder (tests/realkube/forwarder.py) on ``listen`` (host:port), listening on return.
+    Closing its stdin stops it; it then prints the connections it gave each backend, as JSON."""
+    command = [sys.executable, "-m", "tests.realkube.forwarder", listen, *backends]
+    forwarder = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert forwarder.stdout is not None
+    if forwarder.stdout.readline().strip() != "listening":
+        forwarder.kill()
+        raise RuntimeError(f"the forwarder on {listen} did not start")
+    return forwarder

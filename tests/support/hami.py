@@ -92,12 +92,19 @@ def flags(
 
 @contextmanager
 def serve(
-    reference: Reference, cert: Path, key: Path, context: ssl.SSLContext, args: Sequence[str], port: int = 0
+    reference: Reference,
+    cert: Path,
+    key: Path,
+    context: ssl.SSLContext,
+    args: Sequence[str],
+    port: int = 0,
+    log: Path | None = None,
 ) -> Iterator[Served]:
-    """HAMi's webhook with `args` (see `flags`) on 127.0.0.1, ready when the block starts, stopped after it."""
+    """HAMi's webhook with `args` (see `flags`) on 127.0.0.1, ready when the block starts, stopped after it.
+    Its log goes to `log` when given (a benchmark's many lines), else it is kept in memory."""
     port = port or free_port()
     command = [str(reference.webhook), f"--http_bind=127.0.0.1:{port}", f"--cert_file={cert}", f"--key_file={key}"]
-    process = Server([*command, *args], env={})
+    process = Server([*command, *args], env={}, log=log)
     served = Served(port, context, process)
     try:
         wait_ready(port, context, process, path="/healthz", name="HAMi's webhook")  # HAMi's has no /readyz
