@@ -1,9 +1,9 @@
 """``python -m bench``: the webhook's speed, in process and over the wire, beside a floor, in one run.
 
 Prints a table, writes results.json and (with the ``bench`` extra) latency.png to --out.
-Parts: 1 the pure core in process; 2 product and floor over TLS under gunicorn with
-wrk (installed by scripts/install-wrk.sh when missing and run as root); 3 RSS per
-worker over a soak; 4 the quota path, when bench/quota.py is present.
+Parts: 1 the pure core in process; 2 product, floor and HAMi's webhook over TLS under
+gunicorn with wrk (installed by scripts/install-wrk.sh when missing and run as root);
+3 RSS per worker over a soak; 4 the quota path; 5 Pod creates through kube-apiserver.
 ``--smoke`` runs every part with tiny counts in seconds (the test suite does).
 
 Part 4 is bench/quota.py's in-process part, run as its own process (it starts a
@@ -74,8 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
         else:
             results["wire"] = over_the_wire(args, wrk)
-    if QUOTA_BENCH.exists():
-        results["quota"] = quota_path(args.smoke)
+    results["quota"] = quota_path(args.smoke)
     if not args.no_apiserver:
         results["apiserver"] = through_apiserver(args.smoke)
     results["targets"] = targets(results)
@@ -257,11 +256,8 @@ def table(results: dict[str, Any]) -> str:
                 f"  {name:8} {mem['rss_kib_warm']} -> {mem['rss_kib_after']} ({mem['growth_kib']}) "
                 f"over {mem['requests']} requests" + ("" if mem["complete"] else " (time limit reached)")
             )
-    if "quota" in results:
-        lines += ["", f"4. quota path ({results['quota']['command']}, exit {results['quota']['exit_code']})"]
-        lines += ["  " + line for line in results["quota"]["output"].splitlines()]
-    else:
-        lines += ["", "4. quota path: not in this build (bench/quota.py is absent)"]
+    lines += ["", f"4. quota path ({results['quota']['command']}, exit {results['quota']['exit_code']})"]
+    lines += ["  " + line for line in results["quota"]["output"].splitlines()]
     if "apiserver" in results:
         lines += ["", results["apiserver"]["output"].rstrip()]
         if results["apiserver"]["exit_code"]:
