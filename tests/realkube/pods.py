@@ -89,7 +89,13 @@ def create_at_once(
             barrier.wait()
             while next(numbers) < count:
                 started = time.perf_counter()
-                status, data = api.call("POST", path, body)
+                try:
+                    status, data = api.call("POST", path, body)
+                except (OSError, http.client.HTTPException) as exc:  # the API server is gone (a crash test)
+                    results.append(Created(started, time.perf_counter(), 0, {"message": f"no answer: {exc!r}"}))
+                    api.close()
+                    api = Api(kube)
+                    continue
                 results.append(Created(started, time.perf_counter(), status, {} if status == 201 else json.loads(data)))
         finally:
             api.close()
