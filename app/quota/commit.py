@@ -13,21 +13,19 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from app import metrics
 from app.kube.backoff import Backoff
 from app.kube.errors import CONFLICT, ApiError, describe
-from app.quota.decision import WINDOW, Ask, Burst, Mine, Scene, decide, denial
-from app.quota.demand import Amounts, Demand, amounts
-from app.quota.feed import accumulate
+from app.quota.decision import Ask, Scene, decide, denial
+from app.quota.demand import Demand, amounts
 from app.quota.ledger import MAX_LEDGER_BYTES, Snapshot
 from app.quota.limits import limited
 from app.quota.port import FITS, QuotaUnavailable, Verdict
 from app.quota.seams import SYSTEM_CLOCK, Clock, FeedView, LedgerStore
+from app.quota.state import Grant, NamespaceState, Ticket
 
 ADMIT_BUDGET = 5.0  # seconds for one admission, sync wait included: half the API server's 10 s webhook timeout
 REQUEST_TIMEOUT = 2.0  # seconds for one ledger read or write
@@ -39,54 +37,7 @@ NEWER_WAIT = 0.02  # seconds a lost compare-and-swap waits for the watch to brin
 LOST_ROUND = Backoff(first=0.002, cap=0.005, jitter=1.0)
 UNDECIDED_STEP = 0.05  # seconds between decisions while a grant of another worker may hold the room
 CLOSER_RETRY = 0.02  # seconds before the closer looks again at a grant it could not close yet
-REMEMBERED = 4096  # request uids remembered per namespace, so a request sent again is not reserved twice
 log = logging.getLogger("hami_webhook.quota")
-
-
-@dataclass(eq=False)
-class _Ticket:
-    """One admission waiting on its namespace's ledger; settled with a verdict or an error."""
-
-    ask: Ask
-    deadline: float
-    verdict: Verdict | None = None
-    error: QuotaUnavailable | None = None
-
-    @property
-    def settled(self) -> bool:
-        return self.verdict is not None or self.error is not None
-
-
-@dataclass(eq=False)
-class _Grant:
-    """Room this worker took ahead in a namespace: admissions go into it, without the API, until it closes."""
-
-    id: str
-    amounts: Amounts  # as written in the ledger
-    spent: Amounts  # admitted into it so far
-    closes_at: float  # monotonic: WINDOW after the write that made it was sent
-    wanted: int  # the ledger's wanted count when it was made: a higher one asks for it to be closed at once
-    frozen: bool = False  # a write closing it is being made: nothing more goes into it
-
-    def room(self) -> Amounts:
-        return {name: amount - self.spent.get(name, 0) for name, amount in self.amounts.items()}
-
-    def fits(self, requested: Amounts) -> bool:
-        room = self.room()
-        return all(room.get(name, 0) >= amount for name, amount in requested.items())
-
-
-@dataclass(eq=False)
-class _Namespace:
-    """One namespace's admissions in this process: one thread commits, the others wait for it."""
-
-    cond: threading.Condition = field(default_factory=threading.Condition)
-    waiting: list[_Ticket] = field(default_factory=list)
-    busy: bool = False
-    grants: dict[str, _Grant] = field(default_factory=dict)
-    admitted: deque[float] = field(default_factory=deque)  # when recent admissions were made (their rate)
-    reserved: dict[str, str] = field(default_factory=dict)  # request uid -> the entry that holds its room
-    first_seen: dict[str, float] = field(default_factory=dict)  # others' open grants: when first seen here
 
 
 class KubeQuota:
@@ -112,7 +63,7 @@ class KubeQuota:
         self._stale_after = stale_after
         self._clock = clock
         self._new_id = new_id
-        self._namespaces: dict[str, _Namespace] = {}
+        self._namespaces: dict[str, NamespaceState] = {}
         self._namespaces_lock = threading.Lock()
         self._stopped = threading.Event()
         self._closer = threading.Thread(target=self._close_grants, name="quota-grant-closer", daemon=True)
@@ -135,10 +86,10 @@ class KubeQuota:
             return FITS  # no device quota here: the ledger is never touched
         if not self.feed.namespace_synced(namespace, wait=max(min(SYNC_WAIT, deadline - self._clock.monotonic()), 0)):
             raise QuotaUnavailable(f"the Pods of namespace {namespace} have not been listed yet")
-        ticket = _Ticket(Ask(uid, requested, dry_run), deadline)
+        ticket = Ticket(Ask(uid, requested, dry_run), deadline)
         state = self._namespace(namespace)
         with state.cond:
-            ticket.verdict = self._from_grant(state, ticket.ask)
+            ticket.verdict = state.from_grant(ticket.ask, self._clock.monotonic())
         if ticket.verdict is None:
             ticket.verdict = self._denied_at_once(namespace, state, ticket.ask)
         if ticket.verdict is None:
@@ -150,22 +101,7 @@ class KubeQuota:
         assert ticket.verdict is not None
         return ticket.verdict
 
-    def _from_grant(self, state: _Namespace, ask: Ask) -> Verdict | None:
-        """The verdict this worker can give on its own (lock held): the same request again, or room left in
-        one of its open grants; None when the ledger must decide."""
-        if ask.uid in state.reserved:  # the API server sent this very request again: it is already reserved
-            return Verdict(reservation=state.reserved[ask.uid])
-        now = self._clock.monotonic()
-        for grant in state.grants.values():
-            if not grant.frozen and now < grant.closes_at and grant.fits(ask.requested):
-                if ask.dry_run:
-                    return FITS
-                accumulate(grant.spent, ask.requested)
-                self._remember(state, ask.uid, grant.id, now)
-                return Verdict(reservation=grant.id)
-        return None
-
-    def _denied_at_once(self, namespace: str, state: _Namespace, ask: Ask) -> Verdict | None:
+    def _denied_at_once(self, namespace: str, state: NamespaceState, ask: Ask) -> Verdict | None:
         """A denial from the cached ledger, without waiting for a commit in flight: what does not fit even
         counting only what is certainly taken does not fit the newest ledger either. None: the ledger decides."""
         found = self.feed.ledger(namespace)
@@ -174,24 +110,15 @@ class KubeQuota:
         refused = denial(self._scene(namespace, state, found), ask.requested)
         return Verdict(refused) if refused else None
 
-    def _scene(self, namespace: str, state: _Namespace, found: Snapshot) -> Scene:
+    def _scene(self, namespace: str, state: NamespaceState, found: Snapshot) -> Scene:
         """What this worker knows of the namespace now, for one decision; records first sights of others' grants."""
         used, held = self.feed.seen(namespace, found.entries)
+        limits, wall, now = self.feed.limits(namespace), self._clock.time(), self._clock.monotonic()
         with state.cond:
-            mine = {i: Mine(dict(g.spent), g.frozen) for i, g in state.grants.items()}
-            now = self._clock.monotonic()
-            scene = Scene(
-                namespace, self.feed.limits(namespace), found.entries, found.mark, used, held,
-                self._clock.time(), now, mine, dict(state.first_seen),
-            )  # fmt: skip
-            state.first_seen = {
-                i: state.first_seen.get(i, now)
-                for i, e in found.entries.items()
-                if e.open and i not in mine and e.expires > scene.wall
-            }
-        return scene
+            first_seen = state.sighted(found.entries, wall, now)
+            return Scene(namespace, limits, found.entries, found.mark, used, held, wall, now, state.mine(), first_seen)
 
-    def _settle(self, namespace: str, state: _Namespace, ticket: _Ticket) -> None:
+    def _settle(self, namespace: str, state: NamespaceState, ticket: Ticket) -> None:
         """Wait (lock held) until the ticket is settled; the first waiter with no commit in flight commits
         everything queued (group commit)."""
         while not ticket.settled:
@@ -208,7 +135,7 @@ class KubeQuota:
             # in a commit already: that commit ends by the earliest deadline of its batch, plus one request
             state.cond.wait(max(remaining, 0) + REQUEST_TIMEOUT)
 
-    def _commit_locked(self, namespace: str, state: _Namespace, batch: list[_Ticket], deadline: float) -> None:
+    def _commit_locked(self, namespace: str, state: NamespaceState, batch: list[Ticket], deadline: float) -> None:
         """Become the namespace's committer (lock held on entry and exit, released while committing)."""
         state.busy = True
         state.waiting = [t for t in state.waiting if t not in batch]
@@ -220,7 +147,7 @@ class KubeQuota:
             state.busy = False
             state.cond.notify_all()
 
-    def _commit(self, namespace: str, state: _Namespace, batch: list[_Ticket], deadline: float) -> None:
+    def _commit(self, namespace: str, state: NamespaceState, batch: list[Ticket], deadline: float) -> None:
         """Decide ``batch`` (and whatever queues meanwhile) against the ledger, closing this worker's grants
         in the same compare-and-swap. Every ticket taken in is settled on return."""
         found = self.feed.ledger(namespace)
@@ -233,7 +160,7 @@ class KubeQuota:
                     state.waiting = []
                     for ticket in batch:
                         if not ticket.settled:
-                            ticket.verdict = self._from_grant(state, ticket.ask)
+                            ticket.verdict = state.from_grant(ticket.ask, self._clock.monotonic())
                     batch = [t for t in batch if not t.settled]
                     state.cond.notify_all()
                     # Closed with this write: every grant when admissions need the ledger (they did not fit
@@ -241,7 +168,7 @@ class KubeQuota:
                     mine = [g for g in state.grants.values() if batch or g.frozen or self._due(namespace, g)]
                     for grant in mine:
                         grant.frozen = True
-                    if not batch and not any(any(v > 0 for v in g.room().values()) for g in mine):
+                    if not batch and not any(g.unused() for g in mine):
                         for grant in mine:  # nothing to decide, no room to give back: used-up grants just go
                             state.grants.pop(grant.id, None)
                         return
@@ -294,16 +221,14 @@ class KubeQuota:
         )
 
     def _decide(
-        self, namespace: str, state: _Namespace, found: Snapshot, batch: list[_Ticket], timeout: float, ask: bool,
+        self, namespace: str, state: NamespaceState, found: Snapshot, batch: list[Ticket], timeout: float, ask: bool,
         contended: bool,
-    ) -> list[_Ticket]:  # fmt: skip
+    ) -> list[Ticket]:  # fmt: skip
         """Verdicts for the batch on ``found`` (app/quota/decision.py), and its write when one is needed;
         returns the tickets that cannot be decided yet."""
         scene = self._scene(namespace, state, found)
         with state.cond:
-            while state.admitted and state.admitted[0] < scene.now - 1:
-                state.admitted.popleft()
-            burst = Burst(len(state.admitted), contended)
+            burst = state.burst(scene.now, contended)
         decision = decide(
             scene, [t.ask for t in batch], wanted=found.wanted, ask=ask, burst=burst, ttl=self._ttl,
             new_id=self._new_id(),
@@ -330,26 +255,13 @@ class KubeQuota:
         log.debug("quota ledger written", extra={"fields": fields | {"entries": len(write.entries)}})
         self.feed.offer_ledger(written)
         with state.cond:
-            for grant in [g for g in state.grants.values() if g.frozen]:
-                state.grants.pop(grant.id, None)
-            if write.ahead:
-                taking: Amounts = {}
-                for index in decision.reserved:
-                    accumulate(taking, batch[index].ask.requested)
-                amounts = write.entries[write.entry].amounts
-                state.grants[write.entry] = _Grant(write.entry, amounts, taking, sent + WINDOW, write.wanted)
+            reserved = [batch[i] for i in decision.reserved]
+            if state.written(write, [t.ask for t in reserved], sent, scene.now):
                 self._start_closer()
-            for index in decision.reserved:
-                batch[index].verdict = Verdict(reservation=write.entry)
-                self._remember(state, batch[index].ask.uid, write.entry, scene.now)
+            for ticket in reserved:
+                ticket.verdict = Verdict(reservation=write.entry)
             state.cond.notify_all()
         return undecided
-
-    def _remember(self, state: _Namespace, uid: str, reservation: str, now: float) -> None:
-        state.reserved[uid] = reservation
-        if len(state.reserved) > REMEMBERED:
-            del state.reserved[next(iter(state.reserved))]
-        state.admitted.append(now)
 
     # --- closing grants --------------------------------------------------------------------------
 
@@ -360,12 +272,12 @@ class KubeQuota:
             except RuntimeError:  # started by another thread just now
                 pass
 
-    def _due(self, namespace: str, grant: _Grant) -> bool:
+    def _due(self, namespace: str, grant: Grant) -> bool:
         """The grant must close now: its window has ended, or a worker that could not decide asked for its room."""
         if grant.closes_at <= self._clock.monotonic():
             return True
         found = self.feed.ledger(namespace)
-        return found is not None and found.wanted > grant.wanted and any(v > 0 for v in grant.room().values())
+        return found is not None and found.wanted > grant.wanted and grant.unused()
 
     def close_due(self) -> float:
         """Close the grants whose window ended or whose room was asked for, so the room they did not use comes
@@ -406,9 +318,9 @@ class KubeQuota:
             return f"the Pod/ResourceQuota watch has been broken for {broken:.0f} s"
         return ""
 
-    def _namespace(self, namespace: str) -> _Namespace:
+    def _namespace(self, namespace: str) -> NamespaceState:
         with self._namespaces_lock:
-            return self._namespaces.setdefault(namespace, _Namespace())
+            return self._namespaces.setdefault(namespace, NamespaceState())
 
     def status(self) -> dict[str, Any]:
         feed = self.feed.status()
