@@ -162,11 +162,13 @@ def crash_mid_burst(kube: RealKube, fault: Callable[[], None], what: str) -> Non
     ns = quota_namespace(kube, CRASH_ROOM)
     try:
         calls: list[Created] = []
-        burst = threading.Thread(
-            target=lambda: calls.extend(create_at_once(kube, ns, pod("crash-", ONE_GPU), CRASH_PODS, 16)[1])
-        )
+        burst = threading.Thread(target=create_at_once, args=(kube, ns, pod("crash-", ONE_GPU), CRASH_PODS, 16, calls))
         burst.start()
-        kube.wait_for(lambda: len(stored(kube, ns)) >= CRASH_ROOM // 3 or not burst.is_alive(), 60, interval=0.05)
+
+        def created() -> int:
+            return sum(c.status == 201 for c in calls)
+
+        kube.wait_for(lambda: created() >= CRASH_ROOM // 3 or not burst.is_alive(), 60, interval=0.005)
         fault()
         healed = time.monotonic()
         burst.join(180)
@@ -183,7 +185,7 @@ def crash_mid_burst(kube: RealKube, fault: Callable[[], None], what: str) -> Non
         back = time.monotonic() - healed
         _, (over,) = create_at_once(kube, ns, pod("over-", ONE_GPU), 1, 1)
         assert over.quota_denial and len(stored(kube, ns)) == CRASH_ROOM, over.refusal
-        print(f"\n{what}: {sum(c.status == 201 for c in calls)} of {CRASH_PODS} created in the burst, refused: "
+        print(f"\n{what}: {created()} of {CRASH_PODS} created in the burst, refused: "
               f"{dict(refused)}; all {CRASH_ROOM} Pods' room usable {back:.1f} s after the fault ended")  # fmt: skip
     finally:
         kube.kubectl("delete", "namespace", "--wait=false", ns)
