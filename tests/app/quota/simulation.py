@@ -316,7 +316,6 @@ class Simulation:
     def __init__(self, seed: int, *, workers: int = 3, room: int = 8, admissions: int = 30, kills: int = 1) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
-        random.seed(seed)  # the back-off's jitter: drawn in the one running thread, so in a fixed order
         self.now = 0.0
         self.limit = room * 1000
         self.server = ApiServer()
@@ -356,8 +355,7 @@ class Simulation:
             reason = str(result)
             if not reason:
                 self.problems.append("a refusal without a reason")
-            key = reason.split(":")[0] if "quota ledger" not in reason else reason.split(" ", 4)[-1][:40]
-            self.unavailable[key] = self.unavailable.get(key, 0) + 1
+            self.unavailable[reason[:60]] = self.unavailable.get(reason[:60], 0) + 1
             return
         assert result is not None
         if result.denial:
@@ -384,6 +382,7 @@ class Simulation:
     def kill(self, worker: Worker) -> None:
         """SIGKILL: wherever it is, the process is gone (a write it sent may have landed); a new one starts."""
         self.trace.append(f"{self.now:.3f} worker {worker.index} killed")
+        self.kills_left -= 1
         worker.killed = True
         self.resume(worker)
         worker.thread.join()
@@ -466,6 +465,8 @@ class Simulation:
                 raise self.violation(f"entry {entry_id} holds room until {entry.expires}, past its TTL ({latest})")
 
     def run(self) -> Outcome:
+        before = random.getstate()
+        random.seed(self.seed)  # the back-off's jitter: drawn in the one running thread, so in a fixed order
         try:
             while self.admissions_left or any(w.op is not None for w in self.workers) or self.landing:
                 self.step += 1
@@ -474,6 +475,7 @@ class Simulation:
                 self.check()
             free = self.settle()
         finally:
+            random.setstate(before)
             for worker in self.workers:
                 worker.killed = True
                 self.resume(worker)

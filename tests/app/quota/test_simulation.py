@@ -14,7 +14,7 @@ import pytest
 
 from tests.app.quota.simulation import Simulation
 
-SCHEDULES = int(os.environ.get("SIM_SCHEDULES", "1200"))
+SCHEDULES = int(os.environ.get("SIM_SCHEDULES", "2000"))
 REPLAY = os.environ.get("SIM_SEED")
 
 
