@@ -43,12 +43,12 @@ def three_webhooks(installed: Installed, webhook: WebhookServer) -> Iterator[Rep
     yield from replicas_of(installed)
 
 
-def quota_namespace(kube: RealKube, room: int) -> str:
-    """A fresh namespace with a device quota that fits `room` one-GPU Pods of 1000 MiB."""
+def quota_namespace(kube: RealKube, room: int, key: str = f"requests.{MEM}") -> str:
+    """A fresh namespace with a device quota that fits `room` one-GPU Pods of 1000 MiB, under ``key``."""
     ns = f"e2e-quota-{uuid.uuid4().hex[:8]}"
     kube.namespace(ns)
     quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpu", "namespace": ns}}
-    apply(kube, quota | {"spec": {"hard": {f"requests.{MEM}": str(room * 1000)}}})
+    apply(kube, quota | {"spec": {"hard": {key: str(room * 1000)}}})
     return ns
 
 
@@ -160,7 +160,10 @@ def crash_mid_burst(kube: RealKube, fault: Callable[[], None], what: str) -> Non
     """CRASH_PODS creates at once into room for CRASH_ROOM; ``fault`` runs (and heals) once a third of the room
     is taken. Never more Pods than the room; every refusal says why; afterwards, all the room can be used
     again, exactly: the time that takes, from the fault's end, is printed."""
-    ns = quota_namespace(kube, CRASH_ROOM)
+    # limits.<name>: only the webhook counts it. kube-apiserver's own quota admission enforces requests.<name>
+    # too, and charges its status.used before a create completes: killed in between, it refuses the room it
+    # charged until the controller-manager's quota resync (5 min), which is not what these tests measure.
+    ns = quota_namespace(kube, CRASH_ROOM, f"limits.{MEM}")
     try:
         calls: list[Created] = []
         burst = threading.Thread(target=create_at_once, args=(kube, ns, pod("crash-", ONE_GPU), CRASH_PODS, 16, calls))
