@@ -236,8 +236,9 @@ class KubeQuota:
         for ticket, verdict in zip(batch, decision.verdicts, strict=True):
             ticket.verdict = verdict
         undecided = [batch[i] for i in decision.undecided]
-        if decision.write is None:
+        if decision.write is None:  # nothing to write: the grants being closed are closed (or gone) already
             with state.cond:
+                state.forget_closed()
                 state.cond.notify_all()
             return undecided
         write = decision.write

@@ -115,6 +115,12 @@ class NamespaceState:
         self.grants[write.entry] = Grant(write.entry, amounts, taking, sent + WINDOW, write.wanted)
         return True
 
+    def forget_closed(self) -> None:
+        """A decision found no write needed to close the frozen grants: the ledger holds them closed already (a
+        write whose answer was lost), or they expired. Kept, the closer would find them due every few ms."""
+        for grant in [g for g in self.grants.values() if g.frozen]:
+            del self.grants[grant.id]
+
     def remember(self, uid: str, reservation: str, now: float) -> None:
         self.reserved[uid] = reservation
         if len(self.reserved) > REMEMBERED:
