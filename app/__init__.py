@@ -37,7 +37,7 @@ def create_app(settings: Settings | None = None, quota: QuotaPort | None = None)
 
 
 def _open_quota(settings: Settings) -> QuotaPort:
-    from app.quota.kube import QuotaStartError, open_quota
+    from app.quota.startup import QuotaStartError, open_quota
 
     try:
         quota = open_quota(settings)

@@ -42,8 +42,9 @@ from typing import Any
 
 from app.edit import PodEdit
 from app.quota import QuotaOff, demands
-from app.quota.kube import KubeQuota, open_quota
+from app.quota.commit import KubeQuota
 from app.quota.ledger import LEDGER_ANNOTATION, Ledger
+from app.quota.startup import open_quota
 from app.review import review
 from app.settings import Settings
 from bench.inprocess import percentile

@@ -3,7 +3,9 @@ the Lease ledger and the port the review asks through.
 
 Modules: ``demand`` (a Pod's demand per vendor), ``limits`` (ResourceQuota keys, the fit check),
 ``feed`` (list + watch, per process), ``ledger`` (compare-and-swap reservations in a Lease),
-``kube`` (the real port and how it is built from settings), ``port`` (the seam, and QuotaOff).
+``decision`` (the pure decision), ``commit`` (KubeQuota: batching, compare-and-swap, grants), ``state`` (what
+a worker keeps per namespace), ``seams`` (KubeQuota's ports: feed, ledger, clock), ``startup`` (the port built
+from settings), ``port`` (the seam, and QuotaOff).
 """
 
 from app.quota.demand import Demand, demands

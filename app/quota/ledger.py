@@ -15,10 +15,11 @@ again from the fresh state (docs/rules.md#no-over-admission-under-concurrency).
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from kubernetes import client
@@ -43,7 +44,7 @@ class Entry:
 
     Closed (``open`` false): the amounts of Pods already admitted. Open: a grant, room a worker took ahead and
     may still admit into, on its own, for a short window after writing it; it closes it by writing what it
-    admitted. Others count an open entry as wholly taken, but not as certainly taken (see app/quota/kube.py).
+    admitted. Others count an open entry as wholly taken, but not as certainly taken (see app/quota/decision.py).
     """
 
     expires: float
@@ -98,18 +99,27 @@ def _encoded(entry: Entry) -> dict[str, Any]:
     return out
 
 
+class Send(Protocol):
+    """One request to the API server and its answer's JSON (raises ApiError for an answer other than 2xx)."""
+
+    def __call__(self, method: str, path: str, *, timeout: float, body: dict[str, Any] | None = None) -> Any: ...
+
+
 class Ledger:
     """Reads and compare-and-swap writes of the ledger Leases in ``home`` (the webhook's namespace), as plain JSON
     through app.kube.transport: on the admission path, the generated client's argument validation cost more
-    CPU than the request."""
+    CPU than the request. ``send`` is that transport (``of``), or the protocol simulation's model of the API server."""
 
-    def __init__(self, api: client.ApiClient, home: str) -> None:
-        self._api = api
+    def __init__(self, send: Send, home: str, close: Callable[[], None] = lambda: None) -> None:
+        self._send = send
         self.home = home
+        self.close = close
         self._leases = f"/apis/coordination.k8s.io/v1/namespaces/{quote(home)}/leases"
 
-    def close(self) -> None:
-        self._api.close()
+    @classmethod
+    def of(cls, api: client.ApiClient, home: str) -> Ledger:
+        """The ledger Leases through the API server ``api`` talks to."""
+        return cls(functools.partial(transport.request, api), home, api.close)
 
     @staticmethod
     def name(namespace: str) -> str:
@@ -121,7 +131,7 @@ class Ledger:
 
     def read(self, namespace: str, timeout: float) -> Snapshot:
         try:
-            lease = transport.request(self._api, "GET", self._path(namespace), timeout=timeout)
+            lease = self._send("GET", self._path(namespace), timeout=timeout)
         except ApiError as exc:
             if exc.code == NOT_FOUND:
                 return Snapshot(namespace, {}, None)
@@ -145,12 +155,12 @@ class Ledger:
                 },
                 "spec": {},
             }
-            stored = transport.request(self._api, "POST", self._leases, timeout=timeout, body=body)
+            stored = self._send("POST", self._leases, timeout=timeout, body=body)
         else:
             meta = found.lease["metadata"]  # keeps resourceVersion: the compare in compare-and-swap
             merged = {**(meta.get("annotations") or {}), **annotations}
             body = {**found.lease, "metadata": {**meta, "annotations": merged}}
-            stored = transport.request(self._api, "PUT", self._path(found.namespace), timeout=timeout, body=body)
+            stored = self._send("PUT", self._path(found.namespace), timeout=timeout, body=body)
         return snapshot(found.namespace, stored)
 
 

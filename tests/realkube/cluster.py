@@ -224,6 +224,18 @@ class RealKube:
                     proc.kill()
                     proc.wait(timeout=5)
 
+    def signal(self, name: str, signum: int) -> None:
+        """Send ``signum`` to one of the control plane's processes ("etcd", "apiserver"): SIGSTOP pauses it."""
+        self._procs[name].send_signal(signum)
+
+    def restart_apiserver(self, timeout: float = 120.0) -> None:
+        """SIGKILL kube-apiserver and start it again with the same arguments, on the same port; until ready."""
+        proc = self._procs["apiserver"]
+        proc.kill()
+        proc.wait(timeout=10)
+        self._spawn("apiserver", proc.args)
+        self._wait(f"{self.url}/readyz", timeout, ok=lambda body: body == "ok", token=ADMIN_TOKEN)
+
     def log(self, name: str) -> str:
         path = self.run_dir / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
@@ -309,7 +321,7 @@ class RealKube:
         return eventually(condition, timeout, interval=interval)
 
     def _spawn(self, name: str, argv: Sequence[str]) -> None:
-        with open(self.run_dir / f"{name}.log", "wb") as log:
+        with open(self.run_dir / f"{name}.log", "ab") as log:  # a restarted process adds to its log
             self._procs[name] = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
             )

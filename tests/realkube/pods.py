@@ -72,14 +72,15 @@ class Api:
 
 
 def create_at_once(
-    kube: RealKube, ns: str, obj: dict[str, Any], count: int, threads: int
+    kube: RealKube, ns: str, obj: dict[str, Any], count: int, threads: int, results: list[Created] | None = None
 ) -> tuple[float, list[Created]]:
     """`count` creates of `obj` in `ns` by `threads` connected clients released together; the start time
-    (perf_counter) and each call's outcome. Bounded: every call has the client's 120 s timeout."""
+    (perf_counter) and each call's outcome (appended to `results` as they come, when given: another thread
+    can watch the burst's progress). Bounded: every call has the client's 120 s timeout."""
     body = json.dumps(obj).encode()
     path = f"/api/v1/namespaces/{ns}/pods"
     numbers = itertools.count()
-    results: list[Created] = []
+    results = [] if results is None else results
     barrier = threading.Barrier(threads + 1, timeout=60)
 
     def client() -> None:
@@ -89,7 +90,13 @@ def create_at_once(
             barrier.wait()
             while next(numbers) < count:
                 started = time.perf_counter()
-                status, data = api.call("POST", path, body)
+                try:
+                    status, data = api.call("POST", path, body)
+                except (OSError, http.client.HTTPException) as exc:  # the API server is gone (a crash test)
+                    results.append(Created(started, time.perf_counter(), 0, {"message": f"no answer: {exc!r}"}))
+                    api.close()
+                    api = Api(kube)
+                    continue
                 results.append(Created(started, time.perf_counter(), status, {} if status == 201 else json.loads(data)))
         finally:
             api.close()

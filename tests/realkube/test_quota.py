@@ -6,8 +6,12 @@ nothing is refused except by the quota."""
 from __future__ import annotations
 
 import json
+import signal
+import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -21,24 +25,30 @@ MEM = "nvidia.com/gpumem"
 ONE_GPU = {"nvidia.com/gpu": "1", MEM: "1000"}  # K of these fit in a quota of K * 1000
 
 
-@pytest.fixture
-def three_webhooks(installed: Installed, webhook: WebhookServer) -> Iterator[Replicas]:
-    """The installed webhook replaced by three processes behind its ClusterIP (it is restarted afterwards)."""
-    replicas = start_replicas(installed, 3, installed.work / f"replicas-{uuid.uuid4().hex[:6]}")
+def replicas_of(installed: Installed, env: dict[str, str] | None = None, faults: bool = False) -> Iterator[Replicas]:
+    """Three webhook processes behind the installed webhook's ClusterIP; their logs checked once stopped: no
+    Traceback, and no admission left undecided unless the test injects faults (then that is the answer)."""
+    replicas = start_replicas(installed, 3, installed.work / f"replicas-{uuid.uuid4().hex[:6]}", env)
     try:
         yield replicas
     finally:
         logs = replicas.stop()
     for log in logs:
-        assert "Traceback" not in log and "quota undecided" not in log, log
+        assert "Traceback" not in log and (faults or "quota undecided" not in log), log
 
 
-def quota_namespace(kube: RealKube, room: int) -> str:
-    """A fresh namespace with a device quota that fits `room` one-GPU Pods of 1000 MiB."""
+@pytest.fixture
+def three_webhooks(installed: Installed, webhook: WebhookServer) -> Iterator[Replicas]:
+    """The installed webhook replaced by three processes behind its ClusterIP (it is restarted afterwards)."""
+    yield from replicas_of(installed)
+
+
+def quota_namespace(kube: RealKube, room: int, key: str = f"requests.{MEM}") -> str:
+    """A fresh namespace with a device quota that fits `room` one-GPU Pods of 1000 MiB, under ``key``."""
     ns = f"e2e-quota-{uuid.uuid4().hex[:8]}"
     kube.namespace(ns)
     quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpu", "namespace": ns}}
-    apply(kube, quota | {"spec": {"hard": {f"requests.{MEM}": str(room * 1000)}}})
+    apply(kube, quota | {"spec": {"hard": {key: str(room * 1000)}}})
     return ns
 
 
@@ -124,3 +134,94 @@ def test_a_job_with_parallelism_300(installed: Installed, three_webhooks: Replic
         assert len(stored(kube, ns)) == room  # and the controller's retries did not squeeze one more in
     finally:
         kube.kubectl("delete", "namespace", "--wait=false", ns)
+
+
+# --- crashes in the middle of a burst ---------------------------------------------------------------------------
+CRASH_ROOM, CRASH_PODS = 30, 90
+CRASH_TTL = 15  # HAMI_QUOTA_RESERVATION_TTL: room reserved for Pods that never landed comes back after it
+
+
+@pytest.fixture
+def crashable(installed: Installed, webhook: WebhookServer) -> Iterator[Replicas]:
+    """Three webhook processes with a short reservation TTL, so a crash test waits out 15 s, not 60 s."""
+    yield from replicas_of(installed, {"HAMI_QUOTA_RESERVATION_TTL": str(CRASH_TTL)}, faults=True)
+
+
+def explained(call: Created) -> str:
+    """What a refusal says, shortened to its kind; "" when it says nothing."""
+    message = str(call.refusal.get("message") or "")
+    for kind in ("exceeding resource quota", "failed calling webhook", "no answer", "quota"):
+        if kind in message:
+            return kind
+    return message[:80]
+
+
+def crash_mid_burst(kube: RealKube, fault: Callable[[], None], what: str) -> None:
+    """CRASH_PODS creates at once into room for CRASH_ROOM; ``fault`` runs (and heals) once a third of the room
+    is taken. Never more Pods than the room; every refusal says why; afterwards, all the room can be used
+    again, exactly: the time that takes, from the fault's end, is printed."""
+    # limits.<name>: only the webhook counts it. kube-apiserver's own quota admission enforces requests.<name>
+    # too, and charges its status.used before a create completes: killed in between, it refuses the room it
+    # charged until the controller-manager's quota resync (5 min), which is not what these tests measure.
+    ns = quota_namespace(kube, CRASH_ROOM, f"limits.{MEM}")
+    try:
+        calls: list[Created] = []
+        burst = threading.Thread(target=create_at_once, args=(kube, ns, pod("crash-", ONE_GPU), CRASH_PODS, 16, calls))
+        burst.start()
+
+        def created() -> int:
+            return sum(c.status == 201 for c in calls)
+
+        kube.wait_for(lambda: created() >= CRASH_ROOM // 3 or not burst.is_alive(), 60, interval=0.005)
+        fault()
+        healed = time.monotonic()
+        burst.join(180)
+        assert len(stored(kube, ns)) <= CRASH_ROOM
+        assert all(explained(c) for c in calls if c.status != 201), [c.refusal for c in calls if not explained(c)]
+        refused = Counter(explained(c) for c in calls if c.status != 201)
+        # Then Pods one at a time until the room is full: what orphaned reservations held comes back by their TTL.
+        while len(stored(kube, ns)) < CRASH_ROOM:
+            assert time.monotonic() - healed < CRASH_TTL + 45, f"room not back: {len(stored(kube, ns))} Pods"
+            _, (call,) = create_at_once(kube, ns, pod("after-", ONE_GPU), 1, 1)
+            assert call.status == 201 or explained(call), call.refusal
+            if call.status != 201:
+                time.sleep(0.5)
+        back = time.monotonic() - healed
+        _, (over,) = create_at_once(kube, ns, pod("over-", ONE_GPU), 1, 1)
+        assert over.quota_denial and len(stored(kube, ns)) == CRASH_ROOM, over.refusal
+        print(f"\n{what}: {created()} of {CRASH_PODS} created in the burst, refused: "
+              f"{dict(refused)}; all {CRASH_ROOM} Pods' room usable {back:.1f} s after the fault ended")  # fmt: skip
+    finally:
+        kube.kubectl("delete", "namespace", "--wait=false", ns)
+
+
+def test_a_replica_killed_mid_burst(installed: Installed, crashable: Replicas) -> None:
+    """SIGKILL one replica while it holds grants; a new one starts in its place (as its Deployment would)."""
+    victim = crashable.servers[0]
+
+    def kill() -> None:
+        assert victim._proc is not None
+        victim._proc.kill()
+        victim._proc.wait(10)
+        victim.launch().ready()
+
+    crash_mid_burst(installed.kube, kill, "replica SIGKILLed")
+
+
+def test_the_api_server_killed_mid_burst(installed: Installed, crashable: Replicas) -> None:
+    """SIGKILL kube-apiserver and start it again: admissions in flight never reach their Pods' creation."""
+    crash_mid_burst(installed.kube, installed.kube.restart_apiserver, "kube-apiserver SIGKILLed and restarted")
+
+
+def test_etcd_paused_mid_burst(installed: Installed, crashable: Replicas) -> None:
+    """SIGSTOP etcd for 6 s, then SIGCONT: every write and watch stalls, then resumes."""
+    kube = installed.kube
+
+    def pause() -> None:
+        kube.signal("etcd", signal.SIGSTOP)
+        try:
+            time.sleep(6)
+        finally:
+            kube.signal("etcd", signal.SIGCONT)
+
+    crash_mid_burst(kube, pause, "etcd paused 6 s")

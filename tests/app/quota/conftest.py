@@ -19,10 +19,11 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from app.quota.commit import KubeQuota
 from app.quota.demand import Amounts
 from app.quota.feed import Feed, accumulate, unseen
-from app.quota.kube import KubeQuota, open_quota
 from app.quota.ledger import LEDGER_ANNOTATION, LEDGER_PREFIX
+from app.quota.startup import open_quota
 from app.settings import Settings
 from tests.realkube.cluster import RealKube
 from tests.realkube.faults import FaultyProxy

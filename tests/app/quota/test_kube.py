@@ -14,8 +14,9 @@ from prometheus_client import REGISTRY
 
 from app import create_app
 from app.quota import QuotaOff, QuotaUnavailable
-from app.quota.kube import KubeQuota, QuotaStartError, open_quota
+from app.quota.commit import KubeQuota
 from app.quota.ledger import LEDGER_ANNOTATION, MARK_ANNOTATION, MAX_LEDGER_BYTES, Entry, encode
+from app.quota.startup import QuotaStartError, open_quota
 from app.review import QUOTA_RESERVATION_ANNOTATION
 from app.settings import Settings, SettingsError
 from tests.app.quota.conftest import GPU, MEM, Cluster, eventually, in_use, resource_quota, unique

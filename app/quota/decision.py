@@ -1,0 +1,223 @@
+"""The quota decision as a pure function: one snapshot of what a worker knows in, verdicts and the ledger to
+write out. No locks, no clock, no I/O: app/quota/commit.py gathers the snapshot and writes the result.
+
+Rules: docs/rules.md#no-over-admission-under-concurrency; why they hold: docs/quota.md ("Deciding").
+
+- A Pod is admitted only if what is taken *at most* (the namespace's Pods as seen, plus every live entry's
+  room beyond what its Pods were seen to take, open grants of others at their full amounts) plus the request
+  fits every limit.
+- A Pod is denied when it does not fit even what is taken *at least* (others' open grants counted as free
+  until WINDOW + SLACK after their first sight here): an older ledger never counts more, so a denial needs no
+  write.
+- Between the two the Pod is undecided: it waits for the grants to close.
+- An entry is dropped from the ledger once its Pods were seen to take all its room; the mark moves to their
+  resourceVersion, so every reader counts those Pods instead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from app.quota.demand import Amounts
+from app.quota.feed import Held, accumulate, unseen
+from app.quota.ledger import MAX_LEDGER_BYTES, Entry, encode
+from app.quota.limits import check, limited
+from app.quota.port import FITS, Verdict
+
+WINDOW = 1.0  # seconds a worker admits into a grant it wrote, counted from before the write
+SLACK = 0.25  # others count a grant as possibly free this much longer, on their own clocks, from first sight
+BURST = 4  # admissions per second into one namespace, in one worker, from which it takes room ahead
+# A grant takes at most 1/SHARE of the room left, and at least BATCHES_AHEAD batches like the one it is written
+# with. Measured with one process per replica (3 replicas, 300-Pod bursts): 8 and 4 -> 4 and 8 cut ledger
+# writes from 0.16 to 0.11 per Pod (lost compare-and-swaps 0.08 -> 0.04) and room-for-50's p99 from 1.49x to
+# 1.10x the no-quota p99.
+SHARE = 4
+BATCHES_AHEAD = 8
+AHEAD_MAX = 64  # Pods' worth of room taken ahead at most
+
+
+@dataclass(frozen=True)
+class Mine:
+    """One of this worker's grants as the decision sees it: what went into it, and whether this write closes it."""
+
+    spent: Amounts
+    closing: bool = False
+
+
+@dataclass(frozen=True)
+class Scene:
+    """Everything one decision reads about a namespace, taken at one moment."""
+
+    namespace: str
+    limits: Mapping[str, int]
+    entries: Mapping[str, Entry]  # the ledger's, as read
+    mark: int  # the ledger's mark, which this worker's Pod watch has reached
+    used: Amounts  # the namespace's Pods as seen
+    held: Mapping[str, Held]  # per entry id: what the Pods carrying it were seen to take
+    wall: float  # unix seconds (entries expire on it)
+    now: float  # monotonic seconds (grants' windows)
+    mine: Mapping[str, Mine] = field(default_factory=dict)  # this worker's grants, by entry id
+    first_seen: Mapping[str, float] = field(default_factory=dict)  # others' open grants: first sight here (now)
+
+
+@dataclass(frozen=True)
+class Account:
+    """What a scene adds up to."""
+
+    live: Mapping[str, Entry]  # the entries not expired
+    lower: Amounts  # taken at least: what a denial counts
+    upper: Amounts  # taken at most: what an admission counts
+    keep: Mapping[str, Entry]  # the entries a write keeps (this worker's closing grants cut to what they took)
+    mark: int  # the mark a write sets (moved past the Pods of the entries it drops)
+    first_seen: Mapping[str, float]  # others' open grants still live, with their first sight here
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One admission waiting on the ledger."""
+
+    uid: str
+    requested: Amounts
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class Burst:
+    """This worker's recent pace in the namespace, from which it sizes room taken ahead."""
+
+    rate: int = 0  # admissions in the last second, before this batch
+    contended: bool = False  # this batch lost a compare-and-swap already
+
+
+@dataclass(frozen=True)
+class Write:
+    """The ledger to store with compare-and-swap."""
+
+    entries: Mapping[str, Entry]
+    mark: int
+    wanted: int
+    entry: str = ""  # the entry this write adds for the reserved asks ("" none)
+    ahead: Amounts = field(default_factory=dict)  # room taken ahead in it: an open grant
+
+    def text(self) -> str:
+        return encode(self.entries)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Verdicts for a batch (aligned with its asks; None: undecided, or reserved only once ``write`` is
+    stored), and the write, if one is needed."""
+
+    verdicts: tuple[Verdict | None, ...]
+    reserved: tuple[int, ...] = ()  # asks that hold room in ``write.entry`` once it is stored
+    full: tuple[int, ...] = ()  # asks refused: the ledger would outgrow its Lease
+    undecided: tuple[int, ...] = ()  # asks that must wait for others' grants to close
+    write: Write | None = None
+    account: Account | None = None
+
+
+def account(scene: Scene) -> Account:
+    """The live entries; what is taken at least and at most (Pods as seen, plus what entries hold beyond what
+    their Pods were seen to take); the entries a write keeps, and the mark that dropping the others needs."""
+    live = {i: e for i, e in scene.entries.items() if e.expires > scene.wall}
+    first_seen = {i: scene.first_seen.get(i, scene.now) for i, e in live.items() if e.open and i not in scene.mine}
+    certain_until = scene.now - WINDOW - SLACK  # others' grants first seen before this can take nothing more
+    lower, upper = dict(scene.used), dict(scene.used)
+    keep: dict[str, Entry] = {}
+    mark = scene.mark
+    for entry_id, entry in live.items():
+        grant = scene.mine.get(entry_id)
+        held = scene.held.get(entry_id)
+        closing = grant is not None and grant.closing
+        # this worker knows what went into its own grants; an open one may still take up to its amounts
+        at_least = unseen(grant.spent if grant is not None else entry.amounts, held)
+        at_most = at_least if closing or grant is None else unseen(entry.amounts, held)
+        accumulate(upper, at_most)
+        certain = grant is not None or not entry.open or first_seen[entry_id] <= certain_until
+        if certain:
+            accumulate(lower, at_least)
+        if certain and (closing or grant is None) and not any(at_least.values()):
+            mark = max(mark, held.rv if held is not None else mark)  # its Pods took all its room: drop it
+        else:
+            keep[entry_id] = Entry(entry.expires, dict(grant.spent)) if grant is not None and closing else entry
+    return Account(live, lower, upper, keep, mark, first_seen)
+
+
+def denial(scene: Scene, requested: Mapping[str, int]) -> str:
+    """The quota denial for ``requested`` counting only what is certainly taken ("" when it may fit)."""
+    return check(scene.namespace, scene.limits, account(scene).lower, requested)
+
+
+def decide(
+    scene: Scene, asks: Sequence[Ask], *, wanted: int, ask: bool, burst: Burst, ttl: float, new_id: str
+) -> Decision:
+    """Verdicts for ``asks`` on ``scene``, in order; a write when any is reserved, a grant of this worker is
+    closed, or (``ask``) an undecided one asks the holders of open grants to close them (``wanted`` + 1).
+
+    ``new_id`` names the entry of a batch written with room ahead (a lone reservation is named by its uid)."""
+    counted = account(scene)
+    closing = {i for i, g in scene.mine.items() if g.closing and i in counted.live}
+    verdicts: list[Verdict | None] = [None] * len(asks)
+    reserve: list[int] = []
+    undecided: list[int] = []
+    taking: Amounts = {}
+    for index, one in enumerate(asks):
+        if one.uid in counted.live and one.uid not in closing:  # sent again: its entry is there already
+            verdicts[index] = Verdict(reservation=one.uid)
+        elif not limited(scene.limits, one.requested):
+            verdicts[index] = FITS  # the quota went meanwhile
+        elif denied := check(scene.namespace, scene.limits, plus(counted.lower, taking), one.requested):
+            verdicts[index] = Verdict(denied)
+        elif check(scene.namespace, scene.limits, plus(counted.upper, taking), one.requested):
+            undecided.append(index)
+        elif one.dry_run:  # dry runs check but never reserve (docs/rules.md#dry-runs-change-nothing)
+            verdicts[index] = FITS
+        else:
+            accumulate(taking, one.requested)
+            reserve.append(index)
+    closes = any(counted.keep.get(i) != counted.live[i] for i in closing)
+    raised = wanted + 1 if undecided and ask else wanted
+    decided = Decision(tuple(verdicts), undecided=tuple(undecided), account=counted)
+    if not reserve and not closes and raised == wanted:
+        return decided  # denials and dry runs only: no write (an older ledger never counts more)
+    keep = dict(counted.keep)
+    entry, extra = "", {}
+    if reserve:
+        extra = ahead(scene.limits, plus(counted.upper, taking), taking, len(reserve), burst)
+        entry = asks[reserve[0]].uid if len(reserve) == 1 and not extra else new_id
+        # a Pod admitted into a grant as its window ends may appear a TTL later
+        expires = round(scene.wall + ttl + (WINDOW if extra else 0), 1)
+        keep[entry] = Entry(expires, plus(taking, extra), open=bool(extra))
+        if _size(keep) > MAX_LEDGER_BYTES:  # too big: take nothing ahead, then refuse the batch
+            extra, keep[entry] = {}, Entry(expires, dict(taking))
+            if _size(keep) > MAX_LEDGER_BYTES:
+                del keep[entry]
+                return replace(decided, full=tuple(reserve), write=Write(keep, counted.mark, raised))
+    return replace(decided, reserved=tuple(reserve), write=Write(keep, counted.mark, raised, entry, extra))
+
+
+def ahead(limits: Mapping[str, int], taken: Amounts, taking: Amounts, count: int, burst: Burst) -> Amounts:
+    """Room to take ahead with a write, in a burst (several admissions at once, a recent rate of BURST or
+    more, or a lost compare-and-swap): what the next WINDOW's admissions need at this worker's recent rate, and
+    at least BATCHES_AHEAD batches like this one (Pods shaped like its), at most 1/SHARE of the room left."""
+    rate = burst.rate + count
+    if rate < BURST and count < 2 and not burst.contended:
+        return {}
+    pods = min(max(math.ceil(rate * WINDOW), BATCHES_AHEAD * count), AHEAD_MAX)
+    each = {name: math.ceil(amount / count) for name, amount in taking.items()}
+    for name, amount in each.items():
+        if name in limits and amount:
+            pods = min(pods, max(limits[name] - taken.get(name, 0), 0) // SHARE // amount)
+    return {name: amount * pods for name, amount in each.items() if amount * pods} if pods else {}
+
+
+def plus(a: Mapping[str, int], b: Mapping[str, int]) -> Amounts:
+    out = dict(a)
+    accumulate(out, b)
+    return out
+
+
+def _size(entries: Mapping[str, Entry]) -> int:
+    return len(encode(entries))

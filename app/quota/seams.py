@@ -1,0 +1,84 @@
+"""What KubeQuota needs of the world, as ports: the feed's view, the ledger Lease, and the clock.
+
+The server plugs in Feed (app/quota/feed.py), Ledger (app/quota/ledger.py) and the system clock; the protocol
+simulation (tests/app/quota/simulation.py) plugs in a model of the API server and a simulated clock, and so runs
+the real batching, compare-and-swap and grant code on schedules a real cluster rarely produces.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from app.quota.demand import Amounts
+from app.quota.feed import Held
+from app.quota.ledger import Snapshot
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+
+    def time(self) -> float:
+        """Unix seconds: ledger entries expire on it, so replicas' clocks must roughly agree."""
+        ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+SYSTEM_CLOCK = SystemClock()
+
+
+class FeedView(Protocol):
+    """A process's view of limits, Pods and ledgers, kept current by watches (app/quota/feed.py's Feed)."""
+
+    def limits(self, namespace: str) -> Amounts: ...
+
+    def seen(self, namespace: str, reservations: Iterable[str]) -> tuple[Amounts, dict[str, Held]]: ...
+
+    def ledger(self, namespace: str) -> Snapshot | None: ...
+
+    def offer_ledger(self, found: Snapshot) -> None: ...
+
+    def wait_ledger_newer(self, namespace: str, rv: int, timeout: float) -> Snapshot | None: ...
+
+    def wait_ledgers(self, timeout: float) -> None: ...
+
+    def caught_up(self, namespace: str, rv: int, timeout: float) -> bool: ...
+
+    def synced(self, wait: float = 0) -> bool: ...
+
+    def namespace_synced(self, namespace: str, wait: float = 0) -> bool: ...
+
+    def broken_for(self) -> float: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class LedgerStore(Protocol):
+    """Reads and compare-and-swap writes of the ledger Leases (app/quota/ledger.py's Ledger)."""
+
+    home: str
+
+    def name(self, namespace: str) -> str: ...
+
+    def read(self, namespace: str, timeout: float) -> Snapshot: ...
+
+    def write(self, found: Snapshot, text: str, mark: int, wanted: int, timeout: float) -> Snapshot: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,57 @@
+"""How the quota port is built from the settings: off, or KubeQuota on a Feed and a Ledger of the API server."""
+
+from __future__ import annotations
+
+import logging
+
+from kubernetes import client
+
+from app.kube.config import LOAD_ERRORS, load_configuration
+from app.kube.errors import describe
+from app.quota.commit import KubeQuota
+from app.quota.feed import Feed
+from app.quota.ledger import Ledger
+from app.quota.port import QuotaOff, QuotaPort
+from app.settings import Settings
+
+log = logging.getLogger("hami_webhook.quota")
+
+
+class QuotaStartError(RuntimeError):
+    """HAMI_QUOTA_ENABLED=true but the Kubernetes API cannot be used."""
+
+
+def open_quota(settings: Settings) -> QuotaPort:
+    """The port HAMI_QUOTA_ENABLED asks for, started (call once per process, after any fork).
+
+    Raises QuotaStartError when quota is required and the API cannot be used.
+    """
+    if settings.quota_enabled == "false":
+        return QuotaOff("HAMI_QUOTA_ENABLED=false")
+    try:
+        configuration = load_configuration()
+    except LOAD_ERRORS as exc:
+        if settings.quota_enabled == "true":
+            raise QuotaStartError(f"HAMI_QUOTA_ENABLED=true but no Kubernetes API configuration: {exc}") from exc
+        log.warning("namespace device quota is off: no in-cluster config or kubeconfig (%s)", exc)
+        return QuotaOff(f"no in-cluster config or kubeconfig: {exc}")
+    if settings.quota_enabled == "true":
+        _probe(configuration)
+    ttl = settings.quota_reservation_ttl
+    feed = Feed(client.ApiClient(configuration), settings.devices, forget_after=ttl, home=settings.namespace)
+    ledger = Ledger.of(client.ApiClient(configuration), settings.namespace)
+    port = KubeQuota(feed, ledger, ttl=ttl, stale_after=settings.quota_stale_after)
+    port.start()
+    log.info("namespace device quota is on: API %s, ledger in namespace %s", configuration.host, settings.namespace)
+    return port
+
+
+def _probe(configuration: client.Configuration) -> None:
+    with client.ApiClient(configuration) as api_client:
+        try:
+            client.CoreV1Api(api_client).list_resource_quota_for_all_namespaces(limit=1, _request_timeout=5)
+        except Exception as exc:
+            where = configuration.host
+            raise QuotaStartError(
+                f"HAMI_QUOTA_ENABLED=true but the Kubernetes API at {where} cannot be used: {describe(exc)}"
+            ) from exc

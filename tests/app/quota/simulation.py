@@ -1,0 +1,510 @@
+"""A deterministic simulation of the quota protocol: several webhook workers, each running the real KubeQuota
+(app/quota/commit.py) and the real decision (app/quota/decision.py), the real Ledger (its Lease bodies and
+compare-and-swap) and the real Pod/ResourceQuota/ledger tables of the feed, against ``ApiServer`` below.
+
+Why this is not a fake of our code: ``ApiServer`` models the *Kubernetes API server's* protocol, the part our
+design relies on, and nothing of the webhook: a global resourceVersion (etcd's revision) bumped by every write;
+Lease GET / POST (409 when it exists) / PUT (409 unless the body's resourceVersion is the stored one); Pods
+created and deleted by others; and per-watcher event streams that are delivered in resourceVersion order within
+one watch, at any delay, interleaved across watches in any order, sometimes cut with 410 Gone (the watcher lists
+again), with bookmarks that move a quiet watch's resourceVersion on. Faults the real server can produce: a write
+applied whose answer is lost, a worker SIGKILLed at any point (holding grants, mid-write), an admitted Pod that
+never lands (another admission plugin refused it), replicas' wall clocks skewed (bounded). What it leaves out
+(timing, TLS, the feed's HTTP streaming, the API server's own admission) is why tests/realkube and the
+tests/app/quota tests that use a real kube-apiserver remain the authority; this explores interleavings those
+tests happen not to produce, thousands per minute, replayable from a seed.
+
+Determinism: each worker runs in a thread of its own, but only one thread runs at a time. A worker gives the
+baton back to the scheduler at every port call (each ledger request, before and after it reaches the server;
+each wait on the feed; each sleep), and the scheduler, drawing from one seeded Random, picks what happens next.
+Time is simulated; KubeQuota reads it through the Clock seam. The global ``random`` module (the back-off's
+jitter) is seeded too.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.edit import PodEdit
+from app.kube.errors import ApiError
+from app.quota.commit import KubeQuota
+from app.quota.decision import WINDOW
+from app.quota.demand import Amounts, demands
+from app.quota.feed import Held, LedgerTable, PodTable, QuotaTable, accumulate
+from app.quota.ledger import Ledger, Snapshot, snapshot
+from app.quota.port import QuotaUnavailable, Verdict
+from app.settings import Settings
+from tests.support.pods import container, pod
+
+NS, HOME = "ai", "hami"
+MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
+TTL = 60.0
+SKEW = 0.5  # the most a replica's wall clock is off, either way
+LAND_WITHIN = 3.0  # an admitted Pod is stored within this many seconds of its admission, or never
+DEVICES = Settings.from_env({}).devices
+SCHED = -1  # the scheduler's turn
+
+
+class Killed(BaseException):
+    """The worker's process was SIGKILLed: unwinds its thread (not an Exception: nothing in the port catches it)."""
+
+
+class Violation(AssertionError):
+    pass
+
+
+@dataclass(eq=False)
+class Watch:
+    """One watch of one kind, as the API server streams it to one worker: events not delivered yet."""
+
+    pending: deque[tuple[str, dict[str, Any]]] = field(default_factory=deque)
+
+
+class ApiServer:
+    """The API server's protocol for Leases and Pods (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.rv = 1
+        self.leases: dict[str, dict[str, Any]] = {}
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.watches: dict[str, list[Watch]] = {"leases": [], "pods": []}
+
+    def _stored(self, kind: str, obj: dict[str, Any], event: str) -> dict[str, Any]:
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        for watch in self.watches[kind]:
+            watch.pending.append((event, copy.deepcopy(obj)))
+        return copy.deepcopy(obj)
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        if method == "GET":
+            if path not in self.leases:
+                raise ApiError(404, "Not Found", {"code": 404, "reason": "NotFound"})
+            return copy.deepcopy(self.leases[path])
+        assert body is not None
+        if method == "POST":
+            path = f"{path}/{body['metadata']['name']}"
+            if path in self.leases:
+                raise ApiError(409, "Conflict", {"code": 409, "reason": "AlreadyExists"})
+            self.leases[path] = copy.deepcopy(body)
+            return self._stored("leases", self.leases[path], "ADDED")
+        assert method == "PUT"
+        if path not in self.leases:
+            raise ApiError(404, "Not Found", {"code": 404, "reason": "NotFound"})
+        if body["metadata"].get("resourceVersion") != self.leases[path]["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", {"code": 409, "reason": "Conflict"})
+        self.leases[path] = copy.deepcopy(body)
+        return self._stored("leases", self.leases[path], "MODIFIED")
+
+    def create_pod(self, obj: dict[str, Any]) -> None:
+        self.pods[obj["metadata"]["uid"]] = obj
+        self._stored("pods", obj, "ADDED")
+
+    def delete_pod(self, uid: str) -> None:
+        self._stored("pods", self.pods.pop(uid), "DELETED")
+
+    def ledger_entries(self) -> Snapshot | None:
+        lease = next(iter(self.leases.values()), None)
+        return snapshot(NS, lease) if lease is not None else None
+
+
+class SimFeed:
+    """A worker's feed (FeedView): the real tables, filled from its watches as the scheduler delivers events."""
+
+    def __init__(self, worker: Worker, server: ApiServer, limit: int) -> None:
+        self.worker = worker
+        self.pods = PodTable(DEVICES, forget_after=TTL)
+        self.quotas = QuotaTable(DEVICES)
+        self.quotas.replace([{"metadata": {"namespace": NS, "name": "gpu"}, "spec": {"hard": {MEM: str(limit)}}}])
+        self.ledgers = LedgerTable()
+        self.watches = {"pods": Watch(), "leases": Watch()}
+        self.pod_rv = 0
+        self.moves = 0  # ledger changes seen: what wait_ledgers wakes on
+        for kind, watch in self.watches.items():
+            server.watches[kind].append(watch)
+            self.relist(server, kind)
+
+    def relist(self, server: ApiServer, kind: str) -> None:
+        """A fresh list (first start, or after 410 Gone): the watch's undelivered events are gone."""
+        self.watches[kind].pending.clear()
+        if kind == "pods":
+            self.pods.replace(NS, copy.deepcopy(list(server.pods.values())))
+            self.pod_rv = server.rv
+        else:
+            self.ledgers.replace(copy.deepcopy(list(server.leases.values())))
+            self.moves += 1
+
+    def deliver(self, kind: str) -> None:
+        event, obj = self.watches[kind].pending.popleft()
+        if kind == "pods":
+            self.pods.apply(event, obj)
+            self.pod_rv = int(obj["metadata"]["resourceVersion"])
+        else:
+            self.ledgers.apply(event, obj)
+            self.moves += 1
+
+    # --- FeedView ---------------------------------------------------------------------------------
+
+    def limits(self, namespace: str) -> Amounts:
+        return self.quotas.limits(namespace)
+
+    def seen(self, namespace: str, reservations: Iterable[str]) -> tuple[Amounts, dict[str, Held]]:
+        found = {r: self.pods.held(namespace, r) for r in reservations}
+        return self.pods.used(namespace), {r: Held(dict(h.amounts), h.rv) for r, h in found.items() if h is not None}
+
+    def ledger(self, namespace: str) -> Snapshot | None:
+        return self.ledgers.get(namespace)
+
+    def offer_ledger(self, found: Snapshot) -> None:
+        self.ledgers.offer(found)
+        self.moves += 1
+
+    def wait_ledger_newer(self, namespace: str, rv: int, timeout: float) -> Snapshot | None:
+        def newer() -> Snapshot | None:
+            found = self.ledgers.get(namespace)
+            return found if found is not None and found.rv > rv else None
+
+        self.worker.wait(timeout, lambda: newer() is not None)
+        return newer()
+
+    def wait_ledgers(self, timeout: float) -> None:
+        moves = self.moves
+        self.worker.wait(timeout, lambda: self.moves > moves)
+
+    def caught_up(self, namespace: str, rv: int, timeout: float) -> bool:
+        if self.pod_rv < rv and timeout > 0:
+            self.worker.wait(timeout, lambda: self.pod_rv >= rv)
+        return self.pod_rv >= rv
+
+    def synced(self, wait: float = 0) -> bool:
+        return True
+
+    def namespace_synced(self, namespace: str, wait: float = 0) -> bool:
+        return True
+
+    def broken_for(self) -> float:
+        return 0.0
+
+    def status(self) -> dict[str, Any]:
+        return {"synced": {"pods": True, "resourcequotas": True}, "broken_seconds": 0.0}
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+@dataclass
+class Admission:
+    uid: str
+    memory: int
+    dry_run: bool
+    result: Verdict | QuotaUnavailable | None = None
+
+
+class Worker:
+    """One webhook process: a KubeQuota on its own feed and clock, run one operation at a time in a thread that
+    runs only when the scheduler hands it the baton."""
+
+    def __init__(self, sim: Simulation, index: int) -> None:
+        self.sim, self.index = sim, index
+        self.skew = sim.rng.uniform(-SKEW, SKEW)
+        self.offset = sim.rng.uniform(0, 1000)  # monotonic clocks start anywhere
+        self.feed = SimFeed(self, sim.server, sim.limit)
+        ledger = Ledger(self._send, HOME)
+        self.port = KubeQuota(
+            self.feed, ledger, ttl=TTL, stale_after=30, clock=self, new_id=sim.new_id, closer=False
+        )  # fmt: skip
+        self.op: Callable[[], object] | None = None
+        self.ready: Callable[[], bool] = lambda: False  # when the scheduler may resume it
+        self.killed = False
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        with sim.baton:  # its thread runs until its first pause
+            sim.turn = index
+            self.thread.start()
+            sim.baton.wait_for(lambda: sim.turn == SCHED)
+
+    # --- Clock -----------------------------------------------------------------------------------
+
+    def monotonic(self) -> float:
+        return self.sim.now + self.offset
+
+    def time(self) -> float:
+        return 1.7e9 + self.sim.now + self.skew
+
+    def sleep(self, seconds: float) -> None:
+        self.wait(seconds, lambda: False)
+
+    # --- the baton -------------------------------------------------------------------------------
+
+    def wait(self, timeout: float, until: Callable[[], bool]) -> None:
+        """Give the baton back until ``until()`` holds or ``timeout`` simulated seconds have passed."""
+        deadline = self.monotonic() + timeout
+        self._pause(lambda: until() or self.monotonic() >= deadline)
+
+    def _pause(self, ready: Callable[[], bool]) -> None:
+        sim = self.sim
+        with sim.baton:
+            self.ready = ready
+            sim.turn = SCHED
+            sim.baton.notify_all()
+            sim.baton.wait_for(lambda: sim.turn == self.index)
+        if self.killed:
+            raise Killed()
+
+    def _loop(self) -> None:
+        try:
+            self._pause(lambda: self.op is not None)
+            while True:
+                assert self.op is not None
+                self.op()
+                self.op = None
+                self._pause(lambda: self.op is not None)
+        except Killed:
+            pass
+        except BaseException as exc:  # a bug in the port: the scheduler raises it
+            self.sim.problems.append(f"worker {self.index} crashed: {exc!r}")
+        finally:
+            with self.sim.baton:
+                self.sim.turn = SCHED
+                self.sim.baton.notify_all()
+
+    def _send(self, method: str, path: str, *, timeout: float, body: dict[str, Any] | None = None) -> Any:
+        """A ledger request: it reaches the server at some point after it is sent, and its answer comes back
+        at some point after that (a kill in between: applied, never answered)."""
+        self._pause(lambda: True)
+        answer = self.sim.server.request(method, path, body)
+        if method != "GET" and self.sim.rng.random() < self.sim.lost_answers:
+            raise OSError("connection reset by peer (simulated: the write was applied, its answer lost)")
+        self._pause(lambda: True)
+        return answer
+
+    def start(self, op: Callable[[], object]) -> None:
+        self.op = op
+
+    def admit(self, admission: Admission) -> None:
+        obj = self.sim.pod_object(admission)
+        try:
+            admission.result = self.port.admit(
+                NS, demands(PodEdit(obj), DEVICES), uid=admission.uid, dry_run=admission.dry_run
+            )
+        except QuotaUnavailable as exc:
+            admission.result = exc
+        self.sim.answered(self, admission)
+
+
+@dataclass
+class Outcome:
+    seed: int
+    steps: int
+    admitted: int
+    denied: int
+    unavailable: dict[str, int]
+    free_at_end: int
+
+
+class Simulation:
+    """One seeded schedule: ``run()`` raises Violation (with the seed and the step) when an invariant breaks."""
+
+    def __init__(self, seed: int, *, workers: int = 3, room: int = 8, admissions: int = 30, kills: int = 1) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.now = 0.0
+        self.limit = room * 1000
+        self.server = ApiServer()
+        self.baton = threading.Condition()
+        self.turn = SCHED
+        self.ids = 0
+        self.lost_answers = self.rng.choice([0.0, 0.0, 0.05])
+        self.admissions_left = admissions
+        self.kills_left = kills
+        self.never_lands = self.rng.choice([0.0, 0.1, 0.3])
+        self.workers: list[Worker] = []
+        for _ in range(workers):
+            self.workers.append(Worker(self, len(self.workers)))
+        self.landing: dict[str, tuple[float, dict[str, Any]]] = {}  # uid -> (deadline, the Pod)
+        self.admitted = self.denied = 0
+        self.unavailable: dict[str, int] = {}
+        self.step = 0
+        self.trace: deque[str] = deque(maxlen=40)
+        self.problems: list[str] = []  # found in a worker's thread, raised by the scheduler
+
+    def new_id(self) -> str:
+        self.ids += 1
+        return f"grant-{self.ids}"
+
+    def pod_object(self, admission: Admission) -> dict[str, Any]:
+        obj = pod(container(limits={GPU: "1", MEM: str(admission.memory)}), namespace=NS)
+        obj["metadata"] |= {"uid": admission.uid, "name": admission.uid, "annotations": {}}
+        return obj
+
+    # --- what happens ------------------------------------------------------------------------------
+
+    def answered(self, worker: Worker, admission: Admission) -> None:
+        """The API server got the webhook's answer: an admitted Pod is stored soon (unless it never lands)."""
+        result = admission.result
+        self.trace.append(f"{self.now:.3f} worker {worker.index} {admission.uid} ({admission.memory}): {result!r}")
+        if isinstance(result, QuotaUnavailable):
+            reason = str(result)
+            if not reason:
+                self.problems.append("a refusal without a reason")
+            self.unavailable[reason[:60]] = self.unavailable.get(reason[:60], 0) + 1
+            return
+        assert result is not None
+        if result.denial:
+            if not result.denial.startswith(f"exceeding resource quota: namespace {NS} "):
+                self.problems.append(f"a denial that does not say why: {result.denial!r}")
+            self.denied += 1
+            return
+        if admission.dry_run:
+            return
+        self.admitted += 1
+        if not result.reservation:
+            self.problems.append(f"{admission.uid} admitted without a reservation")
+        if self.rng.random() >= self.never_lands:
+            obj = self.pod_object(admission)
+            obj["metadata"]["annotations"]["hami.io/quota-reservation"] = result.reservation
+            self.landing[admission.uid] = (self.now + self.rng.uniform(0, LAND_WITHIN), obj)
+
+    def resume(self, worker: Worker) -> None:
+        with self.baton:
+            self.turn = worker.index
+            self.baton.notify_all()
+            self.baton.wait_for(lambda: self.turn == SCHED)
+
+    def kill(self, worker: Worker) -> None:
+        """SIGKILL: wherever it is, the process is gone (a write it sent may have landed); a new one starts."""
+        self.trace.append(f"{self.now:.3f} worker {worker.index} killed")
+        self.kills_left -= 1
+        worker.killed = True
+        self.resume(worker)
+        worker.thread.join()
+        for kind, watch in worker.feed.watches.items():
+            self.server.watches[kind].remove(watch)
+        self.workers[worker.index] = Worker(self, worker.index)
+
+    def choices(self) -> list[tuple[float, Callable[[], None]]]:
+        out: list[tuple[float, Callable[[], None]]] = []
+        for worker in self.workers:
+            if worker.op is not None and worker.ready():
+                out.append((6, lambda w=worker: self.resume(w)))
+            if worker.op is None:
+                if self.admissions_left:
+                    out.append((3, lambda w=worker: self.start_admission(w)))
+                out.append((0.5, lambda w=worker: self.start(w, w.port.close_due)))
+            for kind, watch in worker.feed.watches.items():
+                if watch.pending:
+                    out.append((4, lambda w=worker, k=kind: w.feed.deliver(k)))
+                    out.append((0.05, lambda w=worker, k=kind: w.feed.relist(self.server, k)))
+                elif kind == "pods":  # a bookmark: the watch's resourceVersion moves on
+                    out.append((0.3, lambda w=worker: setattr(w.feed, "pod_rv", self.server.rv)))
+            if self.kills_left:
+                out.append((0.05, lambda w=worker: self.kill(w)))
+        for uid in self.landing:
+            out.append((1, lambda u=uid: self.land(u)))
+        if self.server.pods:
+            out.append((0.2, self.delete_some_pod))
+        out.append((1, self.advance))
+        return out
+
+    def start(self, worker: Worker, op: Callable[[], object]) -> None:
+        worker.start(op)
+        self.resume(worker)
+
+    def start_admission(self, worker: Worker) -> None:
+        self.admissions_left -= 1
+        admission = Admission(
+            f"pod-{self.admissions_left}", self.rng.choice([1000, 1000, 2000]), self.rng.random() < 0.1
+        )
+        worker.start(lambda: worker.admit(admission))
+        self.resume(worker)
+
+    def land(self, uid: str) -> None:
+        _, obj = self.landing.pop(uid)
+        self.trace.append(f"{self.now:.3f} {uid} stored")
+        self.server.create_pod(obj)
+
+    def delete_some_pod(self) -> None:
+        uid = self.rng.choice(sorted(self.server.pods))
+        self.trace.append(f"{self.now:.3f} {uid} deleted")
+        self.server.delete_pod(uid)
+
+    def advance(self, most: float = 0.0) -> None:
+        """Time passes (never past an admitted Pod's landing: it lands first)."""
+        dt = most or self.rng.choice([0.001, 0.01, 0.05, 0.3, 1.2])
+        due = min((deadline for deadline, _ in self.landing.values()), default=self.now + dt)
+        if due < self.now + dt:
+            self.land(min(self.landing, key=lambda u: self.landing[u][0]))
+        self.now += dt
+
+    # --- invariants --------------------------------------------------------------------------------
+
+    def violation(self, what: str) -> Violation:
+        trace = "\n  ".join(self.trace)
+        return Violation(f"seed {self.seed}, step {self.step}, t={self.now:.3f}: {what}\n  last events:\n  {trace}")
+
+    def check(self) -> None:
+        if self.problems:
+            raise self.violation("; ".join(self.problems))
+        committed: Amounts = {}
+        for obj in [*self.server.pods.values(), *(o for _, o in self.landing.values())]:
+            accumulate(committed, {MEM: int(obj["spec"]["containers"][0]["resources"]["limits"][MEM])})
+        if committed.get(MEM, 0) > self.limit:
+            raise self.violation(f"over-admitted: Pods stored or landing hold {committed[MEM]} > limit {self.limit}")
+        found = self.server.ledger_entries()
+        latest = 1.7e9 + self.now + SKEW + TTL + WINDOW + 0.05  # rounding to 0.1 s
+        for entry_id, entry in (found.entries if found else {}).items():
+            if entry.expires > latest:
+                raise self.violation(f"entry {entry_id} holds room until {entry.expires}, past its TTL ({latest})")
+
+    def run(self) -> Outcome:
+        before = random.getstate()
+        random.seed(self.seed)  # the back-off's jitter: drawn in the one running thread, so in a fixed order
+        try:
+            while self.admissions_left or any(w.op is not None for w in self.workers) or self.landing:
+                self.step += 1
+                weights, actions = zip(*self.choices(), strict=True)
+                self.rng.choices(actions, weights)[0]()
+                self.check()
+            free = self.settle()
+        finally:
+            random.setstate(before)
+            for worker in self.workers:
+                worker.killed = True
+                self.resume(worker)
+        return Outcome(self.seed, self.step, self.admitted, self.denied, self.unavailable, free)
+
+    def settle(self) -> int:
+        """After the burst, once every TTL has run out: a worker admits exactly the room Pods do not hold."""
+        self.kills_left, self.lost_answers = 0, 0.0
+        self.advance(TTL + WINDOW + 2 * SKEW + 1)
+        for worker in self.workers:
+            while any(w.pending for w in worker.feed.watches.values()):
+                for kind in worker.feed.watches:
+                    while worker.feed.watches[kind].pending:
+                        worker.feed.deliver(kind)
+        used = sum(int(o["spec"]["containers"][0]["resources"]["limits"][MEM]) for o in self.server.pods.values())
+        free = (self.limit - used) // 1000
+        worker = self.workers[0]
+        for i in range(free + 1):
+            admission = Admission(f"after-{i}", 1000, False)
+            worker.start(lambda a=admission: worker.admit(a))
+            self.resume(worker)
+            while worker.op is not None:
+                self.advance(0.01)
+                self.resume(worker)
+            self.check()
+            result = admission.result
+            if i < free and not (isinstance(result, Verdict) and result.reservation):
+                raise self.violation(f"room not usable again a TTL after the burst: {i} of {free} admitted, {result!r}")
+            if i == free and not (isinstance(result, Verdict) and result.denial):
+                raise self.violation(f"past the room after the burst: {result!r}")
+            self.landing.pop(admission.uid, None)
+        return free
