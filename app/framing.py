@@ -26,8 +26,17 @@ import re
 import ssl
 from typing import Any
 
+import orjson
 from gunicorn.http import errors
 from gunicorn.http.body import Body
+
+MAX_BODY = 7 * 1024 * 1024
+"""The body limit, in app.worker's framing (``max_body``) and app/http.py (Flask's MAX_CONTENT_LENGTH).
+
+Under gunicorn the body arrives whole with an exact Content-Length, never chunked; one over this limit
+arrives empty and unread with a Content-Length over it, so ``get_data`` raises RequestEntityTooLarge
+from the header alone (``_too_large``). Reading the body without that check would see it as empty.
+"""
 
 MAX_CHUNK_LINE = 8192
 """Longest chunk-size line (with extensions) waited for; a longer one goes to the parser to be refused."""
@@ -190,3 +199,10 @@ class RequestBuffer:
         req.body = Body(io.BytesIO(body))
         req.headers = [(n, v) for n, v in req.headers if n not in ("CONTENT-LENGTH", "TRANSFER-ENCODING")]
         req.headers.append(("CONTENT-LENGTH", str(length)))
+
+
+def error_body(status: int, message: str) -> bytes:
+    """Every error answer's body, the app's and the worker's: a Kubernetes Status (kube-apiserver shows a
+    webhook's non-2xx message only in that shape), with the same text in ``error``."""
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message}
+    return orjson.dumps({**body, "code": status, "error": message})

@@ -18,19 +18,13 @@ from flask.sessions import NullSession, SessionInterface
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTooLarge
 
 from app import metrics
+from app.framing import MAX_BODY, error_body
 from app.lifecycle import stopping
 from app.quota import QuotaPort, QuotaUnavailable
 from app.review import Decision, UnreadableReview, answer, decide_review, deny, read_uid, request_namespace
 from app.settings import Settings
 from app.untrusted import UntrustedError, json_document
 
-MAX_BODY = 7 * 1024 * 1024
-"""The body limit, here (Flask's MAX_CONTENT_LENGTH) and in app.worker, which frames requests with app.framing.
-
-Under gunicorn the body arrives whole with an exact Content-Length, never chunked; one over this limit
-arrives empty and unread with a Content-Length over it, so ``get_data`` raises RequestEntityTooLarge
-from the header alone (``_too_large``). Reading the body without that check would see it as empty.
-"""
 log = logging.getLogger("hami_webhook.review")
 blueprint = Blueprint("webhook", __name__)
 
@@ -65,13 +59,6 @@ def install(app: Flask, webhook: Webhook) -> None:
 
 def _json(body: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status=status, mimetype="application/json")
-
-
-def error_body(status: int, message: str) -> bytes:
-    """Every error answer's body, the app's and the worker's: a Kubernetes Status (kube-apiserver shows a
-    webhook's non-2xx message only in that shape), with the same text in ``error``."""
-    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message}
-    return orjson.dumps({**body, "code": status, "error": message})
 
 
 def _error(status: int, message: str) -> Response:

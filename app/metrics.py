@@ -19,7 +19,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from app.notices import KINDS
-from app.review import QUOTA_REASON
+from app.quota.port import QUOTA_REASON
 
 if TYPE_CHECKING:
     from prometheus_client import Counter, Gauge, Histogram

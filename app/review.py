@@ -26,12 +26,11 @@ from app.devices.base import Device, DeviceRequestError
 from app.edit import ContainerEdit, Op, PodEdit
 from app.notices import Notice
 from app.quantity import INT32_MAX
-from app.quota import QuotaPort, demands
+from app.quota import QUOTA_REASON, QuotaPort, demands
 from app.settings import Settings
 from app.untrusted import shown
 
 DEFAULT_SCHEDULER = "default-scheduler"
-QUOTA_REASON = "GPUQuotaExceeded"
 
 
 class UnreadableReview(ValueError):

@@ -122,13 +122,15 @@ class Settings:
         minimum=1,
     )
     # -- namespace device quota (README "Namespace quota") --
-    quota_enabled: QuotaMode = _knob(
+    quota_mode: QuotaMode = _knob(
         "HAMI_QUOTA_ENABLED",
         "auto",
         "auto: quota on when in-cluster config or a kubeconfig loads; true: required (start-up fails without); false",
         choices=tuple(QuotaMode),
     )
-    namespace: str = _knob("HAMI_NAMESPACE", "hami-system", "the webhook's own namespace: home of the ledger Leases")
+    home_namespace: str = _knob(
+        "HAMI_NAMESPACE", "hami-system", "the webhook's own namespace: home of the ledger Leases"
+    )
     quota_reservation_ttl: int = _knob(
         "HAMI_QUOTA_RESERVATION_TTL",
         "60",

@@ -53,8 +53,7 @@ from gunicorn import http as gunicorn_http
 from gunicorn.workers import gthread
 
 from app import lifecycle, metrics
-from app.framing import RequestBuffer, head_limit, refusal
-from app.http import MAX_BODY, error_body
+from app.framing import MAX_BODY, RequestBuffer, error_body, head_limit, refusal
 from app.settings import Settings
 from app.tls import ServingCertificate
 

@@ -9,6 +9,6 @@ from settings), ``port`` (the seam, and QuotaOff).
 """
 
 from app.quota.demand import Demand, demands
-from app.quota.port import FITS, QuotaOff, QuotaPort, QuotaUnavailable, Verdict
+from app.quota.port import FITS, QUOTA_REASON, QuotaOff, QuotaPort, QuotaUnavailable, Verdict
 
-__all__ = ["FITS", "Demand", "QuotaOff", "QuotaPort", "QuotaUnavailable", "Verdict", "demands"]
+__all__ = ["FITS", "QUOTA_REASON", "Demand", "QuotaOff", "QuotaPort", "QuotaUnavailable", "Verdict", "demands"]

@@ -108,7 +108,7 @@ class KubeQuota:
         if found is None or ask.uid in found.entries or not self.feed.caught_up(namespace, found.mark, 0):
             return None  # (a request sent again whose entry is there: the commit says it is reserved)
         refused = denial(self._scene(namespace, state, found), ask.requested)
-        return Verdict(refused) if refused else None
+        return None if refused is None else Verdict(refused)
 
     def _scene(self, namespace: str, state: NamespaceState, found: Snapshot) -> Scene:
         """What this worker knows of the namespace now, for one decision; records first sights of others' grants."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from app.quota.demand import Amounts
 from app.quota.feed import Held, accumulate, unseen
 from app.quota.ledger import MAX_LEDGER_BYTES, Entry, encode
-from app.quota.limits import check, limited
+from app.quota.limits import limited, overflow
 from app.quota.port import FITS, Verdict
 
 WINDOW = 1.0  # seconds a worker admits into a grant it wrote, counted from before the write
@@ -145,9 +145,9 @@ def account(scene: Scene) -> Account:
     return Account(live, lower, upper, keep, mark, first_seen)
 
 
-def denial(scene: Scene, requested: Mapping[str, int]) -> str:
-    """The quota denial for ``requested`` counting only what is certainly taken ("" when it may fit)."""
-    return check(scene.namespace, scene.limits, account(scene).lower, requested)
+def denial(scene: Scene, requested: Mapping[str, int]) -> str | None:
+    """The quota denial for ``requested`` counting only what is certainly taken (None when it may fit)."""
+    return overflow(scene.namespace, scene.limits, account(scene).lower, requested)
 
 
 def decide(
@@ -168,9 +168,9 @@ def decide(
             verdicts[index] = Verdict(reservation=one.uid)
         elif not limited(scene.limits, one.requested):
             verdicts[index] = FITS  # the quota went meanwhile
-        elif denied := check(scene.namespace, scene.limits, plus(counted.lower, taking), one.requested):
+        elif denied := overflow(scene.namespace, scene.limits, plus(counted.lower, taking), one.requested):
             verdicts[index] = Verdict(denied)
-        elif check(scene.namespace, scene.limits, plus(counted.upper, taking), one.requested):
+        elif overflow(scene.namespace, scene.limits, plus(counted.upper, taking), one.requested):
             undecided.append(index)
         elif one.dry_run:  # dry runs check but never reserve (docs/rules.md#dry-runs-change-nothing)
             verdicts[index] = FITS

@@ -60,8 +60,10 @@ def limited(limits: Mapping[str, int], requested: Mapping[str, int]) -> bool:
     return any(name in limits for name in requested)
 
 
-def check(namespace: str, limits: Mapping[str, int], used: Mapping[str, int], requested: Mapping[str, int]) -> str:
-    """The quota denial for the first requested resource that does not fit, or "" when all fit (equal fits)."""
+def overflow(
+    namespace: str, limits: Mapping[str, int], used: Mapping[str, int], requested: Mapping[str, int]
+) -> str | None:
+    """The quota denial for the first requested resource that does not fit; None when all fit (equal fits)."""
     for name, amount in requested.items():
         limit = limits.get(name)
         if limit is not None and used.get(name, 0) + amount > limit:
@@ -69,4 +71,4 @@ def check(namespace: str, limits: Mapping[str, int], used: Mapping[str, int], re
                 f"exceeding resource quota: namespace {namespace} {name} "
                 f"used {used.get(name, 0)} + requested {amount} > limit {limit}"
             )
-    return ""
+    return None

@@ -19,6 +19,8 @@ class Verdict:
 
 
 FITS = Verdict()
+QUOTA_REASON = "GPUQuotaExceeded"
+"""The reason a quota denial carries (and its metric label)."""
 
 
 class QuotaUnavailable(Exception):

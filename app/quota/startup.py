@@ -12,7 +12,7 @@ from app.quota.commit import KubeQuota
 from app.quota.feed import Feed
 from app.quota.ledger import Ledger
 from app.quota.port import QuotaOff, QuotaPort
-from app.settings import Settings
+from app.settings import QuotaMode, Settings
 
 log = logging.getLogger("hami_webhook.quota")
 
@@ -26,23 +26,25 @@ def open_quota(settings: Settings) -> QuotaPort:
 
     Raises QuotaStartError when quota is required and the API cannot be used.
     """
-    if settings.quota_enabled == "false":
+    if settings.quota_mode is QuotaMode.OFF:
         return QuotaOff("HAMI_QUOTA_ENABLED=false")
     try:
         configuration = load_configuration()
     except LOAD_ERRORS as exc:
-        if settings.quota_enabled == "true":
+        if settings.quota_mode is QuotaMode.REQUIRED:
             raise QuotaStartError(f"HAMI_QUOTA_ENABLED=true but no Kubernetes API configuration: {exc}") from exc
         log.warning("namespace device quota is off: no in-cluster config or kubeconfig (%s)", exc)
         return QuotaOff(f"no in-cluster config or kubeconfig: {exc}")
-    if settings.quota_enabled == "true":
+    if settings.quota_mode is QuotaMode.REQUIRED:
         _probe(configuration)
     ttl = settings.quota_reservation_ttl
-    feed = Feed(client.ApiClient(configuration), settings.devices, forget_after=ttl, home=settings.namespace)
-    ledger = Ledger.of(client.ApiClient(configuration), settings.namespace)
+    feed = Feed(client.ApiClient(configuration), settings.devices, forget_after=ttl, home=settings.home_namespace)
+    ledger = Ledger.of(client.ApiClient(configuration), settings.home_namespace)
     port = KubeQuota(feed, ledger, ttl=ttl, stale_after=settings.quota_stale_after)
     port.start()
-    log.info("namespace device quota is on: API %s, ledger in namespace %s", configuration.host, settings.namespace)
+    log.info(
+        "namespace device quota is on: API %s, ledger in namespace %s", configuration.host, settings.home_namespace
+    )
     return port
 
 

@@ -17,7 +17,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from app import create_app
-from app.http import MAX_BODY
+from app.framing import MAX_BODY
 from app.settings import Settings
 from tests.app.reviews import admission_review, decode_patch
 from tests.support.pods import container, pod

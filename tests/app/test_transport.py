@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.http import MAX_BODY
+from app.framing import MAX_BODY
 from certgen.pki import LocalFiles
 from tests.app.reviews import admission_review
 from tests.app.served import serve

@@ -26,8 +26,7 @@ from gunicorn.http.errors import ParseException
 from gunicorn.workers import base, gthread
 
 from app import create_app
-from app.framing import refusal
-from app.http import MAX_BODY
+from app.framing import MAX_BODY, refusal
 from app.settings import Settings
 from app.worker import GUNICORN_TESTED, Connection, WebhookWorker
 from tests.app.reviews import admission_review
