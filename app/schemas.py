@@ -156,9 +156,17 @@ def accepts(schema: Schema) -> Check:
 
 
 def _field_check(field: fields.Field) -> Check:
-    """None per ``allow_none``, then the type's check, then the field's validators."""
-    kind = _type_check(field)
+    """None per ``allow_none``, then the type's check, then the field's validators.
+
+    Without validators, a type check that refuses None already is the field's check, alone or after one
+    ``is None`` test: one call per field, not two (15-20 % of the validation's time).
+    """
+    kind, refuses_none = _type_check(field)
     allow_none, validators = field.allow_none, list(field.validators)
+    if not validators and refuses_none:
+        if kind is _is_str:
+            return _is_str_or_none if allow_none else _is_str
+        return (lambda value: value is None or kind(value)) if allow_none else kind
     if not validators:
         return lambda value: allow_none if value is None else kind(value)
 
@@ -177,31 +185,40 @@ def _passes(validator: Callable[[Any], Any], value: Any) -> bool:
         return False
 
 
-def _type_check(field: fields.Field) -> Check:
-    """The check for a non-null value's type and content; exact types only, so subclasses take the generic path."""
+def _type_check(field: fields.Field) -> tuple[Check, bool]:
+    """The check for a non-null value's type and content, and whether it says False for None too; exact
+    types only, so subclasses take the generic path."""
     kind = type(field)
     if kind is fields.Raw:
-        return lambda value: True
+        return (lambda value: True), False
     if kind is fields.String:
-        return lambda value: isinstance(value, str)
+        return _is_str, True
     if (
         isinstance(field, fields.Boolean)
         and kind is fields.Boolean
         and field.truthy == {True}
         and field.falsy == {False}
     ):
-        return lambda value: value is True or value is False
+        return (lambda value: value is True or value is False), True
     if isinstance(field, fields.Nested) and kind is fields.Nested and not field.many:
         nested = field.schema
         if isinstance(nested, Schema):
-            return accepts(nested)
+            return accepts(nested), True
     if isinstance(field, fields.List) and kind is fields.List:
-        return functools.partial(_list, _field_check(field.inner))
+        return functools.partial(_list, _field_check(field.inner)), True
     if isinstance(field, fields.Dict) and kind is fields.Dict:
         keys = _field_check(field.key_field) if field.key_field else None
         values = _field_check(field.value_field) if field.value_field else None
-        return functools.partial(_dict, keys, values)
-    return functools.partial(_deserializes, field)
+        return functools.partial(_dict, keys, values), True
+    return functools.partial(_deserializes, field), False
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_str_or_none(value: Any) -> bool:
+    return value is None or isinstance(value, str)
 
 
 def _list(item: Check, value: Any) -> bool:
