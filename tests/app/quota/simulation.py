@@ -36,9 +36,9 @@ from app.kube.errors import ApiError
 from app.quota.commit import KubeQuota
 from app.quota.decision import WINDOW
 from app.quota.demand import Amounts, demands
-from app.quota.feed import Held, LedgerTable, PodTable, QuotaTable, accumulate
 from app.quota.ledger import Ledger, Snapshot, snapshot
 from app.quota.port import QuotaUnavailable, Verdict
+from app.quota.tables import Held, LedgerTable, PodTable, QuotaTable, accumulate
 from app.settings import Settings
 from tests.support.pods import container, pod
 

@@ -9,10 +9,11 @@ from urllib.parse import parse_qs
 
 from prometheus_client import REGISTRY
 
-from tests.app.quota.conftest import GPU, MEM, Cluster, eventually, in_use, unique
+from tests.app.quota.conftest import GPU, MEM, Cluster, in_use, unique
 from tests.realkube.cluster import RealKube
 from tests.realkube.faults import Request
 from tests.support.pods import container, pod
+from tests.support.polling import eventually
 
 
 def gpu_pod(name: str, memory: int) -> dict[str, Any]:
