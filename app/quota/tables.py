@@ -9,6 +9,7 @@ the simulation (tests/app/quota/simulation.py) drives the same tables against a 
 
 from __future__ import annotations
 
+import abc
 import logging
 import sys
 import time
@@ -174,17 +175,26 @@ class NamespacePods:
         self.table.apply(kind, obj)
 
 
-class QuotaTable:
-    """Device limits per ResourceQuota object, indexed by namespace."""
+class _Relisted(abc.ABC):
+    """A table that a fresh list rebuilds: every listed object applied as if it had just been added."""
 
-    def __init__(self, devices: Sequence[Device]) -> None:
-        self._factors = quota_factors(devices)
-        self._by_namespace: dict[str, dict[str, Amounts]] = {}
+    _by_namespace: dict[str, Any]
 
     def replace(self, items: Iterable[Mapping[str, Any]]) -> None:
         self._by_namespace = {}
         for obj in items:
             self.apply("ADDED", obj)
+
+    @abc.abstractmethod
+    def apply(self, kind: str, obj: Mapping[str, Any]) -> None: ...
+
+
+class QuotaTable(_Relisted):
+    """Device limits per ResourceQuota object, indexed by namespace."""
+
+    def __init__(self, devices: Sequence[Device]) -> None:
+        self._factors = quota_factors(devices)
+        self._by_namespace: dict[str, dict[str, Amounts]] = {}
 
     def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -206,17 +216,12 @@ class QuotaTable:
         return set(self._by_namespace)
 
 
-class LedgerTable:
+class LedgerTable(_Relisted):
     """The newest ledger Lease seen per quota'd namespace: from the watch, and from this process's own
     reads and writes (whichever is newer wins)."""
 
     def __init__(self) -> None:
         self._by_namespace: dict[str, Snapshot] = {}
-
-    def replace(self, items: Iterable[Mapping[str, Any]]) -> None:
-        self._by_namespace = {}
-        for obj in items:
-            self.apply("ADDED", obj)
 
     def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
