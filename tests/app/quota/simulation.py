@@ -1,6 +1,7 @@
 """A deterministic simulation of the quota protocol: several webhook workers, each running the real KubeQuota
 (app/quota/commit.py) and the real decision (app/quota/decision.py), the real Ledger (its Lease bodies and
-compare-and-swap) and the real Pod/ResourceQuota/ledger tables of the feed, against ``ApiServer`` below.
+compare-and-swap) and the real Pod/ResourceQuota/ledger tables of the feed
+(app/quota/tables.py), against ``ApiServer`` below.
 
 Why this is not a fake of our code: ``ApiServer`` models the *Kubernetes API server's* protocol, the part our
 design relies on, and nothing of the webhook: a global resourceVersion (etcd's revision) bumped by every write;
