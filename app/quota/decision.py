@@ -21,10 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from app.quota.demand import Amounts
-from app.quota.feed import Held, accumulate, unseen
 from app.quota.ledger import MAX_LEDGER_BYTES, Entry, encode
 from app.quota.limits import limited, overflow
 from app.quota.port import FITS, Verdict
+from app.quota.tables import Held, accumulate, unseen
 
 WINDOW = 1.0  # seconds a worker admits into a grant it wrote, counted from before the write
 SLACK = 0.25  # others count a grant as possibly free this much longer, on their own clocks, from first sight

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from app.quota.demand import Amounts
-from app.quota.feed import Held
 from app.quota.ledger import Snapshot
+from app.quota.tables import Held
 
 
 class Clock(Protocol):

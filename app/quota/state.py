@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 from app.quota.decision import WINDOW, Ask, Burst, Mine, Write
 from app.quota.demand import Amounts
-from app.quota.feed import accumulate
 from app.quota.ledger import Entry
 from app.quota.port import FITS, QuotaUnavailable, Verdict
+from app.quota.tables import accumulate
 
 REMEMBERED = 4096  # request uids remembered per namespace, so a request sent again is not reserved twice
 

@@ -8,7 +8,6 @@ its own namespaces (the quota'd one and the ledger's home), deleted afterwards: 
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -21,26 +20,16 @@ from kubernetes.client.exceptions import ApiException
 
 from app.quota.commit import KubeQuota
 from app.quota.demand import Amounts
-from app.quota.feed import Feed, accumulate, unseen
+from app.quota.feed import Feed
 from app.quota.ledger import LEDGER_ANNOTATION, LEDGER_PREFIX
 from app.quota.startup import open_quota
+from app.quota.tables import accumulate, unseen
 from app.settings import Settings
 from tests.realkube.cluster import RealKube
 from tests.realkube.faults import FaultyProxy
+from tests.support.polling import eventually
 
 MEM, CORES, GPU = "nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpu"
-
-
-def eventually(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def in_use(feed: Feed, namespace: str, reservations: Mapping[str, Amounts]) -> Amounts:

@@ -1,6 +1,7 @@
 """A deterministic simulation of the quota protocol: several webhook workers, each running the real KubeQuota
 (app/quota/commit.py) and the real decision (app/quota/decision.py), the real Ledger (its Lease bodies and
-compare-and-swap) and the real Pod/ResourceQuota/ledger tables of the feed, against ``ApiServer`` below.
+compare-and-swap) and the real Pod/ResourceQuota/ledger tables of the feed
+(app/quota/tables.py), against ``ApiServer`` below.
 
 Why this is not a fake of our code: ``ApiServer`` models the *Kubernetes API server's* protocol, the part our
 design relies on, and nothing of the webhook: a global resourceVersion (etcd's revision) bumped by every write;
@@ -36,9 +37,9 @@ from app.kube.errors import ApiError
 from app.quota.commit import KubeQuota
 from app.quota.decision import WINDOW
 from app.quota.demand import Amounts, demands
-from app.quota.feed import Held, LedgerTable, PodTable, QuotaTable, accumulate
 from app.quota.ledger import Ledger, Snapshot, snapshot
 from app.quota.port import QuotaUnavailable, Verdict
+from app.quota.tables import Held, LedgerTable, PodTable, QuotaTable, accumulate
 from app.settings import Settings
 from tests.support.pods import container, pod
 

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.quota.decision import SHARE, SLACK, WINDOW, Ask, Burst, Decision, Mine, Scene, account, decide
-from app.quota.feed import Held
 from app.quota.ledger import MAX_LEDGER_BYTES, Entry
 from app.quota.port import FITS, Verdict
+from app.quota.tables import Held
 
 MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
 WALL, NOW, TTL = 1_700_000_000.0, 500.0, 60.0

@@ -9,10 +9,11 @@ from urllib.parse import parse_qs
 
 from prometheus_client import REGISTRY
 
-from tests.app.quota.conftest import GPU, MEM, Cluster, eventually, in_use, unique
+from tests.app.quota.conftest import GPU, MEM, Cluster, in_use, unique
 from tests.realkube.cluster import RealKube
 from tests.realkube.faults import Request
 from tests.support.pods import container, pod
+from tests.support.polling import eventually
 
 
 def gpu_pod(name: str, memory: int) -> dict[str, Any]:
@@ -110,7 +111,8 @@ def test_a_quiet_watch_resumes_from_the_latest_resource_version(cluster: Cluster
     resumes from there and a quiet namespace never falls behind the window the server can resume from."""
     cluster.quota({MEM: "100000"})
     start_quota()
-    (first,) = pod_requests(cluster, watch=True)
+    # ready once the lists are in: the first watch request follows them
+    (first,) = eventually(lambda: pod_requests(cluster, watch=True), what="the first watch")
     elsewhere = unique("elsewhere")
     cluster.kube.namespace(elsewhere)
     try:

@@ -19,10 +19,11 @@ from app.quota.ledger import LEDGER_ANNOTATION, MARK_ANNOTATION, MAX_LEDGER_BYTE
 from app.quota.startup import QuotaStartError, open_quota
 from app.review import QUOTA_RESERVATION_ANNOTATION
 from app.settings import Settings, SettingsError
-from tests.app.quota.conftest import GPU, MEM, Cluster, eventually, in_use, resource_quota, unique
+from tests.app.quota.conftest import GPU, MEM, Cluster, in_use, resource_quota, unique
 from tests.app.reviews import Outcome, admission_review, run
 from tests.realkube.cluster import RealKube
 from tests.support.pods import container, pod
+from tests.support.polling import eventually
 
 Admit = Callable[..., Outcome]
 

@@ -1,0 +1,217 @@
+"""The list + watch machinery under the feed: one stream per listed resource, each on its own daemon thread.
+
+gunicorn forks workers and threads do not survive a fork, so each worker starts its own streams after the fork.
+Each stream has one thread: list (paged), then watch from the list's resourceVersion with bookmarks; 410 Gone
+re-lists; any other failure waits a capped, jittered backoff and resumes from the last resourceVersion seen.
+What a stream's progress means (which namespaces to watch, who to wake, what to export) is its owner's:
+app/quota/feed.py's Feed, through the hooks of ``Streams``.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+from kubernetes.client.exceptions import ApiException
+
+from app.kube.backoff import Backoff
+from app.kube.errors import GONE, ApiError, describe
+
+PAGE_SIZE = 500
+WATCH_SECONDS = (30, 45)  # the server ends each watch after a random time in this range; we resume
+READ_SLACK = 15  # a watch silent this long past its own timeout is a dead connection
+WATCH_RETRY = Backoff(first=0.5, cap=30.0, jitter=0.5)  # after a broken list or watch
+log = logging.getLogger("hami_webhook.quota")
+
+
+class Gone(Exception):
+    """The resourceVersion is too old (410): list again."""
+
+
+class Table(Protocol):
+    def replace(self, items: Iterable[Mapping[str, Any]]) -> None: ...
+
+    def apply(self, kind: str, obj: Mapping[str, Any]) -> None: ...
+
+
+@dataclass
+class Stream:
+    """One list + watch: what it lists, where its events go, and its health."""
+
+    name: str  # for logs: "pods in <namespace>", "resourcequotas", "leases"
+    resource: str  # the metric label: pods, resourcequotas, leases
+    list_call: Callable[..., Any]
+    table: Table
+    namespace: str = ""  # the quota'd namespace whose Pods it lists ("" for the other kinds)
+    rv: str = ""  # where to resume: the last event's or bookmark's resourceVersion ("" = list first)
+    synced: bool = False
+    broken_since: float | None = None
+    response: Any = None
+    stopped: bool = False
+    thread: threading.Thread | None = None
+    listed: threading.Event = field(default_factory=threading.Event)
+
+
+class Streams(abc.ABC):
+    """Runs streams that share one lock (their tables are read under it) and one stop event. The hooks below
+    are called with the lock held; the subclass says what they mean."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    @abc.abstractmethod
+    def _changed(self, stream: Stream) -> None:
+        """The stream's table changed: a fresh list or an event (not a bookmark)."""
+
+    @abc.abstractmethod
+    def _report(self, resource: str) -> None:
+        """A stream of ``resource`` became healthy or broken."""
+
+    @abc.abstractmethod
+    def _moved(self, stream: Stream) -> None:
+        """The stream moved on: a list, an event or a bookmark."""
+
+    @abc.abstractmethod
+    def _listed(self, stream: Stream) -> None:
+        """The stream's list is in (after ``_changed``, ``_report`` and ``_moved``)."""
+
+    def _start(self, stream: Stream) -> None:
+        stream.thread = threading.Thread(target=self._run, args=(stream,), name=f"quota-feed-{stream.name}")
+        stream.thread.daemon = True
+        stream.thread.start()
+
+    def _ended(self, stream: Stream) -> bool:
+        return self._stop.is_set() or stream.stopped
+
+    def _run(self, stream: Stream) -> None:
+        failures = 0
+        while not self._ended(stream):
+            try:
+                if not stream.rv:
+                    self._list(stream)
+                    failures = 0
+                self._watch(stream)
+                failures = 0
+            except Gone:
+                log.info("quota feed: %s resourceVersion %s expired; listing again", stream.name, stream.rv)
+                stream.rv = ""
+            except Exception as exc:
+                if self._ended(stream):
+                    break
+                if stream.broken_since is None:
+                    with self._lock:
+                        stream.broken_since = time.monotonic()
+                        self._report(stream.resource)
+                    log.warning("quota feed: %s broken (%s); retrying with backoff", stream.name, describe(exc))
+                failures += 1
+                self._stop.wait(WATCH_RETRY.delay(failures - 1))
+        stream.response = None
+
+    def _healthy(self, stream: Stream) -> None:
+        """Lock held."""
+        if stream.broken_since is not None:
+            log.info("quota feed: %s connected again", stream.name)
+        stream.broken_since = None
+        self._report(stream.resource)
+
+    def _list(self, stream: Stream) -> None:
+        items: list[dict[str, Any]] = []
+        cont, rv = None, ""
+        while True:
+            try:
+                response = stream.list_call(
+                    limit=PAGE_SIZE, _continue=cont, _preload_content=False, _request_timeout=(5, 60)
+                )
+            except ApiException as exc:
+                if exc.status == GONE:  # the continue token expired: start over
+                    raise Gone() from None
+                raise
+            page = orjson.loads(response.data)
+            rv = rv or page["metadata"]["resourceVersion"]
+            items.extend(page.get("items") or [])
+            cont = page["metadata"].get("continue")
+            if not cont:
+                break
+        with self._lock:
+            if self._ended(stream):
+                return
+            stream.table.replace(items)
+            stream.rv, stream.synced = rv, True
+            self._changed(stream)
+            self._healthy(stream)
+            self._moved(stream)
+            self._listed(stream)
+        stream.listed.set()
+
+    def _watch(self, stream: Stream) -> None:
+        seconds = random.randint(*WATCH_SECONDS)
+        try:
+            response = stream.list_call(
+                watch=True,
+                resource_version=stream.rv,
+                allow_watch_bookmarks=True,
+                timeout_seconds=seconds,
+                _preload_content=False,
+                _request_timeout=(5, seconds + READ_SLACK),
+            )
+        except ApiException as exc:
+            if exc.status == GONE:
+                raise Gone() from None
+            raise
+        stream.response = response
+        try:
+            if self._ended(stream):
+                return
+            with self._lock:
+                self._healthy(stream)
+            for line in watch_lines(response):
+                event = orjson.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":  # the event's object is a Status
+                    if obj.get("code") == GONE:
+                        raise Gone()
+                    raise ApiError(int(obj.get("code") or 0), "", obj, f"watch {stream.name}")
+                with self._lock:
+                    if self._ended(stream):
+                        break
+                    if kind != "BOOKMARK":
+                        stream.table.apply(kind, obj)
+                        self._changed(stream)
+                    stream.rv = (obj.get("metadata") or {}).get("resourceVersion") or stream.rv
+                    self._moved(stream)
+        finally:
+            stream.response = None
+            response.close()
+
+
+def watch_lines(response: Any) -> Iterator[bytes]:
+    """The watch stream's events, one JSON document each, as bytes.
+
+    The client's own iter_resp_lines decodes every line to str (which orjson then encodes again) and copies
+    its buffer once per line; a Pod event is kilobytes, and every worker reads every Pod event of the
+    quota'd namespaces, so this is the feed's hottest loop. Chunks and events need not line up (a proxy in
+    between may re-chunk the stream): what follows a chunk's last newline waits for the next chunk."""
+    pending = b""
+    for chunk in response.stream(amt=None, decode_content=False):
+        *lines, pending = (pending + chunk if pending else chunk).split(b"\n")
+        for line in lines:
+            if line:
+                yield line
+
+
+def cut(stream: Stream) -> None:
+    """Close a stream's open watch, so its thread notices at once."""
+    response = stream.response
+    if response is not None:
+        try:
+            response.shutdown()
+        except Exception:  # already closed
+            pass

@@ -1,0 +1,247 @@
+"""What the feed's streams keep: a small summary per device Pod with the per-namespace usage and what each
+reservation's Pods took, the device limits per ResourceQuota, and the newest ledger Lease per namespace.
+
+Rules: docs/rules.md#usage-is-counted-by-the-webhook, #limits-come-from-every-resourcequota.
+
+No I/O: app/quota/feed.py's streams write these tables under its lock and read them for the decision;
+the simulation (tests/app/quota/simulation.py) drives the same tables against a model.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import sys
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.annotations import QUOTA_RESERVATION_ANNOTATION
+from app.devices.base import Device
+from app.quota.demand import Amounts, pod_amounts
+from app.quota.ledger import LEDGER_PREFIX, Snapshot, resource_version, snapshot
+from app.quota.limits import hard_limits, quota_factors, tightest
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+log = logging.getLogger("hami_webhook.quota")
+
+
+@dataclass(slots=True)
+class _Pod:
+    namespace: str
+    reservation: str
+    amounts: Amounts
+    rv: int
+
+
+@dataclass(slots=True)
+class Held:
+    """What the Pods carrying one reservation hold, as this process has seen them (alive or gone)."""
+
+    amounts: Amounts
+    rv: int  # the newest resourceVersion among those Pods when first seen here
+    alive: int = 0
+    forget_at: float = float("inf")
+
+
+class PodTable:
+    """Per-Pod demand summaries, the per-namespace sums, and for each reservation (a ledger entry, which several
+    Pods may carry) what its Pods have taken so far: those amounts are usage, not reservation, any more."""
+
+    def __init__(self, devices: Sequence[Device], forget_after: float) -> None:
+        self._devices = devices
+        self._forget_after = forget_after
+        self._pods: dict[str, _Pod] = {}
+        self._by_namespace: dict[str, set[str]] = {}
+        self._used: dict[str, Amounts] = {}
+        # (namespace, reservation) -> what its Pods took: a Pod consumes only its own namespace's reservations.
+        # Kept while a ledger entry may still name it (``forget_after`` past its last Pod).
+        self._held: dict[tuple[str, str], Held] = {}
+        self._forget: deque[tuple[float, tuple[str, str]]] = deque()
+
+    def replace(self, namespace: str, items: Iterable[Mapping[str, Any]]) -> None:
+        """The namespace's Pods are now exactly ``items`` (a fresh list)."""
+        fresh = {uid: pod for uid, pod in (self._summary(o) for o in items) if pod is not None}
+        for uid in self._by_namespace.get(namespace, set()) - set(fresh):
+            self._remove(uid)
+        for uid, pod in fresh.items():
+            if uid not in self._pods:
+                self._add(uid, pod)
+
+    def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        uid = (obj.get("metadata") or {}).get("uid") or ""
+        if kind == "DELETED" or (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            self._remove(uid)
+        elif uid not in self._pods:  # device requests are immutable: a known Pod's summary stands
+            _, pod = self._summary(obj)
+            if pod is not None:
+                self._add(uid, pod)
+
+    def forget_namespace(self, namespace: str) -> None:
+        """The namespace is no longer watched (its device quota is gone)."""
+        for uid in list(self._by_namespace.get(namespace, ())):
+            self._remove(uid)
+
+    def used(self, namespace: str) -> Amounts:
+        return dict(self._used.get(namespace) or {})
+
+    def held(self, namespace: str, reservation: str) -> Held | None:
+        """What the Pods carrying this reservation took, and the resourceVersion by which a watch has seen them."""
+        return self._held.get((namespace, reservation))
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def _summary(self, obj: Mapping[str, Any]) -> tuple[str, _Pod | None]:
+        meta = obj.get("metadata") or {}
+        uid = meta.get("uid") or ""
+        if (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            return uid, None
+        try:
+            amounts = pod_amounts(obj, self._devices)
+        except Exception as exc:  # a stored Pod the arithmetic refuses counts nothing; say which
+            log.warning("quota: cannot count pod %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
+            return uid, None
+        if not amounts:
+            return uid, None
+        reservation = (meta.get("annotations") or {}).get(QUOTA_RESERVATION_ANNOTATION) or ""
+        namespace = sys.intern(meta.get("namespace") or "")
+        return uid, _Pod(namespace, reservation, amounts, resource_version(meta.get("resourceVersion")))
+
+    def _add(self, uid: str, pod: _Pod) -> None:
+        self._pods[uid] = pod
+        self._by_namespace.setdefault(pod.namespace, set()).add(uid)
+        accumulate(self._used.setdefault(pod.namespace, {}), pod.amounts)
+        if pod.reservation:
+            held = self._held.setdefault((pod.namespace, pod.reservation), Held({}, -1))
+            accumulate(held.amounts, pod.amounts)
+            held.rv = max(held.rv, pod.rv)
+            held.alive += 1
+            held.forget_at = float("inf")
+
+    def _remove(self, uid: str) -> None:
+        pod = self._pods.pop(uid, None)
+        if pod is None:
+            return
+        uids = self._by_namespace[pod.namespace]
+        uids.discard(uid)
+        if not uids:
+            del self._by_namespace[pod.namespace]
+        used = self._used[pod.namespace]
+        for name, amount in pod.amounts.items():
+            used[name] = max(used.get(name, 0) - amount, 0)
+        if not any(used.values()):
+            del self._used[pod.namespace]
+        now = time.monotonic()
+        held = self._held.get((pod.namespace, pod.reservation)) if pod.reservation else None
+        if held is not None:  # its ledger entry may outlive the Pod: what it took stays taken until then
+            held.alive -= 1
+            if not held.alive:
+                held.forget_at = now + self._forget_after
+                self._forget.append((held.forget_at, (pod.namespace, pod.reservation)))
+        while self._forget and self._forget[0][0] <= now:
+            _, key = self._forget.popleft()
+            gone = self._held.get(key)
+            if gone is not None and gone.forget_at <= now:
+                del self._held[key]
+
+
+def accumulate(total: Amounts, amounts: Mapping[str, int]) -> None:
+    """Add ``amounts`` into ``total`` in place."""
+    for name, amount in amounts.items():
+        total[name] = total.get(name, 0) + amount
+
+
+def unseen(amounts: Mapping[str, int], held: Held | None) -> Amounts:
+    """What a reservation of ``amounts`` holds beyond what its Pods, as seen, took."""
+    if held is None:
+        return dict(amounts)
+    return {name: max(amount - held.amounts.get(name, 0), 0) for name, amount in amounts.items()}
+
+
+@dataclass
+class NamespacePods:
+    """The PodTable as one namespace's stream writes it."""
+
+    table: PodTable
+    namespace: str
+
+    def replace(self, items: Iterable[Mapping[str, Any]]) -> None:
+        self.table.replace(self.namespace, items)
+
+    def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        self.table.apply(kind, obj)
+
+
+class _Relisted(abc.ABC):
+    """A table that a fresh list rebuilds: every listed object applied as if it had just been added."""
+
+    _by_namespace: dict[str, Any]
+
+    def replace(self, items: Iterable[Mapping[str, Any]]) -> None:
+        self._by_namespace = {}
+        for obj in items:
+            self.apply("ADDED", obj)
+
+    @abc.abstractmethod
+    def apply(self, kind: str, obj: Mapping[str, Any]) -> None: ...
+
+
+class QuotaTable(_Relisted):
+    """Device limits per ResourceQuota object, indexed by namespace."""
+
+    def __init__(self, devices: Sequence[Device]) -> None:
+        self._factors = quota_factors(devices)
+        self._by_namespace: dict[str, dict[str, Amounts]] = {}
+
+    def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        namespace, name = meta.get("namespace") or "", meta.get("name") or ""
+        objects = self._by_namespace.setdefault(namespace, {})
+        limits = {} if kind == "DELETED" else hard_limits((obj.get("spec") or {}).get("hard") or {}, self._factors)
+        if limits:
+            objects[name] = limits
+        else:
+            objects.pop(name, None)
+        if not objects:
+            del self._by_namespace[namespace]
+
+    def limits(self, namespace: str) -> Amounts:
+        return tightest((self._by_namespace.get(namespace) or {}).values())
+
+    def namespaces(self) -> set[str]:
+        """The namespaces with a device quota: the ones whose Pods are watched."""
+        return set(self._by_namespace)
+
+
+class LedgerTable(_Relisted):
+    """The newest ledger Lease seen per quota'd namespace: from the watch, and from this process's own
+    reads and writes (whichever is newer wins)."""
+
+    def __init__(self) -> None:
+        self._by_namespace: dict[str, Snapshot] = {}
+
+    def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        name = meta.get("name") or ""
+        if not name.startswith(LEDGER_PREFIX):
+            return
+        namespace = name[len(LEDGER_PREFIX) :]
+        if kind == "DELETED":
+            self._by_namespace.pop(namespace, None)
+        elif self._newer(namespace, resource_version(meta.get("resourceVersion"))):
+            # parsed only when newer: the writer's own write comes back by the watch after it offered it
+            self.offer(snapshot(namespace, obj))
+
+    def offer(self, found: Snapshot) -> None:
+        if self._newer(found.namespace, found.rv):
+            self._by_namespace[found.namespace] = found
+
+    def _newer(self, namespace: str, rv: int) -> bool:
+        current = self._by_namespace.get(namespace)
+        return current is None or rv > current.rv
+
+    def get(self, namespace: str) -> Snapshot | None:
+        return self._by_namespace.get(namespace)
