@@ -98,7 +98,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _local(args: argparse.Namespace) -> int:
-    from certgen.pki import write_local
+    from certgen.local import write_local
 
     files = write_local(args.dir, LOCAL_HOSTS)
     sample = Path(args.dir) / "sample-review.json"

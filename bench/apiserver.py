@@ -37,7 +37,7 @@ from typing import Any
 
 from bench.inprocess import percentile
 from bench.quota import apiserver_metrics, control_plane, device_pod
-from certgen.pki import write_local
+from certgen.local import write_local
 from tests.realkube.cluster import LOOPBACK, RealKube
 from tests.realkube.install import NAMESPACE, Installed, install
 from tests.realkube.pods import Api, create_at_once

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import counted
-from certgen.pki import LocalFiles, write_local
+from certgen.local import LocalFiles, write_local
 from tests.support import ROOT, hami
 from tests.support.ports import free_port
 from tests.support.servers import Server as Gunicorn

@@ -1,5 +1,6 @@
 """certgen: the CA, serving certificate and caBundle wiring for hami-webhook.
 
-`certgen.pki` makes certificates (no Kubernetes), `certgen.resources` keeps them in
-Secrets and webhook configurations, `certgen.cli` is the command line.
+`certgen.pki` decides what to keep and what to issue, `certgen.certificates` issues and reads certificates
+(neither touches Kubernetes), `certgen.local` keeps them as files, `certgen.resources` keeps them in Secrets and
+webhook configurations, `certgen.cli` is the command line.
 """

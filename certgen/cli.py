@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from app.kube.errors import ApiError
-from certgen import log, pki, resources
+from certgen import certificates, local, log, pki, resources
 from certgen.duration import format_duration, parse_duration
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -88,7 +88,7 @@ def _duration(text: str) -> timedelta:
 
 def _hosts(text: str) -> tuple[str, ...]:
     try:
-        return pki.normalize_hosts(text)
+        return certificates.normalize_hosts(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{exc} in {text!r}") from None
 
@@ -286,7 +286,7 @@ def _add_pki_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = pki.Policy()
     parser.add_argument(
         "--key-type",
-        choices=[key_type.value for key_type in pki.KeyType],
+        choices=[key_type.value for key_type in certificates.KeyType],
         default=defaults.key_type.value,
         help="key algorithm of new keys",
     )
@@ -305,7 +305,7 @@ def _add_pki_arguments(parser: argparse.ArgumentParser) -> None:
 def _policy(args: argparse.Namespace) -> pki.Policy:
     try:
         return pki.Policy(
-            key_type=pki.KeyType(args.key_type),
+            key_type=certificates.KeyType(args.key_type),
             ca_validity=args.ca_validity,
             cert_validity=args.cert_validity,
             renew_before=args.renew_before,
@@ -361,7 +361,7 @@ def _failure_policy(args: argparse.Namespace) -> None:
 
 
 def _local(args: argparse.Namespace) -> None:
-    pki.write_local(args.out_dir, args.host, policy=_policy(args))
+    local.write_local(args.out_dir, args.host, policy=_policy(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

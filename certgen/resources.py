@@ -27,7 +27,7 @@ from app.kube.backoff import Backoff
 from app.kube.config import LOAD_ERRORS, load_configuration
 from app.kube.errors import CONFLICT, NOT_FOUND, ApiError
 from app.kube.transport import JSON
-from certgen import log, pki
+from certgen import certificates, log, pki
 
 MAX_ATTEMPTS = 5
 REQUEST_TIMEOUT = (10, 30)  # connect, read (seconds)
@@ -250,7 +250,7 @@ def read_ca_bundle(api: client.ApiClient, namespace: str, name: str, bundle_key:
             key=key,
             reason=f"the Secret has no {bundle_key!r} key",
         )
-    if not pki.parse_certificates(data.get(key)):
+    if not certificates.parse_certificates(data.get(key)):
         raise KubeError(
             f"Secret {namespace}/{name} has no CA certificate under key {bundle_key!r}"
             f" (keys present: {', '.join(sorted(data)) or 'none'})"

@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from certgen.pki import write_local
+from certgen.local import write_local
 from tests.support.ports import free_port
 from tests.support.servers import gunicorn, stop, wait_ready
 from tests.support.tls import client_context

@@ -28,7 +28,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from certgen.pki import LocalFiles
+from certgen.local import LocalFiles
 from tests.app.reviews import admission_review
 from tests.realkube.cluster import RealKube
 from tests.support import ROOT

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from app.settings import Settings
-from certgen.pki import LocalFiles, write_local
+from certgen.local import LocalFiles, write_local
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from certgen.pki import LocalFiles
+from certgen.local import LocalFiles
 from tests.support.ports import free_port
 from tests.support.servers import Server, gunicorn, stop, wait_ready
 from tests.support.tls import client_context

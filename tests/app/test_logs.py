@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.logs import FIELD_LIMIT, MESSAGE_LIMIT, JsonFormatter, TextFormatter, bound
-from certgen.pki import LocalFiles
+from certgen.local import LocalFiles
 from tests.app.reviews import admission_review
 from tests.app.served import Served, serve
 from tests.support.pods import container, pod

@@ -16,7 +16,7 @@ from cryptography import x509
 from prometheus_client import REGISTRY
 
 from app import metrics
-from certgen.pki import LocalFiles
+from certgen.local import LocalFiles
 from tests.app.reviews import admission_review
 from tests.app.served import Served, sample, serve
 from tests.support.pods import container, pod

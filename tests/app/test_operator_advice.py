@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from certgen.pki import LocalFiles
+from certgen.local import LocalFiles
 from tests.app.reviews import admission_review
 from tests.app.served import serve
 from tests.support.pods import container, pod

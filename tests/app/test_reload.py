@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from certgen.pki import LocalFiles, write_local
+from certgen.local import LocalFiles, write_local
 from tests.app.test_transport import REVIEW
 from tests.support.ports import free_port
 from tests.support.servers import gunicorn, stop, wait_ready

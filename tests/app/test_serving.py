@@ -16,7 +16,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from certgen.pki import LocalFiles, write_local
+from certgen.local import LocalFiles, write_local
 from tests.app.reviews import admission_review, redirected
 from tests.support.pods import container, pod
 from tests.support.ports import free_port

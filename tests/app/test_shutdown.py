@@ -8,7 +8,7 @@ import signal
 import threading
 import time
 
-from certgen.pki import write_local
+from certgen.local import write_local
 from tests.app.test_transport import REVIEW
 from tests.support.ports import free_port
 from tests.support.servers import gunicorn, wait_ready

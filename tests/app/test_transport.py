@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from app.framing import MAX_BODY
-from certgen.pki import LocalFiles
+from certgen.local import LocalFiles
 from tests.app.reviews import admission_review
 from tests.app.served import serve
 from tests.support.pods import container, pod

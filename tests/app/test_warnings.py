@@ -12,7 +12,7 @@ import pytest
 
 from app.quota import Verdict
 from app.settings import Settings
-from certgen.pki import LocalFiles
+from certgen.local import LocalFiles
 from tests.app.reviews import admission_review, run
 from tests.app.served import Served, sample, serve
 from tests.support.pods import container, pod

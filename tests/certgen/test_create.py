@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from certgen import pki
+from certgen import certificates
 from tests.certgen.helpers import (
     CA_SECRET,
     HOSTS,
@@ -285,7 +285,7 @@ def test_custom_names_and_key_type(certgen: Certgen, cluster: Cluster, create: t
     data = secret_data(cluster)
     assert sorted(data) == ["ca", "cert", "key"]
     [leaf] = certs(data["cert"])
-    assert pki.KeyType.of(leaf.public_key()) is pki.KeyType.RSA_3072
+    assert certificates.KeyType.of(leaf.public_key()) is certificates.KeyType.RSA_3072
     assert leaf.not_valid_after_utc - leaf.not_valid_before_utc == 90 * DAY
     assert sorted(secret_data(cluster, "my-ca")) == ["ca.crt", "ca.key"]
 

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from certgen import pki
+from certgen import certificates, local, pki
 from certgen.duration import format_duration, parse_duration
 from tests.certgen.helpers import certs, handshake, issue, key_public_bytes, spki, stored, write_pair
 
@@ -22,13 +22,14 @@ NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
 HOSTS = "hami-webhook.hami-system.svc,hami-webhook.hami-system.svc.cluster.local,127.0.0.1"
 POLICY = pki.Policy()
+RSA_2048 = pki.Policy(key_type=certificates.KeyType.RSA_2048)
 
 
 # --- the certificate profile: what one issuance looks like --------------------------------------------------
 
 
-@pytest.mark.parametrize("key_type", list(pki.KeyType), ids=lambda k: k.value)
-def test_issued_certificates_follow_the_profile(key_type: pki.KeyType) -> None:
+@pytest.mark.parametrize("key_type", list(certificates.KeyType), ids=lambda k: k.value)
+def test_issued_certificates_follow_the_profile(key_type: certificates.KeyType) -> None:
     policy = pki.Policy(key_type=key_type)
     material = issue(HOSTS, now=NOW, policy=policy)
     [ca] = certs(material.ca_cert)
@@ -73,7 +74,7 @@ def test_issued_certificates_follow_the_profile(key_type: pki.KeyType) -> None:
     for key_pem, cert in ((material.key, leaf), (material.ca_key, ca)):
         assert key_pem.startswith(b"-----BEGIN PRIVATE KEY-----\n")
         assert key_public_bytes(key_pem) == spki(cert.public_key())
-        assert pki.KeyType.of(cert.public_key()) is key_type
+        assert certificates.KeyType.of(cert.public_key()) is key_type
 
     # Validity: backdated 5 minutes, configured lifetimes, leaf inside the CA.
     for cert, lifetime in ((ca, policy.ca_validity), (leaf, policy.cert_validity)):
@@ -86,8 +87,8 @@ def test_issued_certificates_follow_the_profile(key_type: pki.KeyType) -> None:
 
 
 def test_key_types_generate_the_named_algorithm() -> None:
-    assert isinstance(pki.KeyType.ECDSA_P256.generate(), ec.EllipticCurvePrivateKey)
-    assert pki.KeyType.RSA_3072.generate().key_size == 3072
+    assert isinstance(certificates.KeyType.ECDSA_P256.generate(), ec.EllipticCurvePrivateKey)
+    assert certificates.KeyType.RSA_3072.generate().key_size == 3072
 
 
 def test_serials_and_keys_differ_between_issuances() -> None:
@@ -106,7 +107,7 @@ def test_leaf_is_clamped_to_the_ca_lifetime() -> None:
 
 
 def test_a_foreign_ca_without_subject_key_identifier_can_sign() -> None:
-    key = pki.KeyType.ECDSA_P256.generate()
+    key = certificates.KeyType.ECDSA_P256.generate()
     name = x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, "external-ca")])
     ca = (
         x509.CertificateBuilder()
@@ -195,7 +196,13 @@ Mutation = Callable[[pki.Material], pki.Stored]
         pytest.param(stored, HOSTS + ",10.0.0.1", POLICY, NOW, False, "added: 10.0.0.1", id="host-added"),
         pytest.param(stored, "127.0.0.1", POLICY, NOW, False, "removed: hami-webhook", id="host-removed"),
         pytest.param(
-            stored, HOSTS, pki.Policy(key_type=pki.KeyType.RSA_2048), NOW, False, "key type", id="key-type-changed"
+            stored,
+            HOSTS,
+            pki.Policy(key_type=certificates.KeyType.RSA_2048),
+            NOW,
+            False,
+            "key type",
+            id="key-type-changed",
         ),
         pytest.param(
             stored,
@@ -277,7 +284,7 @@ def test_reconcile_keeps_or_reissues(
     assert certs(material.bundle)[0] == ca
     leaf.verify_directly_issued_by(ca)
     assert leaf.not_valid_after_utc - policy.renew_before > now
-    assert plan.hosts == pki.normalize_hosts(hosts)
+    assert plan.hosts == certificates.normalize_hosts(hosts)
 
     again = pki.reconcile(pki.Stored(**vars(material)), hosts, policy, now)
     assert again.material == material, "a second run must change nothing"
@@ -332,7 +339,7 @@ def test_previous_ca_leaf_still_verifies_against_the_overlap_bundle(tmp_path: Pa
     ],
 )
 def test_normalize_hosts(hosts: str | list[str], expected: tuple[str, ...]) -> None:
-    assert pki.normalize_hosts(hosts) == expected
+    assert certificates.normalize_hosts(hosts) == expected
 
 
 @pytest.mark.parametrize(
@@ -350,7 +357,7 @@ def test_normalize_hosts(hosts: str | list[str], expected: tuple[str, ...]) -> N
 )
 def test_normalize_hosts_rejects(hosts: str | list[str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        pki.normalize_hosts(hosts)
+        certificates.normalize_hosts(hosts)
 
 
 @pytest.mark.parametrize(
@@ -406,8 +413,8 @@ def _snapshot(directory: Path) -> dict[str, tuple[bytes, int, int]]:
 
 def test_write_local_creates_then_reuses(tmp_path: Path) -> None:
     out = tmp_path / "tls"
-    files = pki.write_local(out, ["localhost", "127.0.0.1"], now=NOW)
-    assert files == pki.LocalFiles(out / "ca.crt", out / "tls.crt", out / "tls.key")
+    files = local.write_local(out, ["localhost", "127.0.0.1"], now=NOW)
+    assert files == local.LocalFiles(out / "ca.crt", out / "tls.crt", out / "tls.key")
     first = _snapshot(out)
     assert sorted(first) == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
     assert {name: mode for name, (_, mode, _) in first.items()} == {
@@ -420,14 +427,14 @@ def test_write_local_creates_then_reuses(tmp_path: Path) -> None:
     [leaf] = certs(files.cert.read_bytes())
     leaf.verify_directly_issued_by(certs(files.ca_cert.read_bytes())[0])
 
-    pki.write_local(out, "localhost,127.0.0.1", now=NOW + DAY)
+    local.write_local(out, "localhost,127.0.0.1", now=NOW + DAY)
     assert _snapshot(out) == first, "valid files must not be rewritten"
 
 
 def test_write_local_reissues_leaf_for_new_hosts_keeping_the_ca(tmp_path: Path) -> None:
-    pki.write_local(tmp_path, ["localhost"], now=NOW)
+    local.write_local(tmp_path, ["localhost"], now=NOW)
     before = _snapshot(tmp_path)
-    files = pki.write_local(tmp_path, ["localhost", "127.0.0.1"], now=NOW)
+    files = local.write_local(tmp_path, ["localhost", "127.0.0.1"], now=NOW)
     after = _snapshot(tmp_path)
     assert after["ca.crt"] == before["ca.crt"] and after["ca.key"] == before["ca.key"]
     assert after["tls.crt"][0] != before["tls.crt"][0]
@@ -436,22 +443,22 @@ def test_write_local_reissues_leaf_for_new_hosts_keeping_the_ca(tmp_path: Path) 
 
 
 def test_write_local_repairs_a_broken_key_and_mode(tmp_path: Path) -> None:
-    files = pki.write_local(tmp_path, ["localhost"], now=NOW)
+    files = local.write_local(tmp_path, ["localhost"], now=NOW)
     ca_before = files.ca_cert.read_bytes()
     files.key.write_bytes(b"not a key")
-    pki.write_local(tmp_path, ["localhost"], now=NOW)
+    local.write_local(tmp_path, ["localhost"], now=NOW)
     assert key_public_bytes(files.key.read_bytes()) == spki(certs(files.cert.read_bytes())[0].public_key())
     assert files.ca_cert.read_bytes() == ca_before
 
     files.key.chmod(0o644)
-    pki.write_local(tmp_path, ["localhost"], now=NOW)
+    local.write_local(tmp_path, ["localhost"], now=NOW)
     assert files.key.stat().st_mode & 0o777 == 0o600
 
 
 def test_write_local_rotates_the_ca_with_overlap(tmp_path: Path) -> None:
-    files = pki.write_local(tmp_path, ["localhost"], now=NOW)
+    files = local.write_local(tmp_path, ["localhost"], now=NOW)
     [old_ca] = certs(files.ca_cert.read_bytes())
-    pki.write_local(tmp_path, ["localhost"], now=old_ca.not_valid_after_utc - DAY)
+    local.write_local(tmp_path, ["localhost"], now=old_ca.not_valid_after_utc - DAY)
     new_ca, previous = certs(files.ca_cert.read_bytes())
     assert previous == old_ca and new_ca != old_ca
     assert isinstance(certs(files.cert.read_bytes())[0].public_key(), ec.EllipticCurvePublicKey)
@@ -459,5 +466,7 @@ def test_write_local_rotates_the_ca_with_overlap(tmp_path: Path) -> None:
 
 
 def test_write_local_with_rsa_policy(tmp_path: Path) -> None:
-    files = pki.write_local(tmp_path, ["localhost"], now=NOW, policy=pki.Policy(key_type=pki.KeyType.RSA_2048))
+    files = local.write_local(
+        tmp_path, ["localhost"], now=NOW, policy=pki.Policy(key_type=certificates.KeyType.RSA_2048)
+    )
     assert isinstance(certs(files.cert.read_bytes())[0].public_key(), rsa.RSAPublicKey)

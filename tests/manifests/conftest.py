@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from certgen.pki import write_local
+from certgen.local import write_local
 from tests.realkube.cluster import RealKube, kubectl_binary
 from tests.support import ROOT
 

@@ -120,7 +120,7 @@ def pair(reference: hami.Reference, setup: SetUp, tls: tuple[Path, Path, ssl.SSL
 
 def local_tls(directory: Path) -> tuple[Path, Path, ssl.SSLContext]:
     """A CA and a serving pair for 127.0.0.1 (certgen's `local`), and a client trusting only that CA."""
-    from certgen.pki import write_local
+    from certgen.local import write_local
 
     files = write_local(directory, ["localhost", "127.0.0.1"])
     return files.cert, files.key, client_context(files.ca_cert)

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from certgen.pki import write_local
+from certgen.local import write_local
 from tests.manifests.conftest import MANIFESTS, write_overlay
 from tests.manifests.test_migrate_script import hamis
 from tests.realkube.cluster import RealKube, kubectl_binary

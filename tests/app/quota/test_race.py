@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from certgen.pki import LocalFiles, write_local
+from certgen.local import LocalFiles, write_local
 from tests.app.quota.conftest import GPU, MEM, resource_quota, unique
 from tests.app.reviews import admission_review
 from tests.realkube.cluster import RealKube
