@@ -78,17 +78,17 @@ class Pair:
         return self._hami(json.dumps(review(pod)).encode(), pod)
 
     def _hami(self, body: bytes, pod: Any) -> Answer:
-        for attempt in (1, 2):  # a keep-alive connection the server closed is reopened once
-            try:
-                self.connection.request("POST", "/webhook", body, {"Content-Type": "application/json"})
-                reply = self.connection.getresponse()
-                return read(reply.status, reply.read(), pod)
-            except (ConnectionError, OSError):
-                self.connection.close()
-                self.connection = self.served.connection()
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+        try:
+            return self._post(body, pod)
+        except (ConnectionError, OSError):  # a keep-alive connection the server closed is reopened once
+            self.connection.close()
+            self.connection = self.served.connection()
+            return self._post(body, pod)
+
+    def _post(self, body: bytes, pod: Any) -> Answer:
+        self.connection.request("POST", "/webhook", body, {"Content-Type": "application/json"})
+        reply = self.connection.getresponse()
+        return read(reply.status, reply.read(), pod)
 
     def _ours(self, body: bytes, pod: Any) -> Answer:
         reply = self.ours.post("/webhook", data=body, content_type="application/json")

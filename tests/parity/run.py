@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,8 +49,6 @@ class Checker:
 
 
 def failure(setup: str, review: dict[str, Any], hami: Answer, ours: Answer, outcome: Outcome, seed: str) -> str:
-    import json
-
     return (
         f"an undocumented difference under set-up {setup!r} ({seed}):\n"
         f"  Pod:  {json.dumps(review['request']['object'], separators=(',', ':'))}\n"
