@@ -4,8 +4,9 @@ and written to the ledger Lease with compare-and-swap; grants of room taken ahea
 Rules: docs/rules.md#no-over-admission-under-concurrency, #undecided-quota-is-an-error-never-an-admission.
 How it stays exact: docs/quota.md. This module holds only what the pure decision cannot: batching (the first
 waiter with no commit in flight commits everything queued), the locks, the compare-and-swap and its retries,
-and the grants this worker holds. Its I/O goes through two ports (``FeedView``, ``LedgerStore``) and a
-``Clock`` (app/quota/seams.py), so the protocol simulation (tests/app/quota/simulation.py) runs this very code.
+and the grants this worker holds (closed when due by its GrantCloser, app/quota/closer.py). Its I/O goes
+through two ports (``FeedView``, ``LedgerStore``) and a ``Clock`` (app/quota/seams.py), so the protocol
+simulation (tests/app/quota/simulation.py) runs this very code.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from typing import Any
 from app import metrics
 from app.kube.backoff import Backoff
 from app.kube.errors import CONFLICT, ApiError, describe
+from app.quota.closer import GrantCloser
 from app.quota.decision import Ask, Scene, decide, denial
 from app.quota.demand import Demand, amounts
 from app.quota.ledger import MAX_LEDGER_BYTES, Snapshot
 from app.quota.limits import limited
-from app.quota.port import FITS, QuotaUnavailable, Verdict
+from app.quota.port import FITS, QuotaUnavailable, Verdict, ledger_full, still_contended, still_undecided
 from app.quota.seams import SYSTEM_CLOCK, Clock, FeedView, LedgerStore
-from app.quota.state import Grant, NamespaceState, Ticket
+from app.quota.state import NamespaceState, Ticket
 
 ADMIT_BUDGET = 5.0  # seconds for one admission, sync wait included: half the API server's 10 s webhook timeout
 REQUEST_TIMEOUT = 2.0  # seconds for one ledger read or write
@@ -36,7 +38,6 @@ NEWER_WAIT = 0.02  # seconds a lost compare-and-swap waits for the watch to brin
 # longer back-off only makes the last workers of a burst wait (measured: p99 2.6-3.1x -> 1.5-2x the no-quota p99)
 LOST_ROUND = Backoff(first=0.002, cap=0.005, jitter=1.0)
 UNDECIDED_STEP = 0.05  # seconds between decisions while a grant of another worker may hold the room
-CLOSER_RETRY = 0.02  # seconds before the closer looks again at a grant it could not close yet
 log = logging.getLogger("hami_webhook.quota")
 
 
@@ -44,7 +45,7 @@ class KubeQuota:
     """Namespace device quota enforced across workers and replicas.
 
     ``closer``: run a thread that closes grants when due (the server); without it, whoever drives the port calls
-    ``close_due()`` (the simulation)."""
+    ``closer.close_due()`` (the simulation)."""
 
     def __init__(
         self,
@@ -65,9 +66,7 @@ class KubeQuota:
         self._new_id = new_id
         self._namespaces: dict[str, NamespaceState] = {}
         self._namespaces_lock = threading.Lock()
-        self._stopped = threading.Event()
-        self._closer = threading.Thread(target=self._close_grants, name="quota-grant-closer", daemon=True)
-        self._closer_wanted = closer
+        self.closer = GrantCloser(feed, clock, self._known, self._close, thread=closer)
 
     def governs(self, namespace: str) -> bool:
         """Also true while the feed cannot tell (not synced, broken too long): admit() must then refuse,
@@ -152,7 +151,8 @@ class KubeQuota:
         in the same compare-and-swap. Every ticket taken in is settled on return."""
         found = self.feed.ledger(namespace)
         lost, asked = 0, False
-        contended = QuotaUnavailable(f"quota ledger {self._where(namespace)} stayed contended for {ADMIT_BUDGET:g} s")
+        where = self.ledger.where(namespace)
+        contended = still_contended(where, ADMIT_BUDGET)
         try:
             while True:
                 with state.cond:  # what queued meanwhile joins; what this worker's new grant can take, it takes
@@ -165,7 +165,7 @@ class KubeQuota:
                     state.cond.notify_all()
                     # Closed with this write: every grant when admissions need the ledger (they did not fit
                     # into them), else those the closer found due (window ended, or asked for).
-                    mine = [g for g in state.grants.values() if batch or g.frozen or self._due(namespace, g)]
+                    mine = [g for g in state.grants.values() if batch or g.frozen or self.closer.due(namespace, g)]
                     for grant in mine:
                         grant.frozen = True
                     if not batch and not any(g.unused() for g in mine):
@@ -174,7 +174,7 @@ class KubeQuota:
                         return
                 remaining = min([deadline] + [t.deadline for t in batch]) - self._clock.monotonic()
                 if remaining <= 0:
-                    raise contended if lost else self._undecided(namespace)
+                    raise contended if lost else still_undecided(namespace, where, ADMIT_BUDGET)
                 timeout = min(remaining, REQUEST_TIMEOUT)
                 try:
                     if found is None:
@@ -183,7 +183,7 @@ class KubeQuota:
                     if not self.feed.caught_up(namespace, found.mark, min(remaining, MARK_WAIT)):
                         raise QuotaUnavailable(
                             f"namespace {namespace}: this worker's Pod watch has not reached resourceVersion "
-                            f"{found.mark}, which the quota ledger {self._where(namespace)} requires"
+                            f"{found.mark}, which the quota ledger {where} requires"
                         )
                     batch = self._decide(namespace, state, found, batch, timeout, not asked, lost > 0)
                     if not batch:
@@ -194,7 +194,7 @@ class KubeQuota:
                     found = self.feed.ledger(namespace)
                 except ApiError as exc:
                     if exc.code != CONFLICT:
-                        raise QuotaUnavailable(f"quota ledger {self._where(namespace)}: {describe(exc)}") from exc
+                        raise QuotaUnavailable(f"quota ledger {where}: {describe(exc)}") from exc
                     lost += 1
                     metrics.quota_ledger_write("conflict")
                     log.debug("quota ledger conflict", extra={"fields": {"namespace": namespace, "batch": len(batch)}})
@@ -209,16 +209,10 @@ class KubeQuota:
                 except Exception as exc:
                     if lost and deadline <= self._clock.monotonic():
                         raise contended from exc  # the budget ran out mid-request, after lost rounds
-                    raise QuotaUnavailable(f"quota ledger {self._where(namespace)}: {describe(exc)}") from exc
+                    raise QuotaUnavailable(f"quota ledger {where}: {describe(exc)}") from exc
         except QuotaUnavailable as exc:  # the batch was decided together: none of its verdicts stands alone
             for ticket in batch:
                 ticket.verdict, ticket.error = None, exc
-
-    def _undecided(self, namespace: str) -> QuotaUnavailable:
-        return QuotaUnavailable(
-            f"namespace {namespace}: room held by another worker's grant did not come free within "
-            f"{ADMIT_BUDGET:g} s (quota ledger {self._where(namespace)})"
-        )
 
     def _decide(
         self, namespace: str, state: NamespaceState, found: Snapshot, batch: list[Ticket], timeout: float, ask: bool,
@@ -244,10 +238,8 @@ class KubeQuota:
         write = decision.write
         for index in decision.full:
             metrics.quota_ledger_full(namespace)
-            batch[index].error = QuotaUnavailable(
-                f"quota ledger {self._where(namespace)} is full: {len(write.entries)} entries for admitted Pods not "
-                f"seen yet fill the {MAX_LEDGER_BYTES} bytes one Lease can hold; they leave it as their Pods "
-                f"appear, or after HAMI_QUOTA_RESERVATION_TTL ({self._ttl:g} s) if they never do"
+            batch[index].error = ledger_full(
+                self.ledger.where(namespace), len(write.entries), MAX_LEDGER_BYTES, self._ttl
             )
         sent = self._clock.monotonic()
         written = self.ledger.write(found, write.text(), write.mark, write.wanted, timeout)
@@ -258,57 +250,17 @@ class KubeQuota:
         with state.cond:
             reserved = [batch[i] for i in decision.reserved]
             if state.written(write, [t.ask for t in reserved], sent, scene.now):
-                self._start_closer()
+                self.closer.start()
             for ticket in reserved:
                 ticket.verdict = Verdict(reservation=write.entry)
             state.cond.notify_all()
         return undecided
 
-    # --- closing grants --------------------------------------------------------------------------
-
-    def _start_closer(self) -> None:
-        if self._closer_wanted and not self._closer.is_alive() and not self._stopped.is_set():
-            try:
-                self._closer.start()
-            except RuntimeError:  # started by another thread just now
-                pass
-
-    def _due(self, namespace: str, grant: Grant) -> bool:
-        """The grant must close now: its window has ended, or a worker that could not decide asked for its room."""
-        if grant.closes_at <= self._clock.monotonic():
-            return True
-        found = self.feed.ledger(namespace)
-        return found is not None and found.wanted > grant.wanted and grant.unused()
-
-    def close_due(self) -> float:
-        """Close the grants whose window ended or whose room was asked for, so the room they did not use comes
-        free for others; the seconds until the next look."""
-        with self._namespaces_lock:
-            states = list(self._namespaces.items())
-        soonest = 1.0
-        for namespace, state in states:
-            with state.cond:
-                if not state.grants:
-                    continue
-                if state.busy:  # a commit in flight closes them anyway; look again soon
-                    soonest = min(soonest, CLOSER_RETRY)
-                    continue
-                if any(self._due(namespace, g) for g in state.grants.values()):
-                    self._commit_locked(namespace, state, [], self._clock.monotonic() + ADMIT_BUDGET)
-                now = self._clock.monotonic()
-                for grant in state.grants.values():  # left open (or a failed close: try again soon)
-                    soonest = min(soonest, max(grant.closes_at - now, CLOSER_RETRY))
-        return soonest
-
-    def _close_grants(self) -> None:
-        """The closer thread: wakes when a ledger changes, and at the next window's end."""
-        while not self._stopped.is_set():
-            self.feed.wait_ledgers(self.close_due())
+    def _close(self, namespace: str, state: NamespaceState) -> None:
+        """Close the namespace's due grants for the closer: a commit with no admissions (lock held)."""
+        self._commit_locked(namespace, state, [], self._clock.monotonic() + ADMIT_BUDGET)
 
     # --- helpers ---------------------------------------------------------------------------------
-
-    def _where(self, namespace: str) -> str:
-        return f"{self.ledger.home}/{self.ledger.name(namespace)}"
 
     def _unfit(self, wait: float = 0) -> str:
         """Why the feed cannot be trusted now ("" when it can); waits up to ``wait`` s for a first sync."""
@@ -323,6 +275,10 @@ class KubeQuota:
         with self._namespaces_lock:
             return self._namespaces.setdefault(namespace, NamespaceState())
 
+    def _known(self) -> list[tuple[str, NamespaceState]]:
+        with self._namespaces_lock:
+            return list(self._namespaces.items())
+
     def status(self) -> dict[str, Any]:
         feed = self.feed.status()
         synced = all(feed["synced"].values())
@@ -333,6 +289,6 @@ class KubeQuota:
         self.feed.start()
 
     def stop(self) -> None:
-        self._stopped.set()
+        self.closer.stop()
         self.feed.stop()
         self.ledger.close()

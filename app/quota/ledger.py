@@ -125,6 +125,10 @@ class Ledger:
     def name(namespace: str) -> str:
         return LEDGER_PREFIX + namespace
 
+    def where(self, namespace: str) -> str:
+        """The namespace's ledger Lease as messages name it: ``<home>/<name>``."""
+        return f"{self.home}/{self.name(namespace)}"
+
     def _path(self, namespace: str) -> str:
         """Where the namespace's ledger Lease is read and replaced."""
         return f"{self._leases}/{quote(self.name(namespace))}"

@@ -1,4 +1,5 @@
-"""The seam between the pure review and namespace quota: what the review asks, and what it gets back."""
+"""The seam between the pure review and namespace quota: what the review asks, and what it gets back (a Verdict,
+or QuotaUnavailable saying why quota could not be decided)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,32 @@ class QuotaUnavailable(Exception):
 
     The webhook answers HTTP 500 so the configured failurePolicy applies: never admit over quota silently.
     """
+
+
+# Why the ledger could not reserve (``ledger``: its Lease, ``<home>/<name>``; ``seconds``: an admission's budget).
+# An operator reads these in the API server's answer: each names the namespace or the Lease, and the limit at play.
+
+
+def still_undecided(namespace: str, ledger: str, seconds: float) -> QuotaUnavailable:
+    """Room another worker's grant may hold decides neither way, and that grant did not close in time."""
+    return QuotaUnavailable(
+        f"namespace {namespace}: room held by another worker's grant did not come free within "
+        f"{seconds:g} s (quota ledger {ledger})"
+    )
+
+
+def still_contended(ledger: str, seconds: float) -> QuotaUnavailable:
+    """Every compare-and-swap this worker tried lost to another writer's."""
+    return QuotaUnavailable(f"quota ledger {ledger} stayed contended for {seconds:g} s")
+
+
+def ledger_full(ledger: str, entries: int, limit: int, ttl: float) -> QuotaUnavailable:
+    """The reservations would outgrow the bytes one Lease holds (``limit``); entries leave as their Pods are seen."""
+    return QuotaUnavailable(
+        f"quota ledger {ledger} is full: {entries} entries for admitted Pods not "
+        f"seen yet fill the {limit} bytes one Lease can hold; they leave it as their Pods "
+        f"appear, or after HAMI_QUOTA_RESERVATION_TTL ({ttl:g} s) if they never do"
+    )
 
 
 class QuotaPort(Protocol):

@@ -73,9 +73,7 @@ class FeedView(Protocol):
 class LedgerStore(Protocol):
     """Reads and compare-and-swap writes of the ledger Leases (app/quota/ledger.py's Ledger)."""
 
-    home: str
-
-    def name(self, namespace: str) -> str: ...
+    def where(self, namespace: str) -> str: ...
 
     def read(self, namespace: str, timeout: float) -> Snapshot: ...
 

@@ -399,7 +399,7 @@ class Simulation:
             if worker.op is None:
                 if self.admissions_left:
                     out.append((3, lambda w=worker: self.start_admission(w)))
-                out.append((0.5, lambda w=worker: self.start(w, w.port.close_due)))
+                out.append((0.5, lambda w=worker: self.start(w, w.port.closer.close_due)))
             for kind, watch in worker.feed.watches.items():
                 if watch.pending:
                     out.append((4, lambda w=worker, k=kind: w.feed.deliver(k)))
