@@ -22,6 +22,9 @@ chunk is an OSError to gthread, closed unanswered. What it compensates for in gu
 - Parse errors are answered with an HTML page: here with the app's JSON error (a Kubernetes Status)
   carrying gunicorn's status for the exception and its message.
 - The worker that wakes first accepts a whole burst of connections: here accepts are paced (``accept``).
+- An answer leaves in two writes, after the app's ``close()``, and the loop beats its heartbeat (a syscall)
+  at every turn: here the answer leaves in one write as soon as it is whole, what the app does on
+  ``close()`` follows it, and the heartbeat is at most once a second.
 - On SIGTERM, gthread stops accepting at once: here /readyz turns unready at once, and for STOP_LINGER
   seconds the worker still accepts and answers requests, each with "Connection: close", then closes
   idle kept-alive connections (half-close, read until the client closes) and the listener, and
@@ -32,8 +35,9 @@ replaced, using ``poller``, ``method_queue`` (``fileno``, ``run_callbacks``, ``c
 ``nr_conns``, ``worker_connections``, ``set_accept_enabled``, ``wait_for_and_dispatch_events``,
 ``is_parent_alive`` and ``enqueue_req`` (which runs ``handle`` in a thread and brings ``finish_request``
 back to the loop through ``method_queue``); ``accept``, ``finish_request``, ``handle_request`` and
-``handle_error`` are overridden with gthread's signatures; ``handle`` calls ``TConn.init`` and then
-parses with ``conn.parser``; the parser's unreader has ``unread`` and ``take_buffered``.
+``handle_error`` are overridden with gthread's signatures; ``load_wsgi`` is extended (the app wrapped in
+``AnswerFirst``, which finds the connection's socket in ``environ["gunicorn.socket"]``); ``handle`` calls
+``TConn.init`` and then parses with ``conn.parser``; the parser's unreader has ``unread`` and ``take_buffered``.
 """
 
 from __future__ import annotations
