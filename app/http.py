@@ -127,15 +127,25 @@ def _webhook(started: float) -> Response:
         except Exception:
             log.exception("review failed", extra={"fields": {"uid": uid}})
             decision = deny(500, "InternalError", "internal error; see the webhook's log")
-    _record(document, uid, decision, started)
-    return _json(answer(document, uid, decision))
+    reply = _json(answer(document, uid, decision))
+    reply.call_on_close(lambda: _record(document, uid, decision, started))
+    return reply
 
 
 def _record(document: dict[str, Any], uid: str, decision: Decision, started: float) -> None:
-    """Count the decision and log one line for it: who, what was decided, how long it took.
+    """Count the decision and log one line for it: who, what was decided, how long it took. Run when the response
+    is closed, which app.worker does once the answer has left: the line costs the Pod create nothing.
 
-    Never the Pod body; the patch only at debug. The formatter bounds and escapes every value.
+    Never the Pod body; the patch only at debug. The formatter bounds and escapes every value. A record that
+    fails is logged, never raised: the answer has already gone.
     """
+    try:
+        _log_and_count(document, uid, decision, started)
+    except Exception:
+        log.exception("review record failed", extra={"fields": {"uid": uid}})
+
+
+def _log_and_count(document: dict[str, Any], uid: str, decision: Decision, started: float) -> None:
     req: dict[str, Any] = document["request"] if isinstance(document.get("request"), dict) else {}
     obj: dict[str, Any] = req["object"] if isinstance(req.get("object"), dict) else {}
     meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}

@@ -22,6 +22,9 @@ chunk is an OSError to gthread, closed unanswered. What it compensates for in gu
 - Parse errors are answered with an HTML page: here with the app's JSON error (a Kubernetes Status)
   carrying gunicorn's status for the exception and its message.
 - The worker that wakes first accepts a whole burst of connections: here accepts are paced (``accept``).
+- An answer leaves in two writes, after the app's ``close()``, and the loop beats its heartbeat (a syscall)
+  at every turn: here the answer leaves in one write as soon as it is whole, what the app does on
+  ``close()`` follows it, and the heartbeat is at most once a second.
 - On SIGTERM, gthread stops accepting at once: here /readyz turns unready at once, and for STOP_LINGER
   seconds the worker still accepts and answers requests, each with "Connection: close", then closes
   idle kept-alive connections (half-close, read until the client closes) and the listener, and
@@ -32,8 +35,9 @@ replaced, using ``poller``, ``method_queue`` (``fileno``, ``run_callbacks``, ``c
 ``nr_conns``, ``worker_connections``, ``set_accept_enabled``, ``wait_for_and_dispatch_events``,
 ``is_parent_alive`` and ``enqueue_req`` (which runs ``handle`` in a thread and brings ``finish_request``
 back to the loop through ``method_queue``); ``accept``, ``finish_request``, ``handle_request`` and
-``handle_error`` are overridden with gthread's signatures; ``handle`` calls ``TConn.init`` and then
-parses with ``conn.parser``; the parser's unreader has ``unread`` and ``take_buffered``.
+``handle_error`` are overridden with gthread's signatures; ``load_wsgi`` is extended (the app wrapped in
+``AnswerFirst``, which finds the connection's socket in ``environ["gunicorn.socket"]``); ``handle`` calls
+``TConn.init`` and then parses with ``conn.parser``; the parser's unreader has ``unread`` and ``take_buffered``.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ import selectors
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from gunicorn import glogging
@@ -63,6 +67,7 @@ ACCEPT_PAUSE = 0.005  # seconds a worker waits before its next accept, per conne
 ACCEPT_PAUSE_MAX = 0.05
 FIRST_REQUEST_WAIT = 1.0  # seconds a connection accepted just before the listener closed has to send its request
 STOP_LINGER = 5.0  # seconds a stopping worker still answers (with Connection: close) before closing idle connections
+HEARTBEAT = 1.0  # seconds at most between the worker's heartbeats to the arbiter (a file's utime)
 DRAIN_BYTES = 2 * MAX_BODY  # what a refused or closed connection may still send us before we stop reading it
 tls_log = logging.getLogger("hami_webhook.tls")
 
@@ -108,6 +113,42 @@ class Gathered:
         return getattr(self.sock, name)
 
 
+class AnswerFirst:
+    """The app as the worker calls it: its answer leaves as soon as it is whole, before the app's ``close()``.
+
+    What an app defers to ``close()`` (app/http.py: the record of a review, its log line and metrics) then runs
+    after the client has its answer, off the latency of every Pod create. An answer cut short is never sent
+    from here (``Answer.whole`` stays false): gthread answers the error itself."""
+
+    def __init__(self, app: Callable[..., Any]) -> None:
+        self.app = app
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Answer:
+        return Answer(self.app(environ, start_response), environ["gunicorn.socket"])
+
+
+class Answer:
+    """An app's answer as gunicorn iterates it; ``close()`` sends what was gathered, then closes the app's."""
+
+    def __init__(self, body: Iterable[bytes], sock: Any) -> None:
+        self.body = body
+        self.sock = sock
+        self.whole = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self.body
+        self.whole = True
+
+    def close(self) -> None:
+        try:
+            if self.whole and isinstance(self.sock, Gathered):
+                self.sock.flush()
+        finally:
+            close = getattr(self.body, "close", None)
+            if close is not None:
+                close()
+
+
 class Logger(glogging.Logger):
     """gunicorn's logger, minus the access line nobody prints: with a ``logconfig_dict`` gunicorn assumes an
     access log and formats each request's atoms (~10 µs), which app.logs' config then drops (no handler)."""
@@ -147,7 +188,12 @@ class WebhookWorker(gthread.ThreadWorker):
         )
         self.watched: dict[Connection, Callable[[Connection], None]] = {}
         self.accept_after = 0.0
+        self.next_beat = 0.0
         super().init_process()
+
+    def load_wsgi(self) -> None:
+        super().load_wsgi()
+        self.wsgi = AnswerFirst(self.wsgi)
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         lifecycle.stopping.set()
@@ -187,7 +233,12 @@ class WebhookWorker(gthread.ThreadWorker):
         self.method_queue.close()
 
     def _tick(self, accepting: bool) -> None:
-        self.notify()
+        # gthread beats at every turn of its loop, so a few times per request: each a syscall that gives the
+        # interpreter lock away to a thread serving a request and then waits to get it back. The arbiter only
+        # needs a beat within its timeout (this worker's ``timeout`` is half of it).
+        if time.monotonic() >= self.next_beat:
+            self.notify()
+            self.next_beat = time.monotonic() + min(HEARTBEAT, self.timeout / 2)
         pause = self.accept_after - time.monotonic()
         self.set_accept_enabled(accepting and self.nr_conns < self.worker_connections and pause <= 0)
         self.wait_for_and_dispatch_events(timeout=min(1.0, pause) if accepting and pause > 0 else 1.0)
@@ -337,7 +388,8 @@ class WebhookWorker(gthread.ThreadWorker):
 
         gunicorn writes the answer's head and body apart: here they are gathered and sent in one write, so
         one TLS record in one TCP segment reaches the API server (two: a wake-up more on each side, and for
-        any proxy between). An answer cut short by an error is not sent: gthread answers the error itself."""
+        any proxy between). The write happens once the answer is whole (``AnswerFirst``), else here; an answer
+        cut short by an error is not sent: gthread answers the error itself."""
         conn.request.for_app(req)
         gathered = Gathered(conn.sock)
         conn.sock = gathered

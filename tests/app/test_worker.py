@@ -10,11 +10,12 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import select
 import selectors
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 
 import gunicorn
@@ -24,11 +25,12 @@ from gunicorn.config import Config
 from gunicorn.glogging import Logger
 from gunicorn.http.errors import ParseException
 from gunicorn.workers import base, gthread
+from werkzeug.wsgi import ClosingIterator
 
 from app import create_app
 from app.framing import MAX_BODY, refusal
 from app.settings import Settings
-from app.worker import GUNICORN_TESTED, Connection, WebhookWorker
+from app.worker import GUNICORN_TESTED, AnswerFirst, Connection, WebhookWorker
 from tests.app.reviews import admission_review
 from tests.support.pods import container, pod
 
@@ -39,6 +41,7 @@ HEAD = b"POST /webhook HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/
 METHODS = {
     "run": [],
     "init_process": [],
+    "load_wsgi": [],
     "handle_exit": ["sig", "frame"],
     "set_accept_enabled": ["enabled"],
     "wait_for_and_dispatch_events": ["timeout"],
@@ -152,7 +155,7 @@ def worker(settings: Settings) -> Iterator[WebhookWorker]:
     """A WebhookWorker as init_process leaves it, less the certificate and the listener: no TLS, no gunicorn."""
     cfg = Config()
     worker = WebhookWorker(0, os.getpid(), [], None, 30, cfg, Logger(cfg))
-    worker.wsgi = create_app(settings)
+    worker.wsgi = AnswerFirst(create_app(settings))  # as load_wsgi leaves it
     worker.settings = settings
     worker.watched = {}
     worker.tpool, worker.poller = worker.get_thread_pool(), selectors.DefaultSelector()
@@ -225,3 +228,31 @@ def test_a_refused_request_gets_a_json_status(worker: WebhookWorker) -> None:
     [(status, headers, body)] = answers(worker, bad)
     assert (status, headers["content-type"], headers["connection"].lower()) == (400, "application/json", "close")
     assert (body["kind"], body["code"]) == ("Status", 400) and "Invalid chunk size" in body["message"]
+
+
+def test_the_answer_leaves_before_the_apps_close_runs(worker: WebhookWorker) -> None:
+    """What an app defers to close() (app/http.py's record of a review: its log line and metrics) runs once
+    the client can read the whole answer, not before it is sent."""
+    ours, theirs = socket.socketpair()
+    readable_at_close: list[bytes] = []
+
+    def peek() -> None:
+        ready, _, _ = select.select([theirs], [], [], 0)
+        readable_at_close.append(theirs.recv(1 << 16, socket.MSG_PEEK) if ready else b"")
+
+    def app(environ: dict, start_response: Callable) -> ClosingIterator:
+        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", "2")])
+        return ClosingIterator([b"{}"], peek)
+
+    worker.wsgi = AnswerFirst(app)
+    with theirs:
+        conn = Connection(worker.cfg, ours, ("127.0.0.1", 40000), ("127.0.0.1", 8443), time.monotonic() + 10)
+        worker.nr_conns += 1
+        worker._watch(conn, worker._read)
+        theirs.sendall(HEAD + b"Content-Length: 2\r\n\r\n{}")
+        deadline = time.monotonic() + 20
+        while not readable_at_close or conn not in worker.watched:  # served, and back on the loop
+            assert time.monotonic() < deadline, "the request was never served"
+            worker.wait_for_and_dispatch_events(timeout=0.05)
+        [at_close] = readable_at_close
+        assert at_close.startswith(b"HTTP/1.1 200 OK\r\n") and at_close.endswith(b"\r\n\r\n{}")
