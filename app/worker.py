@@ -180,6 +180,8 @@ class Connection(gthread.TConn):
 class WebhookWorker(gthread.ThreadWorker):
     """gthread with the connection handling above; the thread pool and the app call are gthread's own."""
 
+    wsgi: Callable[..., Any]  # set by gunicorn's load_wsgi (untyped)
+
     def init_process(self) -> None:
         """The worker's state, built after the fork: importing this module reads no setting and no file."""
         self.settings = Settings.from_env()
