@@ -208,6 +208,11 @@ def test_a_replica_killed_mid_burst(installed: Installed, crashable: Replicas) -
     crash_mid_burst(installed.kube, kill, "replica SIGKILLed")
 
 
+# A client connecting just as kube-apiserver dies can leak the TLS socket inside CPython's ssl module:
+# SSLSocket._create (3.11) re-raises a reset seen before the handshake without closing the socket it made, and
+# its finalizer then warns "unclosed <ssl.SSLSocket ...>". That socket is the test's client's, not the
+# webhook's; the test's subject is what the quota admitted.
+@pytest.mark.filterwarnings("ignore:Exception ignored in. <ssl.SSLSocket:pytest.PytestUnraisableExceptionWarning")
 def test_the_api_server_killed_mid_burst(installed: Installed, crashable: Replicas) -> None:
     """SIGKILL kube-apiserver and start it again: admissions in flight never reach their Pods' creation."""
     crash_mid_burst(installed.kube, installed.kube.restart_apiserver, "kube-apiserver SIGKILLed and restarted")
