@@ -238,10 +238,11 @@ class WebhookWorker(gthread.ThreadWorker):
         # gthread beats at every turn of its loop, so a few times per request: each a syscall that gives the
         # interpreter lock away to a thread serving a request and then waits to get it back. The arbiter only
         # needs a beat within its timeout (this worker's ``timeout`` is half of it).
-        if time.monotonic() >= self.next_beat:
+        now = time.monotonic()
+        if now >= self.next_beat:
             self.notify()
-            self.next_beat = time.monotonic() + min(HEARTBEAT, self.timeout / 2)
-        pause = self.accept_after - time.monotonic()
+            self.next_beat = now + min(HEARTBEAT, self.timeout / 2)
+        pause = self.accept_after - now
         self.set_accept_enabled(accepting and self.nr_conns < self.worker_connections and pause <= 0)
         self.wait_for_and_dispatch_events(timeout=min(1.0, pause) if accepting and pause > 0 else 1.0)
         self.certificate.poll()
