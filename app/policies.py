@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from app.annotations import GPU_TYPE_ANNOTATION
+from app.review import DEFAULT_SCHEDULER
 from app.settings import Settings
 
 Obj = dict[str, Any]
@@ -35,7 +36,6 @@ GUARD = f"{PREFIX}allocation-guard"
 ROUTED = f"{PREFIX}routed"
 REVIEWED = f"{PREFIX}reviewed"
 FLOOR = f"{PREFIX}floor"
-DEFAULT_SCHEDULER = "default-scheduler"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 HAMI_COMPONENTS = ("kube-system:hami-scheduler", "kube-system:hami-device-plugin")
 """HAMi's chart's ServiceAccounts (release ``hami`` in kube-system): its scheduler and NVIDIA device plugin."""
