@@ -26,7 +26,8 @@ from typing import Any
 import yaml
 
 from app.annotations import GPU_TYPE_ANNOTATION
-from app.review import DEFAULT_SCHEDULER
+from app.quota import QuotaOff
+from app.review import DEFAULT_SCHEDULER, decide
 from app.settings import Settings
 
 Obj = dict[str, Any]
@@ -169,9 +170,21 @@ def allocation_guard(owned: Sequence[str], components: Sequence[str]) -> list[Ob
 
 
 def _device_names(settings: Settings) -> list[str]:
-    """The enabled vendors' resource names: a Pod asking only for a switched-off vendor's passes the webhook
-    unchanged, so no policy may refuse or reroute it."""
-    return sorted({name for device in settings.devices for name in device.resource_names})
+    """The resource names that alone make the webhook take a Pod for a device Pod, found by asking the vendors as
+    the webhook does (a one-container Pod asking for one of them): an enabled vendor's count, and its memory or
+    cores where a default count applies. A lone name that no vendor claims (Cambricon's vcore, NVIDIA's priority)
+    or a switched-off vendor's leaves the Pod unchanged on default-scheduler, so no policy may refuse or
+    reroute it."""
+    names = sorted({name for device in settings.devices for name in device.resource_names})
+    return [name for name in names if _claimed(name, settings)]
+
+
+def _claimed(name: str, settings: Settings) -> bool:
+    limits = {name: "1"}
+    ctr = {"name": "probe", "image": "probe", "resources": {"limits": limits, "requests": dict(limits)}}
+    spec = {"schedulerName": settings.scheduler_name, "containers": [ctr]}  # past the scheduler-name gate
+    probe = {"metadata": {"name": "probe"}, "spec": spec}
+    return bool(decide(probe, settings, QuotaOff(), namespace="probe", uid="probe", dry_run=True).devices)
 
 
 def routed(settings: Settings, scope: Mapping[str, Any]) -> list[Obj]:

@@ -172,6 +172,9 @@ def configure(kube: RealKube, hami_ca: str) -> None:
     }
     for config in (ours, theirs):
         kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=json.dumps(config))
+    # The admission policies would refuse the "none" case's unrouted device Pods; their cost is bench.policies'.
+    policies = "validatingadmissionpolicies,validatingadmissionpolicybindings"
+    kube.kubectl("delete", policies, "-l", "app.kubernetes.io/name=hami-webhook")
 
 
 # --- measuring ----------------------------------------------------------------------------------------------

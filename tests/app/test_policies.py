@@ -108,3 +108,11 @@ def test_no_scheduler_name_is_a_usage_error(
     monkeypatch.setenv("HAMI_SCHEDULER_NAME", "")
     assert main(["policies"]) == 2
     assert "HAMI_SCHEDULER_NAME is empty" in capsys.readouterr().err
+
+
+def test_only_names_the_webhook_takes_for_a_device_pod_are_checked() -> None:
+    """A lone name no vendor claims leaves the Pod on default-scheduler in the webhook too: never refused."""
+    policy = next(yaml.safe_load_all(chart_defaults()["routed.yaml"]))
+    devices = policy["spec"]["matchConditions"][0]["expression"]
+    assert "'nvidia.com/gpu'" in devices and "'nvidia.com/gpumem'" in devices  # a default count applies
+    assert "'nvidia.com/priority'" not in devices and "'cambricon.com/mlu.smlu.vcore'" not in devices

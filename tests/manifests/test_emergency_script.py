@@ -17,6 +17,7 @@ from urllib.parse import parse_qs
 
 import pytest
 
+from app.policies import ROUTED
 from tests.manifests.conftest import Obj, create, kubectl_env, one
 from tests.realkube.cluster import RealKube
 from tests.realkube.faults import FaultyProxy
@@ -220,3 +221,59 @@ def test_reapplying_the_manifests_restores_fail(bare_kube: RealKube, run: Any, b
     assert policies(bare_kube) == ["Ignore"]
     bare_kube.kubectl("apply", "-f", str(manifest))
     assert policies(bare_kube) == ["Fail"]
+
+
+@pytest.fixture
+def routed(bare_kube: RealKube) -> Iterator[None]:
+    """The routed policy and its Deny binding as the manifests name them (the policy itself is a stand-in)."""
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": ROUTED},
+        "spec": {
+            "matchConstraints": {
+                "resourceRules": [
+                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+                ]
+            },
+            "validations": [{"expression": "true"}],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": ROUTED},
+        "spec": {"policyName": ROUTED, "validationActions": ["Deny"]},
+    }
+    create(bare_kube, policy)
+    create(bare_kube, binding)
+    try:
+        yield
+    finally:
+        bare_kube.kubectl("delete", f"validatingadmissionpolicybinding/{ROUTED}", f"validatingadmissionpolicy/{ROUTED}")
+
+
+def test_without_the_floor_ignore_turns_routed_to_warn_and_fail_back(
+    bare_kube: RealKube, run: Any, routed: None
+) -> None:
+    create(bare_kube, configuration(DEFAULT, ["Fail"]))
+
+    def actions() -> list[str]:
+        return list(bare_kube.get("validatingadmissionpolicybinding", ROUTED)["spec"]["validationActions"])
+
+    dry = run("Ignore", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.splitlines()[-2:] == [
+        f"validatingadmissionpolicybinding/{ROUTED} (dry run: nothing changed):",
+        "  validationActions Deny -> Warn,Audit (no floor: device Pods are admitted unrouted, with a warning)",
+    ]
+    assert actions() == ["Deny"]
+    assert run("Ignore").returncode == 0
+    assert actions() == ["Warn", "Audit"]
+    failed = run("Fail")
+    assert failed.returncode == 0, failed.stderr
+    assert (
+        failed.stdout.splitlines()[-1]
+        == "  validationActions Warn,Audit -> Deny (device Pods past the webhook are refused)"
+    )
+    assert actions() == ["Deny"]

@@ -44,6 +44,7 @@ UNROUTED = (
     f"ValidatingAdmissionPolicy '{ROUTED}' with binding '{ROUTED}' denied request: a device Pod would be stored on "
     "default-scheduler, not routed to hami-scheduler by hami-webhook"
 )
+NODE_NAME = "a device Pod for hami-scheduler has spec.nodeName set: it would skip HAMi's scheduler"
 SCHEDULER_ACCOUNT = ("kube-system", "hami-scheduler")
 Obj = dict[str, Any]
 
@@ -252,6 +253,9 @@ def test_outage_under_ignore_keeps_the_switchs_promise(
     code, created, err = create(any_installed, ns, pod("gpu", GPU))
     assert code == 0 and created["spec"]["schedulerName"] == "default-scheduler", err
     assert f"Warning: Validation failed for ValidatingAdmissionPolicy '{ROUTED}' with binding '{ROUTED}'" in err
+    bound = pod("bound", GPU, schedulerName="hami-scheduler", nodeName="gpu-node-1")
+    code, created, err = create(any_installed, ns, bound)
+    assert code == 0 and NODE_NAME in err, err
     code, created, err = create(any_installed, ns, pod("cpu", {"cpu": "1"}))
     assert code == 0 and "Warning" not in err, err
 
@@ -290,6 +294,10 @@ def test_the_floor_routes_device_pods_while_the_webhook_is_down(
         assert f"'{REVIEWED}'" in err, "reviewed warns: routed, but never reviewed"
         code, created, err = create(any_installed, ns, pod("cpu", {"cpu": "1"}))
         assert code == 0 and created["spec"]["schedulerName"] == "default-scheduler", err
+        code, _, err = create(any_installed, ns, pod("bound", GPU, nodeName="gpu-node-1"))
+        assert code == 1 and f"binding '{ROUTED}' denied request: {NODE_NAME}" in err, (
+            "routed by the floor, then refused"
+        )
         with sidecar_injector(kube, tmp_path):
             code, _, err = create(any_installed, ns, pod("injected", {"cpu": "1"}, metadata={"labels": LABEL}))
         assert code == 1 and UNROUTED in err, "policies are not called first in the reinvocation round either"
