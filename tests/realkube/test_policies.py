@@ -271,12 +271,17 @@ def test_outage_under_ignore_keeps_the_switchs_promise(
     assert created["metadata"]["annotations"]["hami.io/gpu-type"] == "NVIDIA" and "Warning" not in err
 
 
+@pytest.fixture
+def floor_served(any_installed: Installed) -> None:
+    """Skips before the webhook is stopped where there is no MutatingAdmissionPolicy."""
+    if any_installed.kube.minor < 36:
+        pytest.skip("MutatingAdmissionPolicy is GA and on by default from Kubernetes 1.36")
+
+
 def test_the_floor_routes_device_pods_while_the_webhook_is_down(
-    any_installed: Installed, ns: str, stopped: WebhookServer, tmp_path: Path
+    any_installed: Installed, floor_served: None, ns: str, stopped: WebhookServer, tmp_path: Path
 ) -> None:
     kube = any_installed.kube
-    if kube.minor < 36:
-        pytest.skip("MutatingAdmissionPolicy is GA and on by default from Kubernetes 1.36")
     floor = ROOT / "manifests" / "components" / "floor"
     kube.kubectl("apply", "-k", str(floor))
     try:
