@@ -31,7 +31,10 @@ CHIP = "{chip}"
 MATCHED_CHARS = 64
 """An unknown key's name is compared with the known ones up to this length: keys are short, matching is not."""
 SCHEDULER = "HAMi's scheduler"
+SCHEDULER_AND_PLUGINS = "HAMi's scheduler and device plugins"
 WEBHOOK = "HAMi's webhook"
+OWNERS = (SCHEDULER, SCHEDULER_AND_PLUGINS)
+"""The components whose annotations a Pod's author may never write: they hand a Pod its devices."""
 
 
 class Accepts(Protocol):
@@ -171,7 +174,7 @@ TABLE: tuple[Annotation, ...] = (
     Annotation("hami.io/vgpu-node", BY_HAMI, SCHEDULER_FILES, SCHEDULER),
     Annotation("hami.io/vgpu-time", BY_HAMI, (), SCHEDULER),
     Annotation("hami.io/bind-time", BY_HAMI, ("pkg/util/util.go",), SCHEDULER),
-    Annotation("hami.io/bind-phase", BY_HAMI, SCHEDULER_FILES, "HAMi's scheduler and device plugins"),
+    Annotation("hami.io/bind-phase", BY_HAMI, SCHEDULER_FILES, SCHEDULER_AND_PLUGINS),
     *_allocation(
         "hami.io/vgpu-devices-to-allocate",
         "hami.io/vgpu-devices-allocated",
@@ -281,12 +284,21 @@ class AnnotationRules:
             for chip in chips:
                 self.rows[row.key.replace(CHIP, chip)] = row
         self.prefixes = frozenset(_prefix(key) for key, row in self.rows.items() if row.read_in)
+        self.owned = tuple(sorted(key for key, row in self.rows.items() if row.written_by in OWNERS))
+        """The keys HAMi's scheduler and device plugins write (OWNERS): a Pod's author never may."""
+        self._owned = frozenset(self.owned)
         self._names: dict[str, dict[str, str]] = {}  # prefix -> name after it -> key
         self._any_prefix: dict[str, str] = {}  # name -> its first key
         for key in self.rows:
             prefix, _, name = key.partition("/")
             self._names.setdefault(prefix, {})[name] = key
             self._any_prefix.setdefault(name, key)
+
+    def forged(self, annotations: Mapping[str, str]) -> str:
+        """Why ``annotations`` cannot come from a Pod's author: the first (in the Pod's order) of ``owned``,
+        named with who writes it; "" when none is."""
+        key = next((key for key in annotations if key in self._owned), "")
+        return f"annotation {key} is written by {self.rows[key].written_by}, not by a Pod's author" if key else ""
 
     def check(self, annotations: Mapping[str, str]) -> list[Notice]:
         """A warning for each annotation under HAMi's prefixes that is unknown, HAMi's own, or not understood.

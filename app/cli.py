@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from app.policies import HAMI_COMPONENTS, Inputs, render
 from app.preview import INVALID, DocumentReview, Options, admission_review, namespace_labels, preview
 from app.scope import ScopeError, load_scope
 from app.settings import Settings, SettingsError
@@ -86,6 +87,33 @@ def _parser() -> argparse.ArgumentParser:
     )
     preview.add_argument("--patch", action="store_true", help="print the JSON Patch instead of the patched objects")
     preview.set_defaults(run=_review)
+
+    policies = commands.add_parser(
+        "policies",
+        help="write the admission policies kube-apiserver runs beside the webhook, from your device config",
+        description="Write the ValidatingAdmissionPolicies (allocation guard, routed, reviewed), the "
+        "MutatingAdmissionPolicy floor and the webhook's matchConditions from the device config, the HAMI_* "
+        "settings and the webhook configuration's scope: what an overlay with its own device config or "
+        'HAMi\'s ServiceAccounts applies (docs/operations.md, "Admission policies").',
+    )
+    policies.add_argument(
+        "--config",
+        help="HAMi device config YAML, or the ConfigMap holding it (default: HAMI_DEVICE_CONFIG or the chart's)",
+    )
+    policies.add_argument(
+        "--webhook-config",
+        metavar="FILE",
+        help="the MutatingWebhookConfiguration as rendered for your cluster (default: the one the manifests apply)",
+    )
+    policies.add_argument(
+        "--hami-component",
+        metavar="NAMESPACE:NAME",
+        action="append",
+        help="a ServiceAccount of HAMi's scheduler or device plugins, allowed to write its allocation annotations; "
+        f"repeat for each (default: {' '.join(HAMI_COMPONENTS)}, HAMi's chart installed as hami in kube-system)",
+    )
+    policies.add_argument("--out", metavar="DIR", help="write one file per policy there (default: all to stdout)")
+    policies.set_defaults(run=_policies)
     return parser
 
 
@@ -193,6 +221,33 @@ class _PlainDumper(yaml.SafeDumper):
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
+
+
+def _policies(args: argparse.Namespace) -> int:
+    env = dict(os.environ)
+    if args.config:
+        env["HAMI_DEVICE_CONFIG"] = args.config
+    components = args.hami_component or list(HAMI_COMPONENTS)
+    wrong = [c for c in components if len(c.split(":")) != 2 or not all(c.split(":"))]
+    if wrong:
+        print(f"hami-webhook: --hami-component {wrong[0]!r}: expected NAMESPACE:NAME", file=sys.stderr)
+        return INVALID
+    try:
+        settings = Settings.from_env(env)
+        scope = load_scope(args.webhook_config)
+    except (SettingsError, ScopeError) as exc:
+        print(f"hami-webhook: {exc}", file=sys.stderr)
+        return INVALID
+    files = render(Inputs(settings, scope.webhook, components))
+    if not args.out:
+        print("---\n".join(files.values()), end="")
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (out / name).write_text(text)
+        print(f"hami-webhook: wrote {out / name}", file=sys.stderr)
+    return 0
 
 
 def _patches(reviewed: list[DocumentReview]) -> Any:

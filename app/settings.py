@@ -156,6 +156,8 @@ class Settings:
         minimum=1,
     )
     devices: tuple[Device, ...] = field(default=(), compare=False, repr=False)
+    every_device: tuple[Device, ...] = field(default=(), compare=False, repr=False)
+    """Every vendor of the device config, those a flag keeps off too: what HAMi's scheduler may allocate."""
     switched_off: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     """Resource names of the vendors a flag keeps off, each mapped to the variable that turns it on."""
     config_warnings: tuple[str, ...] = field(default=(), compare=False, repr=False)
@@ -175,6 +177,11 @@ class Settings:
         """HAMi's Pod annotations, with the per-chip keys of the configured backends."""
         return AnnotationRules(self.devices)
 
+    @cached_property
+    def owned_annotations(self) -> AnnotationRules:
+        """HAMi's Pod annotations with the per-chip keys of every vendor: its ``owned`` are never the author's."""
+        return AnnotationRules(self.every_device)
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read every knob from ``env`` (default: os.environ) and build the device backends."""
@@ -185,12 +192,14 @@ class Settings:
         try:
             config = load_device_config(values["device_config"])
             devices = build_devices(config.root, **flags)
+            every_device = build_devices(config.root, enable_ascend=True, enable_iluvatar=True)
             off = switched_off(config.root, **flags)
         except ConfigError as exc:
             raise SettingsError(f"HAMI_DEVICE_CONFIG: {exc}") from exc
         envs = {k.field: k.env for k in KNOBS}
         found = cls(
             devices=devices,
+            every_device=every_device,
             switched_off={name: envs[flag] for name, flag in off.items()},
             config_warnings=config.warnings,
             **values,
