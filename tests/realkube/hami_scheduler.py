@@ -24,7 +24,7 @@ import json
 import subprocess
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,6 @@ from tests.realkube.install import apply, token
 from tests.realkube.kubelet import container, process_env
 from tests.support import hami
 from tests.support.ports import free_port
-from tests.support.servers import stop
 
 Obj = dict[str, Any]
 NAMESPACE = "kube-system"  # HAMi's install guide: helm install hami hami-charts/hami -n kube-system
@@ -81,10 +80,9 @@ def install_chart(kube: RealKube, reference: hami.Reference, work: Path) -> int:
 
 @dataclass
 class Running:
-    """The scheduler Pod's two containers, running here."""
+    """The scheduler Pod's two containers, running here, by log name (LOGS); their logs under `work`."""
 
-    extender: subprocess.Popen[bytes]
-    kube_scheduler: subprocess.Popen[bytes]
+    processes: dict[str, subprocess.Popen[bytes]]
     pod: Obj
     work: Path
 
@@ -93,18 +91,23 @@ class Running:
         tails = [(name, (self.work / f"{name}.log").read_text(errors="replace")[-6000:]) for name in LOGS]
         return "\n".join(f"--- {name}.log\n{tail}" for name, tail in tails)
 
+    def check(self) -> None:
+        """AssertionError with the logs when a container has exited."""
+        for name, proc in self.processes.items():
+            if proc.poll() is not None:
+                raise AssertionError(f"{name} exited {proc.returncode}:\n{self.logs()}")
+
 
 @contextmanager
 def run_scheduler(
     kube: RealKube, reference: hami.Reference, kube_scheduler: Path, port: int, work: Path
 ) -> Iterator[Running]:
-    """The Deployment's Pod's containers as local processes until the block ends; ready when the extender
-    answers /healthz and kube-scheduler holds the chart's leader-election Lease (HAMi's extender acts as the
-    leader only beside the Lease's holder, on the same host)."""
+    """The Deployment's Pod's containers as local processes until the block ends; ready once kube-scheduler
+    holds the chart's leader-election Lease (HAMi's extender acts as the leader, registering nodes and
+    answering /readyz, only beside the Lease's holder: the same host)."""
     pod = kube.wait_for(lambda: _scheduler_pod(kube), 60)
-    kubeconfig = kube.kubeconfig_for(
-        token(kube, pod["spec"]["serviceAccountName"], NAMESPACE), work / "scheduler.kubeconfig"
-    )
+    account = token(kube, pod["spec"]["serviceAccountName"], NAMESPACE)
+    kubeconfig = kube.kubeconfig_for(account, work / "scheduler.kubeconfig")
     programs = {"scheduler": reference.scheduler, "kube-scheduler": kube_scheduler}
     root = work / "scheduler-pod"
     extender = container(kube, pod, EXTENDER, NAMESPACE, root, listen={"https": ("127.0.0.1", port)}, programs=programs)
@@ -117,30 +120,34 @@ def run_scheduler(
     local.write_text(yaml.safe_dump(settings))
     scheduler.argv[scheduler.argv.index(config)] = f"--config={local}"
     scheduler.argv += ["--bind-address=127.0.0.1", f"--secure-port={free_port()}"]
-    with ExitStack() as stack:
-        processes = []
-        for ctr, name in zip((extender, scheduler), LOGS, strict=True):
+    running = Running({}, pod, work)
+    try:
+        for name, ctr in zip(LOGS, (extender, scheduler), strict=True):
             with open(work / f"{name}.log", "ab") as log:
-                processes.append(
-                    subprocess.Popen(
-                        ctr.argv, env=process_env(ctr, kubeconfig), stdin=subprocess.DEVNULL, stdout=log, stderr=log
-                    )
+                env = process_env(ctr, kubeconfig)
+                running.processes[name] = subprocess.Popen(
+                    ctr.argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log
                 )
-            stack.callback(stop, processes[-1], 20)
-        running = Running(*processes, pod, work)
-        kube.wait_for(lambda: _leading(kube, running), 60)
+        kube.wait_for(lambda: _ready(kube, running), 60)
         yield running
+    finally:
+        for proc in running.processes.values():
+            proc.terminate()
+        for proc in running.processes.values():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
 
 
 def _scheduler_pod(kube: RealKube) -> Obj | None:
-    items = kube.get("pods", "-l", f"app.kubernetes.io/component={SCHEDULER}", namespace=NAMESPACE)["items"]
-    return items[0] if items else None
+    items = kube.read(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=app.kubernetes.io/component={SCHEDULER}")
+    return items["items"][0] if items["items"] else None
 
 
-def _leading(kube: RealKube, running: Running) -> bool:
-    for proc in (running.extender, running.kube_scheduler):
-        if proc.poll() is not None:
-            raise AssertionError(f"{proc.args[0]} exited {proc.returncode}:\n{running.logs()}")
+def _ready(kube: RealKube, running: Running) -> bool:
+    running.check()
     lease = kube.kubectl("get", "lease", SCHEDULER, "-n", NAMESPACE, "-o", "json", check=False)
     return lease.returncode == 0 and bool(json.loads(lease.stdout)["spec"].get("holderIdentity"))
 
@@ -167,7 +174,7 @@ def register_node(kube: RealKube, name: str, device_plugin: str, gpus: int = 1) 
     status = {"status": {"capacity": resources, "allocatable": resources, "conditions": [ready]}}
     kube.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps(status))
     # The node lifecycle controller (not run here): a Ready node loses the taint the API server gave it at create.
-    taints = kube.get("node", name)["spec"].get("taints") or []
+    taints = kube.read(f"/api/v1/nodes/{name}")["spec"].get("taints") or []
     assert [t["key"] for t in taints] == [NOT_READY], taints
     kube.kubectl("taint", "node", name, f"{NOT_READY}:NoSchedule-")
     # The device plugin (RegisterInAnnotation): its devices in the register annotation, a merge patch.

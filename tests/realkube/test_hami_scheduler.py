@@ -11,6 +11,7 @@ Pending), with our webhook installed as a user installs it.
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -45,7 +46,8 @@ PODS = 3
 # What HAMi's scheduler writes on a Pod it binds (pkg/util, pkg/device/nvidia): its /filter the node, the time
 # and the devices, its /bind the bind phase and time.
 FILTER_WRITES = ("hami.io/vgpu-node", "hami.io/vgpu-time", TO_ALLOCATE, "hami.io/vgpu-devices-allocated")
-BIND_WRITES = (BIND_PHASE, "hami.io/bind-time")
+WRITES = (*FILTER_WRITES, BIND_PHASE, "hami.io/bind-time")
+GUARD = "ValidatingAdmissionPolicy 'hami-webhook-allocation-guard'"
 
 
 @pytest.fixture(scope="module")
@@ -82,47 +84,61 @@ def test_hami_scheduler_binds_through_the_guard(
     device_plugin = kube.kubeconfig_for(token(kube, DEVICE_PLUGIN, NAMESPACE), tmp_path / "device-plugin.kubeconfig")
     gpus = {name: register_node(kube, name, device_plugin) for name in NODES}
     ns = kube.namespace(f"hami-sched-{uuid.uuid4().hex[:8]}")
-    # An ordinary user whom RBAC lets patch Pods: only the guard can refuse what follows.
-    grants = ("--verb=get", "--verb=patch", "--resource=pods")
-    user = kube.account(ns, "someone", tmp_path / "user.kubeconfig", *grants)
+    # An ordinary user whom RBAC lets read and patch Pods: only the guard can refuse what follows.
+    user = kube.account(ns, "someone", tmp_path / "user.kubeconfig", "--verb=get", "--verb=patch", "--resource=pods")
     with run_scheduler(kube, reference, kube_scheduler, port, tmp_path) as running:
         # HAMi's scheduler registers each node with a handshake it writes itself.
         for name in NODES:
-            kube.wait_for(lambda n=name: kube.get("node", n)["metadata"]["annotations"].get(HANDSHAKE), 60)
+            handshake = kube.wait_for(lambda n=name: _annotations(kube, f"/api/v1/nodes/{n}").get(HANDSHAKE), 60)
+            print(f"{name}: {HANDSHAKE}={handshake}")
         for i in range(PODS):
-            code, created, err = create(installed, ns, pod(f"gpu-{i}", GPU))
+            name = f"gpu-{i}"
+            code, created, err = create(installed, ns, pod(name, GPU))
             assert code == 0, err
             assert created["spec"]["schedulerName"] == SCHEDULER  # our webhook's doing
             try:
-                bound = kube.wait_for(lambda i=i: _bound(kube, ns, f"gpu-{i}"), 60)
+                bound = kube.wait_for(lambda n=name: _bound(kube, ns, n), 60)
             except TimeoutError:
-                raise AssertionError(f"gpu-{i} not bound:\n{running.logs()}") from None
+                raise AssertionError(f"{name} not bound:\n{running.logs()}") from None
             node = bound["spec"]["nodeName"]
-            written = bound["metadata"]["annotations"]
-            assert set(FILTER_WRITES + BIND_WRITES) <= set(written), written
-            assert written["hami.io/vgpu-node"] == node
-            assert written[BIND_PHASE] == "allocating"
-            assert written[TO_ALLOCATE] == written["hami.io/vgpu-devices-allocated"]
-            assert written[TO_ALLOCATE].startswith(gpus[node][0]["id"] + ",NVIDIA,4000,30"), written[TO_ALLOCATE]
-            locked = kube.get("node", node)
+            _check_allocation(bound, gpus[node][0]["id"])
+            locked = kube.read(f"/api/v1/nodes/{node}")
             assert NODE_LOCK in locked["metadata"]["annotations"]  # HAMi's /bind took the node lock
+            print(f"{name} bound to {node}, lock {locked['metadata']['annotations'][NODE_LOCK]}, HAMi wrote:")
+            print(json.dumps({k: bound["metadata"]["annotations"][k] for k in WRITES}, indent=1))
             erased, success, unlock = updates_after_allocate(bound, locked)
-            # The device plugin's update, by a user: each write refused by the guard, naming the annotation.
+            # The device plugin's update after Allocate, by the user: each write refused by the guard.
             for body, key in ((erased, TO_ALLOCATE), (success, BIND_PHASE)):
-                refused = patch(kube, user, "pod", bound["metadata"]["name"], body, ns)
+                refused = patch(kube, user, "pod", name, body, ns)
                 assert refused.returncode != 0, f"a user changed {key}"
-                assert "ValidatingAdmissionPolicy" in refused.stderr and key in refused.stderr, refused.stderr
+                assert GUARD in refused.stderr and key in refused.stderr, refused.stderr
+                print(f"user {key}: {refused.stderr.strip()}")
             # By the device plugin's ServiceAccount: allowed, and the node lock released for the next Pod.
             for body in (erased, success):
-                done = patch(kube, device_plugin, "pod", bound["metadata"]["name"], body, ns)
+                done = patch(kube, device_plugin, "pod", name, body, ns)
                 assert done.returncode == 0, done.stderr
             done = patch(kube, device_plugin, "node", node, unlock)
             assert done.returncode == 0, done.stderr
-            after = kube.get("pod", f"gpu-{i}", namespace=ns)["metadata"]["annotations"]
+            after = _annotations(kube, f"/api/v1/namespaces/{ns}/pods/{name}")
             assert after[BIND_PHASE] == "success" and after[TO_ALLOCATE] == ";", after
-            assert NODE_LOCK not in kube.get("node", node)["metadata"]["annotations"]
+            assert NODE_LOCK not in _annotations(kube, f"/api/v1/nodes/{node}")
+            print(f"device plugin: {BIND_PHASE}={after[BIND_PHASE]}, {TO_ALLOCATE}={after[TO_ALLOCATE]!r}, unlocked")
+
+
+def _check_allocation(bound: Obj, device: str) -> None:
+    """What HAMi's /filter and /bind wrote on a bound Pod: its node, that node's GPU with the memory and cores
+    the Pod asked for (GPU), and bind-phase `allocating` until the device plugin has allocated it."""
+    written = bound["metadata"]["annotations"]
+    assert set(WRITES) <= set(written), written
+    assert written["hami.io/vgpu-node"] == bound["spec"]["nodeName"]
+    assert written[BIND_PHASE] == "allocating"
+    assert written[TO_ALLOCATE] == written["hami.io/vgpu-devices-allocated"] == f"{device},NVIDIA,4000,30:;"
 
 
 def _bound(kube: RealKube, ns: str, name: str) -> Obj | None:
-    found = kube.get("pod", name, namespace=ns)
+    found = kube.read(f"/api/v1/namespaces/{ns}/pods/{name}")
     return found if found["spec"].get("nodeName") else None
+
+
+def _annotations(kube: RealKube, path: str) -> dict[str, str]:
+    return kube.read(path)["metadata"].get("annotations") or {}
