@@ -12,7 +12,6 @@ Pending), with our webhook installed as a user installs it.
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,18 +49,6 @@ WRITES = (*FILTER_WRITES, BIND_PHASE, "hami.io/bind-time")
 GUARD = "ValidatingAdmissionPolicy 'hami-webhook-allocation-guard'"
 
 
-@pytest.fixture(scope="module")
-def reference(pytestconfig: pytest.Config) -> hami.Reference:
-    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled():  # the first build takes minutes: let its progress through
-        try:
-            return hami.build()
-        except hami.Unavailable as exc:
-            if os.environ.get("CI") == "true":
-                pytest.fail(f"HAMi's scheduler must be built under CI=true: {exc}")
-            pytest.skip(str(exc))
-
-
 @pytest.fixture(scope="module", params=sorted({NEWEST, OLDEST}, reverse=True))
 def installed(
     request: pytest.FixtureRequest, clusters: Clusters, tmp_path_factory: pytest.TempPathFactory
@@ -76,17 +63,17 @@ def installed(
 
 
 def test_hami_scheduler_binds_through_the_guard(
-    installed: Installed, reference: hami.Reference, clusters: Clusters, tmp_path: Path
+    installed: Installed, hami_reference: hami.Reference, clusters: Clusters, tmp_path: Path
 ) -> None:
     kube = installed.kube
     kube_scheduler = clusters.scheduler(kube.version.lstrip("v"))
-    port = install_chart(kube, reference, tmp_path)
+    port = install_chart(kube, hami_reference, tmp_path)
     device_plugin = kube.kubeconfig_for(token(kube, DEVICE_PLUGIN, NAMESPACE), tmp_path / "device-plugin.kubeconfig")
     gpus = {name: register_node(kube, name, device_plugin) for name in NODES}
     ns = kube.namespace(f"hami-sched-{uuid.uuid4().hex[:8]}")
     # An ordinary user whom RBAC lets read and patch Pods: only the guard can refuse what follows.
     user = kube.account(ns, "someone", tmp_path / "user.kubeconfig", "--verb=get", "--verb=patch", "--resource=pods")
-    with run_scheduler(kube, reference, kube_scheduler, port, tmp_path) as running:
+    with run_scheduler(kube, hami_reference, kube_scheduler, port, tmp_path) as running:
         # HAMi's scheduler registers each node with a handshake it writes itself.
         for name in NODES:
             handshake = kube.wait_for(lambda n=name: _annotations(kube, f"/api/v1/nodes/{n}").get(HANDSHAKE), 60)
