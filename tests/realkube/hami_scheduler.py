@@ -15,7 +15,7 @@ would give them is spelled out instead:
   config), and its secure port, which the chart leaves at 0.0.0.0:10259, on 127.0.0.1 and a free port.
 
 There is no kubelet and no device plugin either: `register_node` does their part for a GPU node, and
-`allocated` the device plugin's update after the kubelet's Allocate (`updates_after_allocate`).
+`updates_after_allocate` spells out the device plugin's writes after the kubelet's Allocate.
 """
 
 from __future__ import annotations
