@@ -2,9 +2,11 @@
 
 TABLE was read off HAMi v2.10.0's code (``pkg/scheduler``, ``pkg/device/*``, ``pkg/util``), plus the
 keys this webhook adds. A prefix (the part before ``/``) is HAMi's when HAMi or this webhook reads a Pod
-annotation under it; on a device Pod, every annotation under such a prefix must be a key of TABLE, must not
-be one HAMi writes itself, and must hold a value its reader understands. Each finding is a warning, or with
-HAMI_STRICT_ANNOTATIONS a denial; docs/annotations.md has the reasons.
+annotation under it; on a device Pod, every annotation under such a prefix must be a key of TABLE and must
+hold a value its reader understands. Each finding is a warning, or with HAMI_STRICT_ANNOTATIONS a denial;
+docs/annotations.md has the reasons. A key HAMi's scheduler or device plugins write (OWNERS) is never the
+author's on any Pod: ``forged`` names it for the webhook's denial, and app/policies.py guards it where the
+webhook does not look.
 """
 
 from __future__ import annotations
@@ -301,7 +303,8 @@ class AnnotationRules:
         return f"annotation {key} is written by {self.rows[key].written_by}, not by a Pod's author" if key else ""
 
     def check(self, annotations: Mapping[str, str]) -> list[Notice]:
-        """A warning for each annotation under HAMi's prefixes that is unknown, HAMi's own, or not understood.
+        """A warning for each annotation under HAMi's prefixes that is unknown or not understood (one HAMi writes
+        never gets here: ``forged`` denies the Pod first).
 
         Only the first MAX_WARNINGS unknown keys are compared with the known ones (the answer shows no more).
         """
@@ -313,9 +316,6 @@ class AnnotationRules:
             if row is None:
                 hint = f"; did you mean {self.closest(key)}?" if len(found) < notices.MAX_WARNINGS else ""
                 found.append(Notice(notices.UNKNOWN_ANNOTATION, f"unknown annotation {notices.name(key)}{hint}"))
-            elif row.written_by:
-                text = f"annotation {key} is written by {row.written_by}, not by a Pod's author"
-                found.append(Notice(notices.RESERVED_ANNOTATION, text))
             elif not row.accepts.accepts(value):
                 found.append(Notice(notices.INVALID_ANNOTATION_VALUE, _invalid(key, value, row.accepts.described)))
         return found

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from app.policies import HAMI_COMPONENTS, Inputs, render
+from app.policies import HAMI_COMPONENTS, Inputs, PolicyError, render
 from app.preview import INVALID, DocumentReview, Options, admission_review, namespace_labels, preview
 from app.scope import ScopeError, load_scope
 from app.settings import Settings, SettingsError
@@ -238,7 +238,11 @@ def _policies(args: argparse.Namespace) -> int:
     except (SettingsError, ScopeError) as exc:
         print(f"hami-webhook: {exc}", file=sys.stderr)
         return INVALID
-    files = render(Inputs(settings, scope.webhook, components))
+    try:
+        files = render(Inputs(settings, scope.webhook, components))
+    except PolicyError as exc:
+        print(f"hami-webhook: {exc}", file=sys.stderr)
+        return INVALID
     if not args.out:
         print("---\n".join(files.values()), end="")
         return 0

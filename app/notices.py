@@ -20,7 +20,6 @@ REQUEST_FROM_LIMIT = "request_from_limit"
 POLICY_FROM_ANNOTATION = "policy_from_annotation"
 UNKNOWN_ANNOTATION = "unknown_annotation"
 INVALID_ANNOTATION_VALUE = "invalid_annotation_value"
-RESERVED_ANNOTATION = "reserved_annotation"
 KINDS = (
     DEFAULT,
     ROUNDED,
@@ -29,7 +28,6 @@ KINDS = (
     POLICY_FROM_ANNOTATION,
     UNKNOWN_ANNOTATION,
     INVALID_ANNOTATION_VALUE,
-    RESERVED_ANNOTATION,
 )
 
 MAX_CHARS = 120

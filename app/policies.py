@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from app.annotations import GPU_TYPE_ANNOTATION
+from app.review import DEFAULT_SCHEDULER
 from app.settings import Settings
 
 Obj = dict[str, Any]
@@ -34,7 +36,6 @@ GUARD = f"{PREFIX}allocation-guard"
 ROUTED = f"{PREFIX}routed"
 REVIEWED = f"{PREFIX}reviewed"
 FLOOR = f"{PREFIX}floor"
-DEFAULT_SCHEDULER = "default-scheduler"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 HAMI_COMPONENTS = ("kube-system:hami-scheduler", "kube-system:hami-device-plugin")
 """HAMi's chart's ServiceAccounts (release ``hami`` in kube-system): its scheduler and NVIDIA device plugin."""
@@ -58,6 +59,8 @@ class Inputs:
     """The webhook of the MutatingWebhookConfiguration: its namespaceSelector and objectSelector."""
     components: Sequence[str] = HAMI_COMPONENTS
     """``namespace:name`` of each ServiceAccount that may write HAMi's allocation annotations."""
+    configuration: str = "hami-webhook-pods"
+    """The MutatingWebhookConfiguration's name, for the patch of its matchConditions."""
 
 
 def _quoted(names: Iterable[str]) -> str:
@@ -86,13 +89,14 @@ def webhook_match_conditions(names: Iterable[str]) -> list[Obj]:
 
 def _requests_device(names: Iterable[str]) -> Obj:
     """A container or init container with a limit on one of ``names``. Limits only: validating policies see the
-    Pod after validation, which requires a limit for every extended resource requested."""
-    has_device = (
-        f"has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(r, r in [{_quoted(sorted(names))}])"
-    )
+    Pod after validation, which requires a limit for every extended resource requested, and mutating policies
+    see it after defaulting, which copies limits into requests."""
     expression = (
-        f"object.spec.containers.exists(c, {has_device}) ||\n"
-        f"(has(object.spec.initContainers) && object.spec.initContainers.exists(c, {has_device}))"
+        "(has(object.spec.initContainers) ?\n"
+        "  object.spec.containers + object.spec.initContainers : object.spec.containers).exists(c,\n"
+        "  has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(r, r in [\n"
+        f"{_listed(sorted(names), '    ')}\n"
+        "  ]))"
     )
     return {"name": "requests-device", "expression": expression}
 
@@ -164,10 +168,154 @@ def allocation_guard(owned: Sequence[str], components: Sequence[str]) -> list[Ob
     return [_policy("ValidatingAdmissionPolicy", GUARD, spec), binding]
 
 
+def _device_names(settings: Settings) -> list[str]:
+    """The enabled vendors' resource names: a Pod asking only for a switched-off vendor's passes the webhook
+    unchanged, so no policy may refuse or reroute it."""
+    return sorted({name for device in settings.devices for name in device.resource_names})
+
+
+def routed(settings: Settings, scope: Mapping[str, Any]) -> list[Obj]:
+    """A device Pod stored on default-scheduler, or bound to a node while meant for HAMi's scheduler, is what a
+    webhook that was skipped or failed open leaves: denied in the webhook's scope, a warning outside it."""
+    scheduler = settings.scheduler_name
+    validations = []
+    if settings.force_overwrite_default_scheduler:
+        validations.append(
+            {
+                "expression": f"object.spec.schedulerName != '{DEFAULT_SCHEDULER}'",
+                "message": f"a device Pod would be stored on {DEFAULT_SCHEDULER}, not routed to {scheduler} by "
+                "hami-webhook (opted out, not called, failed under failurePolicy Ignore, or a later webhook added "
+                "the device): HAMi's device plugins refuse to start it",
+                "reason": "Forbidden",
+            }
+        )
+    validations.append(
+        {
+            "expression": f"!has(object.spec.nodeName) || object.spec.schedulerName != '{scheduler}'",
+            "message": f"a device Pod for {scheduler} has spec.nodeName set: it would skip HAMi's scheduler, which "
+            "allocates its devices (hami-webhook denies this: it was opted out, not called, or failed under "
+            "failurePolicy Ignore)",
+            "reason": "Forbidden",
+        }
+    )
+    spec = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": [{**POD_RULE, "operations": ["CREATE"]}]},
+        "matchConditions": [_requests_device(_device_names(settings)), NOT_MIRROR],
+        "validations": validations,
+    }
+    binding = "ValidatingAdmissionPolicyBinding"
+    namespaces, pods = scope.get("namespaceSelector") or {}, scope.get("objectSelector") or {}
+    outside = [
+        _binding(binding, f"{ROUTED}-outside-{index}", ROUTED, ["Warn", "Audit"], **{field: selector})
+        for index, (field, selector) in enumerate(
+            [("namespaceSelector", s) for s in _complement(namespaces)]
+            + [("objectSelector", s) for s in _complement(pods)],
+            1,
+        )
+    ]
+    inside = _binding(binding, ROUTED, ROUTED, ["Deny"], namespaceSelector=namespaces, objectSelector=pods)
+    return [_policy("ValidatingAdmissionPolicy", ROUTED, spec), inside, *outside]
+
+
+NEGATED = {"In": "NotIn", "NotIn": "In", "Exists": "DoesNotExist", "DoesNotExist": "Exists"}
+
+
+def _complement(selector: Mapping[str, Any]) -> list[Obj]:
+    """Selectors that together match what ``selector`` does not: one per requirement, each negated (a label
+    selector ANDs its requirements, and a binding cannot OR them)."""
+    requirements = [
+        {"key": key, "operator": "In", "values": [value]} for key, value in (selector.get("matchLabels") or {}).items()
+    ] + list(selector.get("matchExpressions") or [])
+    negated = []
+    for requirement in requirements:
+        opposite = {"key": requirement["key"], "operator": NEGATED[requirement["operator"]]}
+        if "values" in requirement and requirement["operator"] in ("In", "NotIn"):
+            opposite["values"] = list(requirement["values"])
+        negated.append({"matchExpressions": [opposite]})
+    return negated
+
+
+def reviewed(settings: Settings) -> list[Obj]:
+    """A warning, everywhere, for a device Pod bound for HAMi's scheduler that the webhook never marked: its
+    devices and quota were not checked (an opted-out Pod naming the scheduler itself, or a failed-open call)."""
+    scheduler = settings.scheduler_name
+    spec = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": [{**POD_RULE, "operations": ["CREATE"]}]},
+        "matchConditions": [
+            {"name": "for-hami-scheduler", "expression": f"object.spec.schedulerName == '{scheduler}'"},
+            _requests_device(_device_names(settings)),
+            NOT_MIRROR,
+        ],
+        "validations": [
+            {
+                "expression": f"has(object.metadata.annotations) && '{GPU_TYPE_ANNOTATION}' in "
+                "object.metadata.annotations",
+                "message": f"a device Pod for {scheduler} without hami-webhook's mark ({GPU_TYPE_ANNOTATION}): "
+                "the webhook did not review it, so its device requests and quota were not checked",
+            }
+        ],
+    }
+    binding = _binding("ValidatingAdmissionPolicyBinding", REVIEWED, REVIEWED, ["Warn", "Audit"])
+    return [_policy("ValidatingAdmissionPolicy", REVIEWED, spec), binding]
+
+
+def floor(settings: Settings, scope: Mapping[str, Any]) -> list[Obj]:
+    """In the webhook's scope, a device Pod on default-scheduler is routed to HAMi's scheduler in process, before
+    any webhook, and again after them (a later webhook that adds a device): under failurePolicy Ignore an outage
+    then leaves device Pods unmutated but routed. Only with HAMI_FORCE_OVERWRITE_DEFAULT_SCHEDULER on, the one
+    case where the webhook itself reroutes default-scheduler Pods."""
+    scheduler = settings.scheduler_name
+    spec = {
+        "failurePolicy": "Fail",
+        "reinvocationPolicy": "IfNeeded",
+        "matchConstraints": {"resourceRules": [{**POD_RULE, "operations": ["CREATE"]}]},
+        "matchConditions": [
+            {"name": "on-default-scheduler", "expression": f"object.spec.schedulerName == '{DEFAULT_SCHEDULER}'"},
+            _requests_device(_device_names(settings)),
+            NOT_MIRROR,
+        ],
+        "mutations": [
+            {
+                "patchType": "ApplyConfiguration",
+                "applyConfiguration": {"expression": f"Object{{spec: Object.spec{{schedulerName: '{scheduler}'}}}}"},
+            }
+        ],
+    }
+    namespaces: Obj = scope.get("namespaceSelector") or {}
+    pods: Obj = scope.get("objectSelector") or {}
+    binding = _binding(
+        "MutatingAdmissionPolicyBinding", FLOOR, FLOOR, namespaceSelector=namespaces, objectSelector=pods
+    )
+    return [_policy("MutatingAdmissionPolicy", FLOOR, spec), binding]
+
+
+class PolicyError(ValueError):
+    """The settings leave nothing for a policy to hold to; the message names the setting."""
+
+
 def render(inputs: Inputs) -> dict[str, str]:
-    """Each policy file's YAML text, by file name."""
-    owned = inputs.settings.owned_annotations.owned
-    return {"allocation-guard.yaml": _yaml(allocation_guard(owned, inputs.components))}
+    """Each file's YAML text, by file name: the three validating policies, the floor (only written when the
+    webhook reroutes default-scheduler Pods), and the webhook's matchConditions as a patch of its configuration."""
+    settings = inputs.settings
+    if not settings.scheduler_name:
+        raise PolicyError("HAMI_SCHEDULER_NAME is empty: the webhook routes no Pod, so no policy can check routing")
+    every = sorted({name for device in settings.every_device for name in device.resource_names})
+    conditions = {
+        "apiVersion": API,
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": inputs.configuration},
+        "webhooks": [{"name": inputs.scope.get("name", ""), "matchConditions": webhook_match_conditions(every)}],
+    }
+    files = {
+        "allocation-guard.yaml": allocation_guard(settings.owned_annotations.owned, inputs.components),
+        "routed.yaml": [*routed(settings, inputs.scope), *reviewed(settings)],
+        "match-conditions.yaml": [conditions],
+    }
+    if settings.force_overwrite_default_scheduler:
+        files["floor.yaml"] = floor(settings, inputs.scope)
+    return {name: _yaml(objects) for name, objects in files.items()}
 
 
 class _Dumper(yaml.SafeDumper):

@@ -125,7 +125,7 @@ def _document(document: Any, index: int, settings: Settings, scope: Scope, optio
         if item.template is None:
             entries.append(Entry(_not_a_carrier(item, label), reviewed=False))
             continue
-        pod, prefix = _pod(item, namespace, options.as_new)
+        pod, prefix = _pod(item, namespace, settings.owned_annotations.owned if options.as_new else None)
         if item.template:
             label = f"{label}, Pods from {'.'.join(map(str, item.template))}"
         entry, ops = _review(pod, label, settings, scope, options)
@@ -160,15 +160,16 @@ def _not_a_carrier(item: Found, label: str) -> str:
     return f"{label}: creates no Pod, skipped"
 
 
-def _pod(item: Found, namespace: str, as_new: bool) -> tuple[dict[str, Any], str]:
-    """The Pod to review (defaulted as kube-apiserver does) and the pointer its patch paths are relative to.
+def _pod(item: Found, namespace: str, as_new: Sequence[str] | None) -> tuple[dict[str, Any], str]:
+    """The Pod to review (defaulted as kube-apiserver does) and the pointer its patch paths are relative to;
+    ``as_new``: review a live Pod as new, without what the server and HAMi (these annotations) wrote into it.
 
     A Pod is defaulted in place in the working copy of the document, a template's spec too: the printed
     document then shows the Pods as the webhook receives them, and the patch applies to it.
     """
     if item.template == ():
-        if as_new:
-            _strip_live(item.obj)
+        if as_new is not None:
+            _strip_live(item.obj, as_new)
         _api_server_defaults(item.obj, namespace)
         return copy.deepcopy(item.obj), pointer(*item.at)
     template = dig(item.obj, item.template or ())
@@ -177,13 +178,18 @@ def _pod(item: Found, namespace: str, as_new: bool) -> tuple[dict[str, Any], str
     return copy.deepcopy(template_pod(item, namespace)), pointer(*item.at, *(item.template or ()))
 
 
-def _strip_live(pod: dict[str, Any]) -> None:
+def _strip_live(pod: dict[str, Any], owned: Sequence[str]) -> None:
     pod.pop("status", None)
     if isinstance(pod.get("spec"), dict):
         pod["spec"].pop("nodeName", None)
-    if isinstance(pod.get("metadata"), dict):
+    meta = pod.get("metadata")
+    if isinstance(meta, dict):
         for key in SERVER_SET:
-            pod["metadata"].pop(key, None)
+            meta.pop(key, None)
+        annotations = meta.get("annotations")
+        if isinstance(annotations, dict):
+            for key in owned:
+                annotations.pop(key, None)
 
 
 def _api_server_defaults(pod: dict[str, Any], namespace: str) -> None:
@@ -241,6 +247,11 @@ def _review(
     if not reach.sent:
         if reach.rejected:
             return Entry(f"{label}: rejected by the API server: {reach.why}", DENIED, tuple(notes)), []
+        annotations = dig(pod, ("metadata", "annotations"))
+        forged = settings.owned_annotations.forged(annotations) if isinstance(annotations, Mapping) else ""
+        if forged:  # the allocation guard (app/policies.py) looks where the webhook does not
+            why = f"refused by the API server's allocation guard: {forged}"
+            return Entry(f"{label}: not sent to the webhook ({reach.why}): {why}", DENIED, tuple(notes)), []
         line = f"{label}: not sent to the webhook ({reach.why}): created unchanged; if it were sent: {verdict}"
         return Entry(line, OK, tuple(notes)), []
     return Entry(f"{label}: {verdict}", outcome, tuple(notes)), ops

@@ -123,6 +123,9 @@ def decide(
     spec = pod.get("spec") or {}
     if not spec.get("containers"):
         return deny(403, "Forbidden", "pod has no containers")
+    forged = settings.owned_annotations.forged((pod.get("metadata") or {}).get("annotations") or {})
+    if forged:  # whatever the scheduler: HAMi's device plugins trust these (docs/rules.md#allocations-are-hamis)
+        return deny(403, "Forbidden", forged)
     if _other_scheduler(spec.get("schedulerName") or "", settings):
         return Decision(allowed=True, message="pod already has different scheduler assigned")
     edit = PodEdit(pod)

@@ -8,6 +8,12 @@
 # tests every webhook's name first, so a configuration edited in between fails the patch instead of being
 # half-switched. --dry-run sends the same patch with --dry-run=server: checked, nothing changed.
 #
+# The admission policies keep their promise too (docs/operations.md, "Admission policies"): the policy
+# hami-webhook-routed denies device Pods stored on default-scheduler, which under Ignore with the webhook down is
+# every device Pod unless the floor (MutatingAdmissionPolicy hami-webhook-floor, Kubernetes 1.36+) routes them in
+# process. So where the floor is absent, Ignore also turns the routed binding's Deny into Warn+Audit, and Fail
+# (or the floor present) puts Deny back. Without the routed binding installed, nothing more is done.
+#
 # Exit codes: 0 done (also when nothing had to change), 2 usage error, otherwise kubectl's own exit code,
 # with kubectl's message on stderr (no such configuration, no permission, unreachable cluster).
 set -euo pipefail
@@ -92,3 +98,24 @@ for i in "${!old[@]}"; do
   now="${now#*|}"
   echo "  ${old[$i]%%|*}: failurePolicy ${was:-Fail} -> ${now:-Fail}"
 done
+
+# The routed policy's binding in the webhook's scope: Deny, or Warn+Audit while an outage under Ignore would
+# otherwise refuse every device Pod. An API server without MutatingAdmissionPolicy (before 1.32) has no floor.
+routed="hami-webhook-routed"
+actions="$(kube get validatingadmissionpolicybinding "$routed" --ignore-not-found \
+  -o jsonpath='{range .spec.validationActions[*]}{@}{","}{end}')" || exit $?
+[ -n "$actions" ] || exit 0
+floor="$(kube get mutatingadmissionpolicybinding hami-webhook-floor --ignore-not-found -o name 2>/dev/null || true)"
+if [ "$policy" = Ignore ] && [ -z "$floor" ]; then
+  want='["Warn","Audit"]'
+  why="no floor: device Pods are admitted unrouted, with a warning"
+else
+  want='["Deny"]'
+  why="${floor:+the floor routes device Pods}"
+  [ "$policy" = Fail ] && why="device Pods past the webhook are refused"
+fi
+now="$(kube patch validatingadmissionpolicybinding "$routed" --type=json ${dry_run[@]+"${dry_run[@]}"} \
+  -p "[{\"op\":\"replace\",\"path\":\"/spec/validationActions\",\"value\":$want}]" \
+  -o jsonpath='{range .spec.validationActions[*]}{@}{","}{end}')" || exit $?
+echo "validatingadmissionpolicybinding/$routed${dry_run[*]:+ (dry run: nothing changed)}:"
+echo "  validationActions ${actions%,} -> ${now%,} ($why)"

@@ -61,7 +61,7 @@ def misspelled(key: str) -> str:
 
 
 USER_KEYS = [key for key, row in RULES.rows.items() if not row.written_by]
-HAMI_KEYS = [key for key, row in RULES.rows.items() if row.written_by]
+HAMI_KEYS = SETTINGS.owned_annotations.owned
 CHECKED_KEYS = [key for key in RULES.rows if key.split("/")[0] in RULES.prefixes]
 VALID = [
     pytest.param(key, value, id=f"{key}={value!r}") for key in USER_KEYS for value in valid_values(RULES.rows[key])
@@ -137,14 +137,21 @@ def test_misspelled_key_names_the_known_one(key: str) -> None:
 
 
 @pytest.mark.parametrize("key", HAMI_KEYS)
-def test_key_hami_writes_is_reserved(key: str) -> None:
-    row = RULES.rows[key]
+@pytest.mark.parametrize("scheduler", ["hami-scheduler", "volcano"])
+@pytest.mark.parametrize("limits", [MLU, {"cpu": "1"}], ids=["device", "cpu"])
+def test_key_hami_writes_is_denied_on_every_pod(key: str, scheduler: str, limits: dict[str, str]) -> None:
+    """A Pod may not carry an allocation of its own making, whatever it asks for and whichever its scheduler:
+    HAMi's device plugins read their devices from these keys (docs/rules.md#allocations-are-hamis)."""
+    row = SETTINGS.owned_annotations.rows[key]
     text = f"annotation {key} is written by {row.written_by}, not by a Pod's author"
-    if key.split("/")[0] not in RULES.prefixes:
-        assert warnings_of(device_pod({key: "x"})) == []  # a prefix HAMi only writes to is not checked
-        return
-    assert warnings_of(device_pod({key: "x"})) == [text]
-    assert run(device_pod({key: "x"}), STRICT).denial() == (False, 400, "BadRequest", text)
+    forged = pod(container(limits=limits), annotations={"team": "a", key: "x"}, scheduler=scheduler)
+    for settings in (SETTINGS, STRICT):
+        assert run(forged, settings).denial() == (False, 403, "Forbidden", text)
+
+
+def test_webhook_keys_are_the_authors_to_keep() -> None:
+    """What this webhook writes is not an allocation: reviewing its own output again must admit it."""
+    assert not SETTINGS.owned_annotations.forged({"mthreads.com/request-gpu-num": "1", "hami.io/gpu-type": "NVIDIA"})
 
 
 def test_prefixes_are_where_hami_reads() -> None:
@@ -207,12 +214,12 @@ def test_several_findings_are_all_named_in_order_and_strict_joins_them() -> None
     annotations = {
         "hami.io/gpu-schedular-policy": "binpack",
         "nvidia.com/numa-bind": "yes",
-        "hami.io/vgpu-node": "node-1",
+        "hami.io/use-xpu-uid": "x",
     }
     expected = [
         "unknown annotation hami.io/gpu-schedular-policy; did you mean hami.io/gpu-scheduler-policy?",
         "annotation nvidia.com/numa-bind: 'yes' is not true or false",
-        "annotation hami.io/vgpu-node is written by HAMi's scheduler, not by a Pod's author",
+        "unknown annotation hami.io/use-xpu-uid; did you mean hami.io/use-xpu-uuid?",
     ]
     assert warnings_of(device_pod(annotations)) == expected
     assert run(device_pod(annotations), STRICT).denial()[3] == "; ".join(expected)

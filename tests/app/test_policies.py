@@ -9,14 +9,18 @@ import pytest
 import yaml
 
 from app.cli import main
-from app.policies import GUARD, HAMI_COMPONENTS, Inputs, render
+from app.policies import GUARD, HAMI_COMPONENTS, ROUTED, Inputs, render
 from app.scope import load_scope
 from app.settings import Settings
 from tests.support import ROOT
 
+MANIFESTS = ROOT / "manifests"
 SHIPPED = {
-    "allocation-guard.yaml": ROOT / "manifests" / "base" / "policies" / "allocation-guard.yaml",
+    "allocation-guard.yaml": MANIFESTS / "base" / "policies" / "allocation-guard.yaml",
+    "routed.yaml": MANIFESTS / "base" / "policies" / "routed.yaml",
+    "floor.yaml": MANIFESTS / "components" / "floor" / "floor.yaml",
 }
+WEBHOOK_CONFIGURATION = MANIFESTS / "base" / "mutatingwebhookconfiguration.yaml"
 
 
 def chart_defaults() -> dict[str, str]:
@@ -25,8 +29,16 @@ def chart_defaults() -> dict[str, str]:
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_shipped_policies_are_the_commands_output_for_the_chart_defaults(name: str) -> None:
-    rerun = f"run: hami-webhook policies --out {SHIPPED[name].parent}"
+    rerun = f"run `hami-webhook policies --out DIR` and copy DIR/{name} to {SHIPPED[name].relative_to(ROOT)}"
     assert SHIPPED[name].read_text() == chart_defaults()[name], rerun
+
+
+def test_shipped_match_conditions_are_the_commands() -> None:
+    """Every resource name of every vendor (Ascend and Iluvatar too: the webhook says why it passes those)."""
+    (written,) = yaml.safe_load(chart_defaults()["match-conditions.yaml"])["webhooks"]
+    (shipped,) = yaml.safe_load(WEBHOOK_CONFIGURATION.read_text())["webhooks"]
+    assert written["name"] == shipped["name"]
+    assert shipped["matchConditions"] == written["matchConditions"]
 
 
 def test_command_writes_the_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,3 +67,44 @@ def test_guard_lists_every_owned_key_of_every_vendor_and_the_given_components(tm
 def test_a_malformed_component_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["policies", "--hami-component", "hami-scheduler"]) == 2
     assert "--hami-component 'hami-scheduler': expected NAMESPACE:NAME" in capsys.readouterr().err
+
+
+def test_the_policies_follow_the_settings(tmp_path: Path) -> None:
+    """Another scheduler name everywhere, the enabled vendors' names only, and no floor and no default-scheduler
+    check when the webhook leaves default-scheduler Pods alone."""
+    env = {"HAMI_SCHEDULER_NAME": "gpu-scheduler", "HAMI_FORCE_OVERWRITE_DEFAULT_SCHEDULER": "false"}
+    files = render(Inputs(Settings.from_env(env), load_scope().webhook))
+    assert "floor.yaml" not in files
+    policy, deny, *outside = [
+        o for o in yaml.safe_load_all(files["routed.yaml"]) if o["metadata"]["name"].startswith(ROUTED)
+    ]
+    assert [v["expression"] for v in policy["spec"]["validations"]] == [
+        "!has(object.spec.nodeName) || object.spec.schedulerName != 'gpu-scheduler'"
+    ]
+    devices = policy["spec"]["matchConditions"][0]["expression"]
+    assert "'nvidia.com/gpu'" in devices and "huawei.com" not in devices  # Ascend is off by default
+    assert deny["spec"]["validationActions"] == ["Deny"] and len(outside) == 3
+
+
+def test_outside_the_scope_is_the_complement_of_each_requirement() -> None:
+    """The webhook's selectors AND their requirements; the warning bindings cover each one's opposite."""
+    scope = load_scope().webhook
+    objects = list(yaml.safe_load_all(chart_defaults()["routed.yaml"]))
+    outside = [o["spec"]["matchResources"] for o in objects if o["metadata"]["name"].startswith(f"{ROUTED}-outside")]
+    requirements = [
+        *(("namespaceSelector", r) for r in scope["namespaceSelector"]["matchExpressions"]),
+        *(("objectSelector", r) for r in scope["objectSelector"]["matchExpressions"]),
+    ]
+    assert len(outside) == len(requirements)
+    for match, (field, requirement) in zip(outside, requirements, strict=True):
+        (negated,) = match[field]["matchExpressions"]
+        assert requirement["operator"] == "NotIn"
+        assert negated == {**requirement, "operator": "In"}
+
+
+def test_no_scheduler_name_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HAMI_SCHEDULER_NAME", "")
+    assert main(["policies"]) == 2
+    assert "HAMI_SCHEDULER_NAME is empty" in capsys.readouterr().err

@@ -276,6 +276,38 @@ def test_as_new_reviews_a_live_pod_as_the_pod_it_was_created_as(tmp_path: Path) 
     assert pod["metadata"]["labels"] == {"app": "train"} and pod["spec"]["schedulerName"] == "hami-scheduler"
 
 
+FORGED = {"hami.io/vgpu-node": "gpu-node-1", "hami.io/vgpu-devices-to-allocate": "GPU-0,NVIDIA,20000,100:;"}
+VGPU_NODE_DENIAL = "annotation hami.io/vgpu-node is written by HAMi's scheduler, not by a Pod's author"
+
+
+def test_as_new_drops_what_hamis_scheduler_wrote_into_a_live_pod(tmp_path: Path) -> None:
+    live = live_pod()
+    live["metadata"]["annotations"] = {**FORGED, "team": "ml"}
+    run = review(write(tmp_path, "live.yaml", live), "--as-new")
+    assert (run.code, run.lines) == (0, ["ml/train-7d9f-x2k4q: allowed, 2 patch operation(s)"])
+    (pod,) = run.documents()
+    assert pod["metadata"]["annotations"] == {"team": "ml", "hami.io/gpu-type": "NVIDIA"}
+
+
+@pytest.mark.parametrize("scheduler", ["hami-scheduler", "volcano"])
+def test_a_forged_allocation_is_denied_whatever_the_scheduler(tmp_path: Path, scheduler: str) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "annotations": FORGED}, "spec": pod_spec()}
+    pod["spec"]["schedulerName"] = scheduler
+    run = review(write(tmp_path, "pod.yaml", pod))
+    assert (run.code, run.lines) == (1, [f"default/p: denied (403 Forbidden): {VGPU_NODE_DENIAL}"])
+
+
+def test_a_forged_allocation_the_webhook_never_sees_is_refused_by_the_guard(tmp_path: Path) -> None:
+    labels = {"hami.io/webhook": "ignore"}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": labels, "annotations": FORGED}}
+    run = review(write(tmp_path, "pod.yaml", {**pod, "spec": pod_spec()}))
+    assert run.code == 1
+    assert run.lines == [
+        "default/p: not sent to the webhook (the Pod's labels are excluded by the objectSelector: hami.io/webhook "
+        f"NotIn (ignore)): refused by the API server's allocation guard: {VGPU_NODE_DENIAL}"
+    ]
+
+
 # --- the device config as admins have it --------------------------------------------------------------------
 
 CONFIG_MAP = {

@@ -10,11 +10,13 @@ import promql_parser
 import pytest
 
 from app import metrics
+from app.policies import GUARD, REVIEWED, ROUTED
 from tests.manifests.conftest import Obj, kustomize, one, write_overlay
 from tests.support import ROOT
 
 DASHBOARD = ROOT / "docs" / "grafana-dashboard.json"
-APISERVER = {"apiserver_admission_webhook_fail_open_count"}  # the API server's own (docs/operations.md)
+# The API server's own (docs/operations.md)
+APISERVER = {"apiserver_admission_webhook_fail_open_count", "apiserver_validating_admission_policy_check_total"}
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 
 
@@ -81,6 +83,10 @@ def test_alerts_cover_the_usual_thresholds(monitoring: list[Obj]) -> None:
     assert "hami_webhook_quota_feed_synced" in by_name["HamiWebhookQuotaFeedOutOfSync"]["expr"]
     [hook] = one(monitoring, "MutatingWebhookConfiguration", "hami-webhook-pods")["webhooks"]
     assert f'fail_open_count{{name="{hook["name"]}"}}' in by_name["HamiWebhookFailedOpen"]["expr"]
+    watched = {"HamiWebhookBypassed": (ROUTED, REVIEWED), "HamiAllocationAnnotationRefused": (GUARD,)}
+    for name, policies in watched.items():
+        assert all(policy in by_name[name]["expr"] for policy in policies)
+        assert all(one(monitoring, "ValidatingAdmissionPolicy", policy) for policy in policies)
     for rule in by_name.values():
         assert rule["labels"]["severity"] in ("warning", "critical") and rule["annotations"]["summary"]
 

@@ -12,8 +12,10 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from decimal import Decimal
+from functools import cache
 from typing import Any
 
+from app.settings import Settings
 from tests.parity.forms import (
     Context,
     Facts,
@@ -76,6 +78,25 @@ def compare(hami: Answer, ours: Answer, ctx: Context, documented: Mapping[str, A
 
 
 # The deviations, in the order they are tried. Each names its rule in docs/rules.md's parity table.
+
+FORGED = re.compile(r"^annotation (\S+) is written by HAMi's [a-z ]+, not by a Pod's author$")
+
+
+@deviation("allocation-annotations-denied")
+def _forged(theirs: Form, mine: Form, ctx: Context, hami: Answer, ours: Answer) -> tuple[Form, Form] | None:
+    """HAMi v2.10 admits a Pod carrying an annotation its scheduler or device plugins write (its next release
+    denies it); this webhook denies it, naming the annotation."""
+    match = FORGED.match(ours.message)
+    sent = ((ctx.pod.get("metadata") or {}).get("annotations")) or {}
+    if ours.allowed is not False or ours.code != 403 or not match or match.group(1) not in sent:
+        return None
+    return (Form(False, None), mine) if match.group(1) in _owned() else None
+
+
+@cache
+def _owned() -> frozenset[str]:
+    """The annotations HAMi's scheduler and device plugins write, every vendor's, for the chart's chips."""
+    return frozenset(Settings.from_env({}).owned_annotations.owned)
 
 
 NOT_AN_INTEGER = re.compile(r"^(\S+) must be an integer")

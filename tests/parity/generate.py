@@ -50,6 +50,12 @@ ANNOTATIONS = {
     "team": ("ml",),
 }
 """HAMi's Pod annotations (and one of ours, and one of nobody's) with values its readers take and ignore."""
+FORGED = {
+    "hami.io/vgpu-devices-to-allocate": "GPU-0,NVIDIA,20000,100:;",
+    "hami.io/bind-phase": "allocating",
+    "hami.io/vgpu-node": "node-1",
+}
+"""Annotations HAMi's scheduler writes, which an author may try to write first (one Pod in ten carries one)."""
 
 SCHEDULERS = ("default-scheduler", "hami-scheduler", "other-scheduler")
 
@@ -123,6 +129,9 @@ def pods(draw: st.DrawFn, names: Sequence[str], direct: bool) -> dict:
     keys = draw(st.lists(st.sampled_from(sorted(ANNOTATIONS)), max_size=3, unique=True))
     if keys:
         metadata["annotations"] = {key: draw(st.sampled_from(ANNOTATIONS[key])) for key in keys}
+    if draw(st.integers(0, 9)) == 0:
+        key = draw(st.sampled_from(sorted(FORGED)))
+        metadata.setdefault("annotations", {})[key] = FORGED[key]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 

@@ -137,6 +137,8 @@ def test_install_use_upgrade_switch_uninstall(kube: RealKube, tmp_path: Path, se
     assert "hami-webhook.hami-system.svc:443/webhook?timeout=10s" in refused.stderr
     assert "pods.hami.io: failurePolicy Fail -> Ignore" in flip(kube, "Ignore", tmp_path)
     assert policy(kube) == "Ignore"
+    # The script also turned the routed policy to Warn (no floor), which the API server loads a moment later.
+    kube.wait_for(lambda: create(kube, pod("gpu-", {"nvidia.com/gpu": "1"}), check=False).returncode == 0, 30)
     assert scheduler(kube, pod("gpu-", {"nvidia.com/gpu": "1"})) == "default-scheduler"
     assert "pods.hami.io: failurePolicy Ignore -> Fail" in flip(kube, "Fail", tmp_path)
     assert policy(kube) == "Fail"
