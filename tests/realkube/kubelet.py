@@ -3,8 +3,9 @@
 There is no kubelet in the test cluster (tests/realkube/cluster.py), so the install tests run what it would:
 the commands, args and env of a Pod (or Pod template) as stored by the API server (``$(VAR)`` expanded like the
 kubelet, ``fieldRef`` to the namespace or the Pod's name resolved), its Secret and ConfigMap volumes as files in
-a temp dir with paths under their mount points (``subPath`` too) pointed there, and a kubeconfig carrying a TokenRequest token of the Pod's own
-ServiceAccount in place of the projected token. Listening addresses are moved to loopback addresses.
+a temp dir with paths under their mount points (``subPath`` too) pointed there, and a kubeconfig carrying a
+TokenRequest token of the Pod's own ServiceAccount in place of the projected token. Listening addresses are
+moved to loopback addresses.
 """
 
 from __future__ import annotations
