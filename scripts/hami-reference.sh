@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Print a directory holding HAMi's own webhook built from a HAMi source tree, the renderer of its chart's device
-# config, and that chart: the reference the parity suite and the benchmarks compare hami-webhook with. A test
+# Print a directory holding HAMi's own webhook and scheduler built from a HAMi source tree, the renderer of its
+# chart, and that chart: the reference the parity suite and the benchmarks compare hami-webhook with. A test
 # dependency built from Go modules like scripts/kube-binaries.sh's, never vendored and never shipped.
 #
 #   scripts/hami-reference.sh [HAMI_SOURCE]   # stdout: the bin directory; progress on stderr
@@ -10,7 +10,9 @@
 #   hami-webhook          tests/hami/webhook/main.go compiled inside a copy of HAMi's module: HAMi's handler,
 #                         vendors and device-config loading, with the dependency versions HAMi's go.sum pins
 #                         (cgo on: go-nvml is in the import graph, never called on the webhook path)
-#   render-device-config  tests/hami/render: Helm's engine rendering the chart's device-config.yaml
+#   hami-scheduler        HAMi's own cmd/scheduler from the same copy, unchanged (its extender: /filter, /bind)
+#   render-device-config  tests/hami/render: Helm's engine rendering the chart's device-config.yaml, or any of
+#                         its templates for a Kubernetes version
 #   chart/                the tree's charts/hami, for the renderer
 #   SOURCE                what was built (the path given and its content hash)
 # Cache: $HAMI_KUBE_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/hami-webhook)/hami-<hash>/bin, keyed by the source's
@@ -57,6 +59,8 @@ build_hami() {
   cp "$ROOT/tests/hami/webhook/main.go" "$module/cmd/parity-webhook/main.go"
   say "building HAMi's webhook from $SRC (first time: a few minutes on 2 cores)"
   (cd "$module" && CGO_ENABLED=1 go build -trimpath -ldflags "-s -w" -o "$out/hami-webhook" ./cmd/parity-webhook)
+  say "building HAMi's scheduler (most of it is the webhook's packages, built above)"
+  (cd "$module" && CGO_ENABLED=1 go build -trimpath -ldflags "-s -w" -o "$out/hami-scheduler" ./cmd/scheduler)
   download "$ROOT/tests/hami/render"
   say "building the chart renderer (Helm's engine)"
   (cd "$ROOT/tests/hami/render" && go build -trimpath -ldflags "-s -w" -o "$out/render-device-config" .)

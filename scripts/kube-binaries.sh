@@ -3,6 +3,8 @@
 # building them from Go modules the first time (the way envtest users get them: a test dependency, never vendored).
 #
 #   scripts/kube-binaries.sh [VERSION]      # stdout: the bin directory; progress on stderr. Default: the newest pinned
+#   scripts/kube-binaries.sh --scheduler [VERSION]       # stdout: the directory holding that version's kube-scheduler
+#                                                        # (HAMi's scheduler runs beside it; cached on its own)
 #   scripts/kube-binaries.sh --versions     # the pinned versions, oldest first
 #   scripts/kube-binaries.sh --pin VERSION  # (maintainers) write tests/realkube/kube/vVERSION/ from the module proxy
 #   scripts/kube-binaries.sh --cert-manager              # stdout: the directory holding cert-manager-controller,
@@ -12,7 +14,7 @@
 # Each pinned version is a small Go module under tests/realkube/kube/vX.Y.Z/: its go.mod requires
 # k8s.io/kubernetes vX.Y.Z and replaces every staging module (k8s.io/api, k8s.io/apiserver, ...; the `replace`
 # block of Kubernetes' own go.mod) with its published k8s.io/<name> v0.Y.Z, because Kubernetes' own go.mod points
-# them at ./staging and replace directives of a dependency are ignored. Its `tool` lines name the two commands.
+# them at ./staging and replace directives of a dependency are ignored. Its `tool` lines name the three commands.
 # Beside it, etcd/ is a second module whose main calls etcdmain.Main, at the etcd version that Kubernetes release
 # pins in build/dependencies.yaml (kept apart so etcd's dependency versions never move Kubernetes' own).
 #
@@ -25,9 +27,9 @@
 # they declare no conversion webhook, so they apply without cert-manager's webhook. Tests take
 # CERT_MANAGER_CONTROLLER_BIN, CERT_MANAGER_CAINJECTOR_BIN and CERT_MANAGER_CRDS (a directory) instead, when set.
 #
-# Cache: $HAMI_KUBE_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/hami-webhook)/kube-vX.Y.Z/bin (cert-manager:
-# cert-manager-vX.Y.Z/bin), stamped when complete; Go's own module and build caches are used as configured
-# (GOMODCACHE, GOCACHE). A lock makes parallel callers wait for one build. Exit 3: no Go toolchain; exit 4: the
+# Cache: $HAMI_KUBE_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/hami-webhook)/kube-vX.Y.Z/bin (kube-scheduler:
+# kube-scheduler-vX.Y.Z/bin; cert-manager: cert-manager-vX.Y.Z/bin), stamped when complete; Go's own module and
+# build caches are used as configured (GOMODCACHE, GOCACHE). A lock makes parallel callers wait for one build. Exit 3: no Go toolchain; exit 4: the
 # module proxy is unreachable (for both the tests skip off CI, and fail with CI=true).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -59,7 +61,7 @@ lines = [f"// Pins Kubernetes v{version} for the real-cluster tests; written by 
          "module hami-webhook/tests/realkube/kube", "", f"go {spec['Go']}", "",
          f"require k8s.io/kubernetes v{version}", "", "replace ("]
 lines += [f"\t{path} => {path} v0.{minor_patch}" for path in staging]
-lines += [")", "", "tool (", "\tk8s.io/kubernetes/cmd/kube-apiserver", "\tk8s.io/kubernetes/cmd/kube-controller-manager", ")", ""]
+lines += [")", "", "tool (", *(f"\tk8s.io/kubernetes/cmd/{c}" for c in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")), ")", ""]
 open(f"{out}/go.mod", "w").write("\n".join(lines))
 PY
   local etcd
@@ -94,22 +96,38 @@ pin_cert_manager() {
   say "pinned cert-manager $1 in $CERT_MANAGER_PIN"
 }
 
+# -ldflags stamp the version a command reports (/version, kubectl version), as Kubernetes' own build does.
+kube_ldflags() {
+  local ver=k8s.io/component-base/version
+  echo "-s -w -X $ver.gitVersion=v$V -X $ver.gitMajor=1 -X $ver.gitMinor=$(echo "$V" | cut -d. -f2)" \
+    "-X $ver.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=v$V"
+}
+
+# build_commands OUT CMD...: Kubernetes v$V's commands from its pin.
+build_commands() {
+  local out=$1 src=$PINS/v$V cmd
+  shift
+  for cmd in "$@"; do
+    say "building $cmd v$V (first time: several minutes on 2 cores)"
+    (cd "$src" && go build -trimpath -ldflags "$(kube_ldflags)" -o "$out/$cmd" "k8s.io/kubernetes/cmd/$cmd")
+  done
+}
+
 build_kube() {
   local out=$1 src=$PINS/v$V
   download "$src"
   download "$src/etcd"
-  # -ldflags stamp the version kube-apiserver reports (/version, kubectl version), as Kubernetes' own build does.
-  local ver=k8s.io/component-base/version ldflags
-  ldflags="-s -w -X $ver.gitVersion=v$V -X $ver.gitMajor=1 -X $ver.gitMinor=$(echo "$V" | cut -d. -f2) -X $ver.gitTreeState=clean"
-  ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=v$V"
-  for cmd in kube-apiserver kube-controller-manager; do
-    say "building $cmd v$V (first time: several minutes on 2 cores)"
-    (cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$out/$cmd" "k8s.io/kubernetes/cmd/$cmd")
-  done
+  build_commands "$out" kube-apiserver kube-controller-manager
   say "building etcd for v$V"
   (cd "$src/etcd" && go build -trimpath -ldflags "-s -w" -o "$out/etcd" .)
   "$out/kube-apiserver" --version >&2
   "$out/etcd" --version >&2
+}
+
+build_scheduler() {
+  download "$PINS/v$V"
+  build_commands "$1" kube-scheduler
+  "$1/kube-scheduler" --version >&2
 }
 
 build_cert_manager() {
@@ -146,7 +164,12 @@ case "${1:-}" in
   ;;
 esac
 
+BUILD=build_kube NAME=kube
+if [ "${1:-}" = --scheduler ]; then
+  BUILD=build_scheduler NAME=kube-scheduler
+  shift
+fi
 V=${1:-$(versions | tail -1)}
 V=${V#v}
 [ -f "$PINS/v$V/go.mod" ] || { say "v$V is not pinned (pinned: $(versions | tr '\n' ' ')); see --pin"; exit 2; }
-cached "kube-v$V" build_kube
+cached "$NAME-v$V" "$BUILD"

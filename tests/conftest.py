@@ -1,4 +1,5 @@
-"""Fixtures every test may use: the real Kubernetes control plane of tests/realkube, HAMi's examples."""
+"""Fixtures every test may use: the real Kubernetes control plane of tests/realkube, HAMi's examples and its
+own code built from source."""
 
 import os
 from pathlib import Path
@@ -16,7 +17,7 @@ from tests.realkube.fixtures import (  # noqa: F401
     real_kube,
     webhook,
 )
-from tests.support import HAMI_EXAMPLES
+from tests.support import HAMI_EXAMPLES, hami
 
 # A gunicorn a test starts serves /metrics on a free loopback port unless the test names one: never
 # 0.0.0.0:9090, where parallel servers would fight over one port.
@@ -34,3 +35,19 @@ def hami_examples() -> Path:
             pytest.fail(f"HAMi's examples are missing: expected them in {HAMI_EXAMPLES}")
         pytest.skip(f"HAMi's examples are not at {HAMI_EXAMPLES}")
     return HAMI_EXAMPLES
+
+
+@pytest.fixture(scope="session")
+def hami_reference(pytestconfig: pytest.Config) -> hami.Reference:
+    """HAMi's webhook, scheduler and chart renderer built from its source (tests/support/hami.py), once a session.
+
+    A machine that cannot build them (no source, Go or module proxy) skips; under CI=true they must build.
+    """
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():  # the first build takes minutes: let its progress through
+        try:
+            return hami.build()
+        except hami.Unavailable as exc:
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"HAMi's code must build under CI=true: {exc}")
+            pytest.skip(str(exc))

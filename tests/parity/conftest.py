@@ -6,7 +6,6 @@ proxy), saying which; under CI=true it must build and run.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -21,25 +20,15 @@ CHECKERS: dict[str, Checker] = {}
 
 
 @pytest.fixture(scope="session")
-def reference() -> hami.Reference:
-    try:
-        return hami.build()
-    except hami.Unavailable as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the parity suite must run under CI=true: {exc}")
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(scope="session")
-def tls(tmp_path_factory: pytest.TempPathFactory, reference: hami.Reference):
+def tls(tmp_path_factory: pytest.TempPathFactory, hami_reference: hami.Reference):
     return harness.local_tls(tmp_path_factory.mktemp("parity-tls"))
 
 
 @pytest.fixture(scope="module", params=SETUPS, ids=lambda setup: setup.name)
-def checker(request: pytest.FixtureRequest, reference: hami.Reference, tls) -> Iterator[Checker]:
+def checker(request: pytest.FixtureRequest, hami_reference: hami.Reference, tls) -> Iterator[Checker]:
     setup: SetUp = request.param
-    with harness.pair(reference, setup, tls) as pair:
-        checker = CHECKERS.setdefault(setup.name, Checker.of(pair, reference.render(setup.values)))
+    with harness.pair(hami_reference, setup, tls) as pair:
+        checker = CHECKERS.setdefault(setup.name, Checker.of(pair, hami_reference.render(setup.values)))
         checker.pair = pair
         yield checker
 

@@ -76,14 +76,30 @@ def build_binaries(version: str) -> Binaries:
 
     Raises FileNotFoundError when it cannot build here (exit 3: no Go toolchain; 4: no module proxy),
     RuntimeError on any other failure."""
-    done = subprocess.run(["bash", str(BUILD_SCRIPT), version], stdout=subprocess.PIPE, text=True, check=False)
+    bin_dir = _built(f"Kubernetes v{version}", version)
+    return Binaries(bin_dir / "kube-apiserver", bin_dir / "kube-controller-manager", bin_dir / "etcd")
+
+
+def build_scheduler(version: str) -> Path:
+    """kube-scheduler of `version` (scripts/kube-binaries.sh --scheduler, cached apart), or KUBE_SCHEDULER_BIN
+    when set; raises as `build_binaries` does."""
+    from_env = os.environ.get("KUBE_SCHEDULER_BIN")
+    return (
+        Path(from_env) if from_env else _built(f"kube-scheduler v{version}", "--scheduler", version) / "kube-scheduler"
+    )
+
+
+def _built(what: str, *args: str) -> Path:
+    """The bin directory scripts/kube-binaries.sh ARGS prints (building `what` the first time)."""
+    done = subprocess.run(["bash", str(BUILD_SCRIPT), *args], stdout=subprocess.PIPE, text=True, check=False)
     if done.returncode in (3, 4):
         why = "a Go toolchain (go)" if done.returncode == 3 else "the Go module proxy"
-        raise FileNotFoundError(f"{BUILD_SCRIPT} needs {why} to build Kubernetes v{version}")
+        raise FileNotFoundError(f"{BUILD_SCRIPT} needs {why} to build {what}")
     if done.returncode != 0:
-        raise RuntimeError(f"{BUILD_SCRIPT} {version} exited {done.returncode} (its progress is on stderr above)")
-    bin_dir = Path(done.stdout.strip().splitlines()[-1])
-    return Binaries(bin_dir / "kube-apiserver", bin_dir / "kube-controller-manager", bin_dir / "etcd")
+        raise RuntimeError(
+            f"{BUILD_SCRIPT} {' '.join(args)} exited {done.returncode} (its progress is on stderr above)"
+        )
+    return Path(done.stdout.strip().splitlines()[-1])
 
 
 def kubectl_binary() -> str:

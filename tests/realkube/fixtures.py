@@ -16,14 +16,23 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
-from tests.realkube.cluster import Binaries, RealKube, binaries_from_env, build_binaries, pinned_versions
+from tests.realkube.cluster import (
+    Binaries,
+    RealKube,
+    binaries_from_env,
+    build_binaries,
+    build_scheduler,
+    pinned_versions,
+)
 from tests.realkube.faults import FaultyProxy
 from tests.realkube.install import Installed, WebhookServer, install
 
 CI = os.environ.get("CI") == "true"
+Built = TypeVar("Built")
 VERSIONS = pinned_versions()
 NEWEST, OLDEST = VERSIONS[-1], VERSIONS[0]
 
@@ -64,15 +73,22 @@ class Clusters:
         for kube in self.kubes.values():
             kube.stop()
 
+    def scheduler(self, version: str) -> Path:
+        """kube-scheduler of `version`, built and cached like the control plane's binaries."""
+        return self._build(build_scheduler, version)
+
     def _binaries(self, version: str) -> Binaries:
         from_env = binaries_from_env()
         if from_env is not None:
             return from_env
+        return self._build(build_binaries, version)
+
+    def _build(self, build: Callable[[str], Built], version: str) -> Built:
         # Cached binaries come back at once; the first build takes minutes: let its progress through.
         capture = self._config.pluginmanager.getplugin("capturemanager")
         with capture.global_and_fixture_disabled():
             try:
-                return build_binaries(version)
+                return build(version)
             except FileNotFoundError as exc:
                 if CI:
                     pytest.fail(str(exc))

@@ -2,9 +2,10 @@
 
 There is no kubelet in the test cluster (tests/realkube/cluster.py), so the install tests run what it would:
 the commands, args and env of a Pod (or Pod template) as stored by the API server (``$(VAR)`` expanded like the
-kubelet, ``fieldRef: metadata.namespace`` resolved), its Secret and ConfigMap volumes as files in a temp dir with
-paths under their mount points pointed there, and a kubeconfig carrying a TokenRequest token of the Pod's own
-ServiceAccount in place of the projected token. Listening addresses are moved to loopback addresses.
+kubelet, ``fieldRef`` to the namespace or the Pod's name resolved), its Secret and ConfigMap volumes as files in
+a temp dir with paths under their mount points (``subPath`` too) pointed there, and a kubeconfig carrying a
+TokenRequest token of the Pod's own ServiceAccount in place of the projected token. Listening addresses are
+moved to loopback addresses.
 """
 
 from __future__ import annotations
@@ -80,9 +81,11 @@ class Volume:
                 link.symlink_to(Path("..data") / key)
 
 
-def _field_ref(path: str, namespace: str) -> str:
+def _field_ref(path: str, namespace: str, template: Obj) -> str:
     if path == "metadata.namespace":
         return namespace
+    if path == "metadata.name" and "name" in template["metadata"]:  # a Pod's; a template has none
+        return str(template["metadata"]["name"])
     raise AssertionError(f"fieldRef {path} is not modelled by the install test")
 
 
@@ -109,18 +112,20 @@ def container(
     root: Path,
     binaries: dict[str, str] | None = None,
     listen: dict[str, tuple[str, int]] | None = None,
+    programs: dict[str, Path] | None = None,
 ) -> Container:
     """The container ``name`` (init or regular) of a Pod ``template`` as a local process description.
 
     ``command[0]`` is looked up next to this Python (the venv's console scripts), so ``certgen`` and
-    ``hami-webhook`` are the repository's own; ``binaries`` may name the image's ENTRYPOINT for containers
-    that only give ``args``.
+    ``hami-webhook`` are the repository's own, unless ``programs`` names its file (an image's binary built
+    here); ``binaries`` may name the image's ENTRYPOINT for containers that only give ``args``. In env values
+    and ``--flag=value`` arguments, paths under a mount point and listening addresses are localized.
     """
     spec = template["spec"]
     ctr = next(c for c in (spec.get("initContainers") or []) + spec["containers"] if c["name"] == name)
     volumes = _volumes(kube, template, namespace, root / name)
     mounts = {
-        m["mountPath"].rstrip("/"): volumes[m["name"]].directory
+        m["mountPath"].rstrip("/"): volumes[m["name"]].directory / m.get("subPath", "")
         for m in ctr.get("volumeMounts") or []
         if m["name"] in volumes
     }
@@ -133,27 +138,36 @@ def container(
     env: dict[str, str] = {}
     for var in ctr.get("env") or []:
         if "valueFrom" in var:
-            value = _field_ref(var["valueFrom"]["fieldRef"]["fieldPath"], namespace)
+            value = _field_ref(var["valueFrom"]["fieldRef"]["fieldPath"], namespace, template)
         else:
             value = expand(var.get("value", ""), env)
         env[var["name"]] = _localize(value, mounts, by_number)
     command = ctr.get("command") or [(binaries or {})[ctr["name"]]]
-    argv = [_executable(expand(command[0], env))] + [expand(a, env) for a in command[1:] + (ctr.get("args") or [])]
-    return Container(argv, env, ports, list(volumes.values()))
+    args = [_localize_flag(expand(a, env), mounts, by_number) for a in command[1:] + (ctr.get("args") or [])]
+    return Container([_executable(expand(command[0], env), programs or {}), *args], env, ports, list(volumes.values()))
 
 
 def _localize(value: str, mounts: dict[str, Path], ports: dict[str, tuple[str, int]]) -> str:
-    """Paths under a mount point go to its temp dir; ``0.0.0.0:<containerPort>`` to its loopback address."""
+    """Paths under a mount point go to its temp dir; ``0.0.0.0:<containerPort>`` (or ``:<containerPort>``)
+    to its loopback address."""
     for mount, directory in mounts.items():
         if value == mount or value.startswith(mount + "/"):
             return str(directory) + value[len(mount) :]
-    host, _, port = value.rpartition(":")
-    if host == "0.0.0.0" and port in ports:
+    host, colon, port = value.rpartition(":")
+    if colon and host in ("0.0.0.0", "") and port in ports:
         return "{}:{}".format(*ports[port])
     return value
 
 
-def _executable(name: str) -> str:
+def _localize_flag(arg: str, mounts: dict[str, Path], ports: dict[str, tuple[str, int]]) -> str:
+    """``--flag=value`` with its value localized; any other argument as it is."""
+    flag, equals, value = arg.partition("=")
+    return f"{flag}={_localize(value, mounts, ports)}" if equals and flag.startswith("-") else arg
+
+
+def _executable(name: str, programs: dict[str, Path]) -> str:
+    if name in programs:
+        return str(programs[name])
     beside = Path(sys.executable).with_name(name)
     assert beside.exists(), f"{name} is not installed next to {sys.executable}"
     return str(beside)

@@ -1,8 +1,10 @@
-"""HAMi's own webhook, built from its source by scripts/hami-reference.sh: the reference for parity and speed.
+"""HAMi's own webhook and scheduler, built from its source by scripts/hami-reference.sh: the reference for
+parity and speed, and the scheduler the allocation guard must let through.
 
 `build()` returns the build (exit codes 2-4 of the script mean "cannot build here": `Unavailable`, which the
-suites skip off CI and fail on with CI=true), `render()` HAMi's chart's device config for a set-up, and
-`serve()` runs HAMi's webhook over TLS on 127.0.0.1 until the block ends.
+suites skip off CI and fail on with CI=true), `render()` HAMi's chart's device config for a set-up,
+`manifests()` any of the chart's templates as `helm template` renders them, and `serve()` runs HAMi's webhook
+over TLS on 127.0.0.1 until the block ends.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from tests.support import ROOT
 from tests.support.ports import free_port
@@ -40,6 +45,11 @@ class Reference:
         return self.bin / "hami-webhook"
 
     @property
+    def scheduler(self) -> Path:
+        """HAMi's cmd/scheduler: its scheduler extender (/filter, /bind) and webhook, unchanged."""
+        return self.bin / "hami-scheduler"
+
+    @property
     def source(self) -> str:
         """The HAMi source that was built (a path), as the build recorded it."""
         return (self.bin / "SOURCE").read_text().splitlines()[0]
@@ -49,6 +59,15 @@ class Reference:
         sets = [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
         command = [str(self.bin / "render-device-config"), "--chart", str(self.bin / "chart"), *sets]
         return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+
+    def manifests(self, kube_version: str, *templates: str) -> list[dict[str, Any]]:
+        """The objects of the chart's `templates` (paths in the chart) as `helm template --kube-version` renders
+        them with the chart's defaults, release `hami` in `kube-system` (HAMi's install guide)."""
+        names = [arg for name in templates for arg in ("--template", name)]
+        command = [str(self.bin / "render-device-config"), "--chart", str(self.bin / "chart"), *names]
+        command += ["--kube-version", kube_version]
+        rendered = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        return [obj for obj in yaml.safe_load_all(rendered) if obj]
 
 
 def build(source: str | Path | None = None) -> Reference:

@@ -1,7 +1,10 @@
 // Command render-device-config prints HAMi's device config as its Helm chart renders it, with Helm's own
 // template engine, so the parity suite gives HAMi's webhook and ours the very file a `helm install` writes.
+// With --template it prints those templates' manifests instead (YAML documents), rendered for the Kubernetes
+// version --kube-version names, as `helm template --kube-version` does: the scheduler test runs HAMi's scheduler
+// and kube-scheduler with the chart's own configuration, flags and RBAC.
 //
-//	render-device-config --chart DIR [--set a.b=value ...]
+//	render-device-config --chart DIR [--set a.b=value ...] [--kube-version v1.37.2] [--template templates/x.yaml ...]
 package main
 
 import (
@@ -17,7 +20,7 @@ import (
 	"helm.sh/helm/v3/pkg/strvals"
 )
 
-const template = "templates/scheduler/device-configmap.yaml"
+const deviceConfig = "templates/scheduler/device-configmap.yaml"
 
 type sets []string
 
@@ -26,16 +29,18 @@ func (s *sets) Set(v string) error { *s = append(*s, v); return nil }
 
 func main() {
 	chartDir := flag.String("chart", "", "the chart directory (charts/hami)")
-	var overrides sets
+	kubeVersion := flag.String("kube-version", "", "the Kubernetes version the chart renders for (default: Helm's)")
+	var overrides, templates sets
 	flag.Var(&overrides, "set", "a value as helm --set takes it (repeatable)")
+	flag.Var(&templates, "template", "print this template's manifest, a path in the chart (repeatable)")
 	flag.Parse()
-	if err := render(*chartDir, overrides); err != nil {
+	if err := render(*chartDir, overrides, *kubeVersion, templates); err != nil {
 		fmt.Fprintln(os.Stderr, "render-device-config:", err)
 		os.Exit(1)
 	}
 }
 
-func render(chartDir string, overrides []string) error {
+func render(chartDir string, overrides []string, kubeVersion string, templates []string) error {
 	chrt, err := loader.Load(chartDir)
 	if err != nil {
 		return err
@@ -47,7 +52,15 @@ func render(chartDir string, overrides []string) error {
 		}
 	}
 	options := chartutil.ReleaseOptions{Name: "hami", Namespace: "kube-system", IsInstall: true}
-	top, err := chartutil.ToRenderValues(chrt, values, options, chartutil.DefaultCapabilities)
+	capabilities := chartutil.DefaultCapabilities.Copy()
+	if kubeVersion != "" {
+		version, err := chartutil.ParseKubeVersion(kubeVersion)
+		if err != nil {
+			return fmt.Errorf("--kube-version %s: %w", kubeVersion, err)
+		}
+		capabilities.KubeVersion = *version
+	}
+	top, err := chartutil.ToRenderValues(chrt, values, options, capabilities)
 	if err != nil {
 		return err
 	}
@@ -55,9 +68,19 @@ func render(chartDir string, overrides []string) error {
 	if err != nil {
 		return err
 	}
-	manifest, ok := rendered[chrt.Name()+"/"+template]
+	if len(templates) > 0 {
+		for _, name := range templates {
+			manifest, ok := rendered[chrt.Name()+"/"+name]
+			if !ok {
+				return fmt.Errorf("the chart has no %s", name)
+			}
+			fmt.Printf("---\n# Source: %s\n%s\n", name, manifest)
+		}
+		return nil
+	}
+	manifest, ok := rendered[chrt.Name()+"/"+deviceConfig]
 	if !ok {
-		return fmt.Errorf("the chart has no %s", template)
+		return fmt.Errorf("the chart has no %s", deviceConfig)
 	}
 	var configMap struct {
 		Data map[string]string `yaml:"data"`
@@ -67,7 +90,7 @@ func render(chartDir string, overrides []string) error {
 	}
 	content, ok := configMap.Data["device-config.yaml"]
 	if !ok {
-		return fmt.Errorf("%s renders no device-config.yaml", template)
+		return fmt.Errorf("%s renders no device-config.yaml", deviceConfig)
 	}
 	fmt.Print(content)
 	return nil

@@ -1,0 +1,205 @@
+"""HAMi's scheduler as its Helm chart runs it, in a RealKube with no kubelet, and GPU Nodes as HAMi's NVIDIA
+device plugin registers them.
+
+`install_chart` applies the chart's own objects for the scheduler and the device plugin's ServiceAccount, as
+Helm's engine renders them for the cluster's version (tests/support/hami.py `manifests`, release `hami` in
+`kube-system`): ServiceAccounts, RBAC, the scheduler's ConfigMaps and its Deployment, plus the TLS Secret the
+chart's certificate Job would make. The Deployment's Pod stays Pending (nothing runs default-scheduler here);
+`run_scheduler` runs its two containers as the kubelet would (tests/realkube/kubelet.py), each with a
+TokenRequest token of the Pod's ServiceAccount: kube-scheduler with the chart's `hami-scheduler` profile and
+HAMi's cmd/scheduler as its extender (/filter, /bind). What the Pod's network namespace and projected token
+would give them is spelled out instead:
+- the extender's port 443 is a free loopback port, and the extender URL in the chart's ConfigMap
+  (https://127.0.0.1:443, the Pod's own loopback) names that port;
+- kube-scheduler gets the token in its configuration's clientConnection.kubeconfig (in a Pod: the in-cluster
+  config), and its secure port, which the chart leaves at 0.0.0.0:10259, on 127.0.0.1 and a free port.
+
+There is no kubelet and no device plugin either: `register_node` does their part for a GPU node, and
+`updates_after_allocate` spells out the device plugin's writes after the kubelet's Allocate.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.realkube.cluster import RealKube
+from tests.realkube.install import apply, token
+from tests.realkube.kubelet import container, process_env
+from tests.support import hami
+from tests.support.ports import free_port
+
+Obj = dict[str, Any]
+NAMESPACE = "kube-system"  # HAMi's install guide: helm install hami hami-charts/hami -n kube-system
+SCHEDULER = "hami-scheduler"  # the chart's schedulerName, its ServiceAccount, Deployment and ConfigMap
+DEVICE_PLUGIN = "hami-device-plugin"  # the device plugin DaemonSet's ServiceAccount
+TLS_SECRET = "hami-scheduler-tls"
+EXTENDER, KUBE_SCHEDULER = "vgpu-scheduler-extender", "kube-scheduler"  # the Deployment's containers
+LOGS = ("hami-scheduler", "kube-scheduler")  # their logs, in that order, under the work directory
+RBAC = ("serviceaccount", "clusterrole", "clusterrolebinding", "role", "rolebinding")
+TEMPLATES = [
+    *(f"templates/scheduler/{name}.yaml" for name in (*RBAC, "configmap", "device-configmap", "deployment")),
+    *(f"templates/device-plugin/monitor{name}.yaml" for name in ("serviceaccount", "role", "rolebinding")),
+]
+# HAMi's names (pkg/util, pkg/device, pkg/util/nodelock, pkg/device/nvidia).
+REGISTER = "hami.io/node-nvidia-register"
+HANDSHAKE = "hami.io/node-handshake"
+NODE_LOCK = "hami.io/mutex.lock"
+BIND_PHASE = "hami.io/bind-phase"
+TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
+NOT_READY = "node.kubernetes.io/not-ready"
+
+
+def install_chart(kube: RealKube, reference: hami.Reference, work: Path) -> int:
+    """Apply the chart's objects (above) as `helm install` would; the port the extender will listen on."""
+    from certgen.local import write_local
+
+    port = free_port()
+    objects = reference.manifests(kube.version, *TEMPLATES)
+    for obj in objects:
+        if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == SCHEDULER:
+            config = obj["data"]["config.yaml"]
+            assert "https://127.0.0.1:443" in config, config
+            obj["data"]["config.yaml"] = config.replace("https://127.0.0.1:443", f"https://127.0.0.1:{port}")
+    # The chart's certificate Job: a Secret with tls.crt and tls.key for these names.
+    pki = write_local(work / "scheduler-tls", [f"{SCHEDULER}.{NAMESPACE}.svc", "127.0.0.1"])
+    kube.kubectl(
+        "create", "secret", "tls", TLS_SECRET, "-n", NAMESPACE, f"--cert={pki.cert}", f"--key={pki.key}"
+    )  # fmt: skip
+    apply(kube, *objects)
+    return port
+
+
+@dataclass
+class Running:
+    """The scheduler Pod's two containers, running here, by log name (LOGS); their logs under `work`."""
+
+    processes: dict[str, subprocess.Popen[bytes]]
+    pod: Obj
+    work: Path
+
+    def logs(self) -> str:
+        """The tail of each container's log."""
+        tails = [(name, (self.work / f"{name}.log").read_text(errors="replace")[-6000:]) for name in LOGS]
+        return "\n".join(f"--- {name}.log\n{tail}" for name, tail in tails)
+
+    def check(self) -> None:
+        """AssertionError with the logs when a container has exited."""
+        for name, proc in self.processes.items():
+            if proc.poll() is not None:
+                raise AssertionError(f"{name} exited {proc.returncode}:\n{self.logs()}")
+
+
+@contextmanager
+def run_scheduler(
+    kube: RealKube, reference: hami.Reference, kube_scheduler: Path, port: int, work: Path
+) -> Iterator[Running]:
+    """The Deployment's Pod's containers as local processes until the block ends; ready once kube-scheduler
+    holds the chart's leader-election Lease (HAMi's extender acts as the leader, registering nodes and
+    answering /readyz, only beside the Lease's holder: the same host)."""
+    pod = kube.wait_for(lambda: _scheduler_pod(kube), 60)
+    account = token(kube, pod["spec"]["serviceAccountName"], NAMESPACE)
+    kubeconfig = kube.kubeconfig_for(account, work / "scheduler.kubeconfig")
+    programs = {"scheduler": reference.scheduler, "kube-scheduler": kube_scheduler}
+    root = work / "scheduler-pod"
+    extender = container(kube, pod, EXTENDER, NAMESPACE, root, listen={"https": ("127.0.0.1", port)}, programs=programs)
+    scheduler = container(kube, pod, KUBE_SCHEDULER, NAMESPACE, root, programs=programs)
+    # With --config, kube-scheduler takes its client from the file's clientConnection (in a Pod: in-cluster).
+    (config,) = (arg for arg in scheduler.argv if arg.startswith("--config="))
+    settings = yaml.safe_load(Path(config.removeprefix("--config=")).read_text())
+    settings["clientConnection"] = {"kubeconfig": kubeconfig}
+    local = work / "kube-scheduler-config.yaml"
+    local.write_text(yaml.safe_dump(settings))
+    scheduler.argv[scheduler.argv.index(config)] = f"--config={local}"
+    scheduler.argv += ["--bind-address=127.0.0.1", f"--secure-port={free_port()}"]
+    running = Running({}, pod, work)
+    try:
+        for name, ctr in zip(LOGS, (extender, scheduler), strict=True):
+            with open(work / f"{name}.log", "ab") as log:
+                env = process_env(ctr, kubeconfig)
+                running.processes[name] = subprocess.Popen(
+                    ctr.argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log
+                )
+        kube.wait_for(lambda: _ready(kube, running), 60)
+        yield running
+    finally:
+        for proc in running.processes.values():
+            proc.terminate()
+        for proc in running.processes.values():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+
+
+def _scheduler_pod(kube: RealKube) -> Obj | None:
+    items = kube.read(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=app.kubernetes.io/component={SCHEDULER}")
+    return items["items"][0] if items["items"] else None
+
+
+def _ready(kube: RealKube, running: Running) -> bool:
+    running.check()
+    lease = kube.kubectl("get", "lease", SCHEDULER, "-n", NAMESPACE, "-o", "json", check=False)
+    return lease.returncode == 0 and bool(json.loads(lease.stdout)["spec"].get("holderIdentity"))
+
+
+def gpu(index: int, node: str, memory_mib: int = 24576, split: int = 10) -> Obj:
+    """One GPU as HAMi's NVIDIA device plugin registers it (MarshalNodeDevices: Go's field order, zero values
+    left out), with the chart's defaults: deviceSplitCount 10, memory and core scaling 1, HAMi-core mode."""
+    device: Obj = {"id": f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node}-{index}')}"}
+    device |= {"index": index} if index else {}
+    device |= {"count": split, "devmem": memory_mib, "devcore": 100, "type": "NVIDIA-NVIDIA A10", "mode": "hami-core"}
+    return device | {"health": True}
+
+
+def register_node(kube: RealKube, name: str, device_plugin: str, gpus: int = 1) -> list[Obj]:
+    """A GPU node as its kubelet, the node lifecycle controller and HAMi's NVIDIA device plugin make it; the
+    devices registered. `device_plugin` is a kubeconfig of the device plugin's ServiceAccount."""
+    devices = [gpu(i, name) for i in range(gpus)]
+    labels = {"kubernetes.io/hostname": name, "gpu": "on"}  # gpu=on: the device plugin DaemonSet's nodeSelector
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+    kube.kubectl("create", "-f", "-", stdin=json.dumps(node))
+    # The kubelet: capacity with the device plugin's devices (each GPU split into `count`), Ready.
+    resources = {"cpu": "16", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": str(sum(d["count"] for d in devices))}
+    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}
+    status = {"status": {"capacity": resources, "allocatable": resources, "conditions": [ready]}}
+    kube.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    # The node lifecycle controller (not run here): a Ready node loses the taint the API server gave it at create.
+    taints = kube.read(f"/api/v1/nodes/{name}")["spec"].get("taints") or []
+    assert [t["key"] for t in taints] == [NOT_READY], taints
+    kube.kubectl("taint", "node", name, f"{NOT_READY}:NoSchedule-")
+    # The device plugin (RegisterInAnnotation): its devices in the register annotation, a merge patch.
+    patch = {"metadata": {"annotations": {REGISTER: json.dumps(devices, separators=(",", ":"))}}}
+    kube.kubectl("patch", "node", name, "--type=merge", "-p", json.dumps(patch), kubeconfig=device_plugin)
+    return devices
+
+
+def updates_after_allocate(pod: Obj, node: Obj) -> tuple[Obj, Obj, Obj]:
+    """The writes of HAMi's NVIDIA device plugin once the kubelet's Allocate has served every container of
+    `pod` on `node` (plugin/server.go Allocate, util.go): the pod's devices-to-allocate with each container's
+    entry erased, then bind-phase `success`, then the node lock removed, guarded by the Node's resourceVersion.
+    The pod's two merge patches, and the Node's."""
+    pending = pod["metadata"]["annotations"][TO_ALLOCATE]
+    erased = {"metadata": {"annotations": {TO_ALLOCATE: ";" * pending.count(";")}}}
+    success = {"metadata": {"annotations": {BIND_PHASE: "success"}}}
+    unlock = {"metadata": {"annotations": {NODE_LOCK: None}, "resourceVersion": node["metadata"]["resourceVersion"]}}
+    return erased, success, unlock
+
+
+def patch(
+    kube: RealKube, kubeconfig: str, what: str, name: str, body: Obj, namespace: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`kubectl patch --type=merge` as the user of `kubeconfig`; not checked."""
+    scope = ["-n", namespace] if namespace else []
+    return kube.kubectl(
+        "patch", what, name, *scope, "--type=merge", "-p", json.dumps(body), kubeconfig=kubeconfig, check=False
+    )

@@ -1,0 +1,131 @@
+"""HAMi's own scheduler still binds through the allocation guard.
+
+HAMi's cmd/scheduler (built from its source, tests/support/hami.py) and kube-scheduler of the cluster's version,
+configured and authorized as HAMi's Helm chart configures them (tests/realkube/hami_scheduler.py), schedule and
+bind device Pods our webhook admitted onto GPU Nodes registered as HAMi's NVIDIA device plugin registers them,
+writing their allocation annotations as HAMi's scheduler's ServiceAccount; the device plugin's update after
+Allocate passes as its ServiceAccount; the very same update by an ordinary user, whom RBAC lets patch Pods, is
+refused by the guard. One cluster of its own per version (it runs a scheduler: the shared clusters' Pods stay
+Pending), with our webhook installed as a user installs it.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.realkube.cluster import RealKube
+from tests.realkube.fixtures import NEWEST, OLDEST, Clusters
+from tests.realkube.hami_scheduler import (
+    BIND_PHASE,
+    DEVICE_PLUGIN,
+    HANDSHAKE,
+    NAMESPACE,
+    NODE_LOCK,
+    SCHEDULER,
+    TO_ALLOCATE,
+    install_chart,
+    patch,
+    register_node,
+    run_scheduler,
+    updates_after_allocate,
+)
+from tests.realkube.install import Installed, install, token
+from tests.realkube.pods import GPU, create, pod
+from tests.support import hami
+
+Obj = dict[str, Any]
+NODES = ("gpu-node-1", "gpu-node-2")
+PODS = 3
+# What HAMi's scheduler writes on a Pod it binds (pkg/util, pkg/device/nvidia): its /filter the node, the time
+# and the devices, its /bind the bind phase and time.
+FILTER_WRITES = ("hami.io/vgpu-node", "hami.io/vgpu-time", TO_ALLOCATE, "hami.io/vgpu-devices-allocated")
+WRITES = (*FILTER_WRITES, BIND_PHASE, "hami.io/bind-time")
+GUARD = "ValidatingAdmissionPolicy 'hami-webhook-allocation-guard'"
+
+
+@pytest.fixture(scope="module", params=sorted({NEWEST, OLDEST}, reverse=True))
+def installed(
+    request: pytest.FixtureRequest, clusters: Clusters, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Installed]:
+    """A cluster of its own with our webhook installed (and the guard with it)."""
+    kube = clusters.own(request.param, "hami-scheduler")
+    done = install(kube, tmp_path_factory.mktemp("hami-scheduler-webhook"))
+    try:
+        yield done
+    finally:
+        done.webhook.stop()
+
+
+def test_hami_scheduler_binds_through_the_guard(
+    installed: Installed, hami_reference: hami.Reference, clusters: Clusters, tmp_path: Path
+) -> None:
+    kube = installed.kube
+    kube_scheduler = clusters.scheduler(kube.version.lstrip("v"))
+    port = install_chart(kube, hami_reference, tmp_path)
+    device_plugin = kube.kubeconfig_for(token(kube, DEVICE_PLUGIN, NAMESPACE), tmp_path / "device-plugin.kubeconfig")
+    gpus = {name: register_node(kube, name, device_plugin) for name in NODES}
+    ns = kube.namespace(f"hami-sched-{uuid.uuid4().hex[:8]}")
+    # An ordinary user whom RBAC lets read and patch Pods: only the guard can refuse what follows.
+    user = kube.account(ns, "someone", tmp_path / "user.kubeconfig", "--verb=get", "--verb=patch", "--resource=pods")
+    with run_scheduler(kube, hami_reference, kube_scheduler, port, tmp_path) as running:
+        # HAMi's scheduler registers each node with a handshake it writes itself.
+        for name in NODES:
+            handshake = kube.wait_for(lambda n=name: _annotations(kube, f"/api/v1/nodes/{n}").get(HANDSHAKE), 60)
+            print(f"{name}: {HANDSHAKE}={handshake}")
+        for i in range(PODS):
+            name = f"gpu-{i}"
+            code, created, err = create(installed, ns, pod(name, GPU))
+            assert code == 0, err
+            assert created["spec"]["schedulerName"] == SCHEDULER  # our webhook's doing
+            try:
+                bound = kube.wait_for(lambda n=name: _bound(kube, ns, n), 60)
+            except TimeoutError:
+                raise AssertionError(f"{name} not bound:\n{running.logs()}") from None
+            node = bound["spec"]["nodeName"]
+            _check_allocation(bound, gpus[node][0]["id"])
+            locked = kube.read(f"/api/v1/nodes/{node}")
+            assert NODE_LOCK in locked["metadata"]["annotations"]  # HAMi's /bind took the node lock
+            print(f"{name} bound to {node}, lock {locked['metadata']['annotations'][NODE_LOCK]}, HAMi wrote:")
+            print(json.dumps({k: bound["metadata"]["annotations"][k] for k in WRITES}, indent=1))
+            erased, success, unlock = updates_after_allocate(bound, locked)
+            # The device plugin's update after Allocate, by the user: each write refused by the guard.
+            for body, key in ((erased, TO_ALLOCATE), (success, BIND_PHASE)):
+                refused = patch(kube, user, "pod", name, body, ns)
+                assert refused.returncode != 0, f"a user changed {key}"
+                assert GUARD in refused.stderr and key in refused.stderr, refused.stderr
+                print(f"user {key}: {refused.stderr.strip()}")
+            # By the device plugin's ServiceAccount: allowed, and the node lock released for the next Pod.
+            for body in (erased, success):
+                done = patch(kube, device_plugin, "pod", name, body, ns)
+                assert done.returncode == 0, done.stderr
+            done = patch(kube, device_plugin, "node", node, unlock)
+            assert done.returncode == 0, done.stderr
+            after = _annotations(kube, f"/api/v1/namespaces/{ns}/pods/{name}")
+            assert after[BIND_PHASE] == "success" and after[TO_ALLOCATE] == ";", after
+            assert NODE_LOCK not in _annotations(kube, f"/api/v1/nodes/{node}")
+            print(f"device plugin: {BIND_PHASE}={after[BIND_PHASE]}, {TO_ALLOCATE}={after[TO_ALLOCATE]!r}, unlocked")
+
+
+def _check_allocation(bound: Obj, device: str) -> None:
+    """What HAMi's /filter and /bind wrote on a bound Pod: its node, that node's GPU with the memory and cores
+    the Pod asked for (GPU), and bind-phase `allocating` until the device plugin has allocated it."""
+    written = bound["metadata"]["annotations"]
+    assert set(WRITES) <= set(written), written
+    assert written["hami.io/vgpu-node"] == bound["spec"]["nodeName"]
+    assert written[BIND_PHASE] == "allocating"
+    assert written[TO_ALLOCATE] == written["hami.io/vgpu-devices-allocated"] == f"{device},NVIDIA,4000,30:;"
+
+
+def _bound(kube: RealKube, ns: str, name: str) -> Obj | None:
+    found = kube.read(f"/api/v1/namespaces/{ns}/pods/{name}")
+    return found if found["spec"].get("nodeName") else None
+
+
+def _annotations(kube: RealKube, path: str) -> dict[str, str]:
+    return kube.read(path)["metadata"].get("annotations") or {}
