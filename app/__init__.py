@@ -23,9 +23,7 @@ def create_app(settings: Settings | None = None, quota: QuotaPort | None = None)
     settings given, quota defaults to off."""
     from flask import Flask
 
-    from app import metrics
     from app.http import Webhook, install
-    from app.notices import KINDS
     from app.quota import QuotaOff
     from app.settings import Settings
 
@@ -35,7 +33,6 @@ def create_app(settings: Settings | None = None, quota: QuotaPort | None = None)
             quota = _open_quota(settings)
     app = Flask(__name__)
     install(app, Webhook(settings, quota or QuotaOff()))
-    metrics.expect_warnings(KINDS)
     return app
 
 

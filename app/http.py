@@ -20,6 +20,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTo
 from app import metrics
 from app.framing import MAX_BODY, error_body
 from app.lifecycle import stopping
+from app.notices import KINDS
 from app.quota import QUOTA_REASON, QuotaPort, QuotaUnavailable
 from app.review import Decision, UnreadableReview, answer, decide_review, deny, read_uid, request_namespace
 from app.settings import Settings
@@ -55,6 +56,7 @@ def install(app: Flask, webhook: Webhook) -> None:
     app.register_blueprint(blueprint)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected_error)
+    metrics.expect_warnings(KINDS)
 
 
 def _json(body: Any, status: int = 200) -> Response:
