@@ -15,6 +15,7 @@ from tests.support import ROOT
 from tests.tiers import REACHES
 
 EXAMPLES = """
+import os
 import socket
 import pytest
 from tests.support.servers import gunicorn
@@ -26,6 +27,14 @@ def test_pure():
 
 def test_names_a_socket():
     socket.socket().close()
+
+
+def test_forks():
+    assert callable(os.fork)
+
+
+def test_reads_the_environment():
+    assert isinstance(os.environ, os._Environ)
 
 
 def test_uses_a_server_helper():
@@ -82,8 +91,8 @@ def run_marked(tmp_path: Path, marker: str, *args: str) -> subprocess.CompletedP
 @pytest.mark.parametrize(
     ("marker", "selected"),
     [
-        ("unit", ["test_pure", "test_hides_its_socket"]),
-        ("server", ["test_names_a_socket", "test_uses_a_server_helper"]),
+        ("unit", ["test_pure", "test_reads_the_environment", "test_hides_its_socket"]),
+        ("server", ["test_names_a_socket", "test_forks", "test_uses_a_server_helper"]),
         ("cluster", ["test_on_a_cluster"]),
     ],
 )

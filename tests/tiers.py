@@ -15,6 +15,7 @@ tests/conftest.py takes its hook and fixture.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import types
@@ -51,6 +52,13 @@ REACHES = {
 }
 """What puts a test in a tier: a module (and all in it) or one thing in a module, by qualified name (each must
 exist: tests/test_tiers.py)."""
+
+PROCESS_CALLS = frozenset(
+    {"fork", "forkpty", "system", "posix_spawn", "posix_spawnp", "popen"}
+    | {f"exec{v}" for v in ("l", "le", "lp", "lpe", "v", "ve", "vp", "vpe")}
+    | {f"spawn{v}" for v in ("l", "le", "lp", "lpe", "v", "ve", "vp", "vpe")}
+)
+"""What of ``os`` starts a process: a test naming ``os`` and one of these is a server test."""
 
 LONG_RUN = 1000
 """A property test drawing more examples than this (a fuzz of thousands of bodies) is a long run: like the
@@ -120,6 +128,8 @@ class Reach:
         function = inner(obj)
         if not isinstance(function, types.FunctionType):
             return UNIT
+        if starts_a_process(function):
+            return SERVER
         return highest(self.tier(used) for used in referenced(function))
 
 
@@ -134,15 +144,27 @@ def inner(obj: Any) -> Any:
     return obj
 
 
-def referenced(function: types.FunctionType) -> Iterator[Any]:
-    """The globals a function's code names (nested functions and lambdas included), and for a module of ours,
-    the attributes of it the code names (``servers.gunicorn`` reaches ``gunicorn``, not the whole module)."""
+def names_in(function: types.FunctionType) -> set[str]:
+    """The names a function's code uses, nested functions and lambdas included."""
     names: set[str] = set()
     codes = [function.__code__]
     while codes:
         code = codes.pop()
         names.update(code.co_names)
         codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return names
+
+
+def starts_a_process(function: types.FunctionType) -> bool:
+    """``os.fork()`` and the like: the ``os`` module is everywhere, so its process calls are looked for by name."""
+    names = names_in(function)
+    return function.__globals__.get("os") is os and "os" in names and not PROCESS_CALLS.isdisjoint(names)
+
+
+def referenced(function: types.FunctionType) -> Iterator[Any]:
+    """The globals a function's code names (nested functions and lambdas included), and for a module of ours,
+    the attributes of it the code names (``servers.gunicorn`` reaches ``gunicorn``, not the whole module)."""
+    names = names_in(function)
     scope = function.__globals__
     for name in names:
         value = scope.get(name, sys.modules.get(name))  # a module imported inside the function is named whole
