@@ -45,6 +45,10 @@ def test_on_a_cluster(bare_kube):
     pass
 
 
+def test_builds_with_go(go_toolchain):
+    pass
+
+
 def test_hides_its_socket():
     try:
         getattr(__import__("so" + "cket"), "socket")().close()
@@ -93,7 +97,7 @@ def run_marked(tmp_path: Path, marker: str, *args: str) -> subprocess.CompletedP
     [
         ("unit", ["test_pure", "test_reads_the_environment", "test_hides_its_socket"]),
         ("server", ["test_names_a_socket", "test_forks", "test_uses_a_server_helper"]),
-        ("cluster", ["test_on_a_cluster"]),
+        ("cluster", ["test_on_a_cluster", "test_builds_with_go"]),
     ],
 )
 def test_each_test_gets_the_tier_of_what_it_uses(tmp_path: Path, marker: str, selected: list[str]) -> None:

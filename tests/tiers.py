@@ -112,8 +112,7 @@ class Reach:
         module = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None)
         if not isinstance(module, str):
             return UNIT
-        qualname = getattr(obj, "__qualname__", None) if not isinstance(obj, types.ModuleType) else None
-        named = named_tier(f"{module}.{qualname}" if isinstance(qualname, str) else module)
+        named = named_tier(qualified(obj))
         if named is not None:
             return named
         if module != OURS and not module.startswith(OURS + "."):
@@ -131,6 +130,15 @@ class Reach:
         if starts_a_process(function):
             return SERVER
         return highest(self.tier(used) for used in referenced(function))
+
+
+def qualified(obj: Any) -> str:
+    """``module.Qualname`` of a function or class, a module's name, or the module of anything else."""
+    if isinstance(obj, types.ModuleType):
+        return obj.__name__
+    module = getattr(obj, "__module__", None) or ""
+    qualname = getattr(obj, "__qualname__", None)
+    return f"{module}.{qualname}" if isinstance(qualname, str) else module
 
 
 def inner(obj: Any) -> Any:
@@ -195,7 +203,7 @@ def tier_of_item(item: pytest.Function, reach: Reach) -> str:
             used.append(fixturedef.func)
             if name not in fixturedef.argnames:
                 break
-    found = [reach.within(obj) for obj in used]
+    found = [named_tier(qualified(obj)) or reach.within(obj) for obj in used]
     drawn = getattr(item.obj, "_hypothesis_internal_use_settings", None)
     if drawn is not None and drawn.max_examples > LONG_RUN:
         found.append(SERVER)
