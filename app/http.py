@@ -20,7 +20,8 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTo
 from app import metrics
 from app.framing import MAX_BODY, error_body
 from app.lifecycle import stopping
-from app.quota import QuotaPort, QuotaUnavailable
+from app.notices import KINDS
+from app.quota import QUOTA_REASON, QuotaPort, QuotaUnavailable
 from app.review import Decision, UnreadableReview, answer, decide_review, deny, read_uid, request_namespace
 from app.settings import Settings
 from app.untrusted import UntrustedError, json_document
@@ -55,6 +56,7 @@ def install(app: Flask, webhook: Webhook) -> None:
     app.register_blueprint(blueprint)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected_error)
+    metrics.expect_warnings(KINDS)
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -153,7 +155,8 @@ def _log_and_count(document: dict[str, Any], uid: str, decision: Decision, start
     patch = decision.patch if decision.allowed else []
     outcome = "denied" if not decision.allowed else "patched" if patch else "passed"
     kinds = tuple(w.kind for w in decision.warnings)
-    metrics.decided(outcome, decision.reason, devices=decision.devices, namespace=namespace, warnings=kinds)
+    quota_denied_in = namespace if decision.reason == QUOTA_REASON else None
+    metrics.decided(outcome, decision.reason, devices=decision.devices, warnings=kinds, quota_denied_in=quota_denied_in)
     fields: dict[str, Any] = {
         "uid": uid,
         "namespace": namespace,

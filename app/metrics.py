@@ -14,12 +14,10 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
-
-from app.notices import KINDS
-from app.quota.port import QUOTA_REASON
 
 if TYPE_CHECKING:
     from prometheus_client import Counter, Gauge, Histogram
@@ -108,9 +106,14 @@ def collectors() -> Collectors:
     # Exported from the start (0 in flight, an empty histogram), not only after a worker's first request.
     found.in_flight.labels(WEBHOOK)
     found.latency.labels(WEBHOOK)
-    for kind in KINDS:
-        found.warnings.labels(kind)
     return found
+
+
+def expect_warnings(kinds: Iterable[str]) -> None:
+    """Export a zero for each kind of warning from the start, not only after its first: the admission policy
+    names its kinds (app.http's install passes them), so this module depends on no concern."""
+    for kind in kinds:
+        collectors().warnings.labels(kind)
 
 
 # --- hooks other parts call ------------------------------------------------------------------------
@@ -203,14 +206,20 @@ def request_finished(code: int, seconds: float) -> None:
 
 
 def decided(
-    outcome: str, reason: str, *, devices: tuple[str, ...] = (), namespace: str = "", warnings: tuple[str, ...] = ()
+    outcome: str,
+    reason: str,
+    *,
+    devices: tuple[str, ...] = (),
+    warnings: tuple[str, ...] = (),
+    quota_denied_in: str | None = None,
 ) -> None:
     """One admission decision; ``devices`` are the backends a patched Pod matched, ``warnings`` the kinds of
-    the warnings the Pod's author was given (one entry per warning, from notices.KINDS)."""
+    the warnings the Pod's author was given (one entry per warning), ``quota_denied_in`` the namespace of a Pod
+    its namespace's GPU quota refused."""
     _child("decisions", outcome, reason).inc()
     for device in devices:
         _child("device_matches", device).inc()
     for kind in warnings:
         _child("warnings", kind).inc()
-    if reason == QUOTA_REASON:  # namespaces are many: not cached
-        collectors().quota_denials.labels(namespace).inc()
+    if quota_denied_in is not None:  # namespaces are many: not cached
+        collectors().quota_denials.labels(quota_denied_in).inc()

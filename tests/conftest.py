@@ -12,12 +12,14 @@ from tests.realkube.fixtures import (  # noqa: F401
     api,
     bare_kube,
     clusters,
+    go_toolchain,
     installed,
     namespaces,
     real_kube,
     webhook,
 )
 from tests.support import HAMI_EXAMPLES, hami
+from tests.tiers import pytest_collection_modifyitems, tier_guard  # noqa: F401  (the tiers)
 
 # A gunicorn a test starts serves /metrics on a free loopback port unless the test names one: never
 # 0.0.0.0:9090, where parallel servers would fight over one port.

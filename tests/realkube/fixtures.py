@@ -5,6 +5,7 @@ oldest the manifests support), for what must hold on both. Binaries are built by
 first time unless KUBE_APISERVER_BIN, KUBE_CONTROLLER_MANAGER_BIN and ETCD_BIN point at binaries (then only one
 version runs). With no Go toolchain the tests skip, except under CI=true, where they run or fail.
 `installed` / `any_installed` (session): the webhook installed the way a user does it (tests/realkube/install.py).
+`go_toolchain` (session): Go's path, for a test whose own process builds the binaries (skip without, fail on CI).
 `bare_kube` (session): a second cluster of the newest version with nothing installed, and `api` a FaultyProxy in
 front of it (tests/realkube/faults.py), for certgen's and the quota's own tests; after each test the
 MutatingWebhookConfigurations it made are deleted, so none is left to block another test's Pods.
@@ -13,6 +14,7 @@ MutatingWebhookConfigurations it made are deleted, so none is left to block anot
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -104,6 +106,18 @@ def clusters(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFacto
         yield made
     finally:
         made.stop()
+
+
+@pytest.fixture(scope="session")
+def go_toolchain() -> str:
+    """The Go toolchain the Kubernetes binaries and HAMi's webhook are built with, for a test that builds them in a
+    process of its own (the benchmark's smoke run): skips where Go is missing, except under CI=true."""
+    found = shutil.which("go")
+    if found is None:
+        if CI:
+            pytest.fail("Go is missing: the Kubernetes binaries and HAMi's webhook are built with it")
+        pytest.skip("no Go toolchain (go): the Kubernetes binaries and HAMi's webhook are built with it")
+    return found
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,5 @@
-"""app.kube: the client configuration, the API error and the back-off both tools share.
-
-The API error is read from what a real kube-apiserver answers (tests/realkube), through both the generated
-client and a raw call, so the Status it carries is the server's own.
-"""
+"""app/kube/errors.py: ApiError, read from what a real kube-apiserver answers (tests/realkube), through both the
+generated client and a raw call, so the Status it carries is the server's own."""
 
 from __future__ import annotations
 
@@ -13,8 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from app.kube.backoff import Backoff
-from app.kube.config import LOAD_ERRORS, load_configuration
+from app.kube.config import load_configuration
 from app.kube.errors import NOT_FOUND, ApiError, describe
 from tests.realkube.cluster import RealKube
 
@@ -51,23 +47,3 @@ def test_a_body_that_is_not_a_status_becomes_the_message() -> None:
     error = ApiError.from_response(502, "Bad Gateway", b"<html>upstream down</html>\n")
     assert (str(error), error.reason) == ("HTTP 502 Bad Gateway: <html>upstream down</html>", "Bad Gateway")
     assert str(ApiError.from_response(503, "Service Unavailable", b"")) == "HTTP 503 Service Unavailable"
-
-
-def test_no_configuration_is_one_of_the_load_errors(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
-    with pytest.raises(LOAD_ERRORS):
-        load_configuration()
-    with pytest.raises(LOAD_ERRORS):
-        load_configuration(str(tmp_path / "absent"))
-
-
-def test_backoff_doubles_to_its_cap_and_jitters_below_the_delay() -> None:
-    exact = Backoff(first=0.5, cap=5.0)
-    assert [exact.delay(n) for n in range(6)] == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
-    assert exact.delay(10_000) == 5.0  # no overflow however many attempts
-    half = Backoff(first=0.5, cap=30.0, jitter=0.5)
-    delays = [half.delay(3) for _ in range(200)]
-    assert all(2.0 <= d <= 4.0 for d in delays) and len(set(delays)) > 1
-    full = Backoff(first=0.01, jitter=1.0)
-    assert all(0 <= full.delay(4) <= 0.16 for _ in range(200))

@@ -1,0 +1,277 @@
+"""The suite's three tiers, each test's read from what it uses, and the guard that keeps `unit` honest.
+
+- ``unit``: no process, no socket; the one-minute loop (``pytest -m unit``).
+- ``server``: processes and sockets on loopback (a real gunicorn, a script, a stand-in server), and the long
+  property runs (the fuzz, the quota simulation); no control plane.
+- ``cluster``: a Kubernetes control plane (tests/realkube) or HAMi's own binaries (built from Go).
+
+A test's tier is the highest of what its code reaches: its own function, the fixtures it requests (with their
+own fixtures) and, transitively, every helper of this repository they call. Reaching a module below (or
+anything defined in it) puts a test in that module's tier; everything else is ``unit``. Nothing is listed per
+test: a test that starts using a server helper moves to ``server`` by itself, and one that opens a socket
+some other way fails under the guard (`guard`) instead of slowing the unit loop down. A pytest plugin:
+tests/conftest.py takes its hook and fixture.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+UNIT, SERVER, CLUSTER = "unit", "server", "cluster"
+ORDER = (UNIT, SERVER, CLUSTER)
+
+REACHES = {
+    CLUSTER: (
+        "tests.realkube.fixtures",  # the control planes, shared by every suite
+        "tests.realkube.cluster.RealKube",
+        "tests.realkube.cluster.build_binaries",
+        "tests.support.hami.build",  # HAMi's webhook, built from Go
+    ),
+    SERVER: (
+        "subprocess",
+        "socket",
+        "socketserver",
+        "http.server",
+        "http.client",
+        "urllib.request",
+        "requests",
+        "multiprocessing",
+        "concurrent.futures.process",
+        "tests.support.servers",
+        "tests.support.ports",
+        "tests.app.quota.simulation",  # a long run: thousands of seeded schedules
+    ),
+}
+"""What puts a test in a tier: a module (and all in it) or one thing in a module, by qualified name (each must
+exist: tests/test_tiers.py)."""
+
+PROCESS_CALLS = frozenset(
+    {"fork", "forkpty", "system", "posix_spawn", "posix_spawnp", "popen"}
+    | {f"exec{v}" for v in ("l", "le", "lp", "lpe", "v", "ve", "vp", "vpe")}
+    | {f"spawn{v}" for v in ("l", "le", "lp", "lpe", "v", "ve", "vp", "vpe")}
+)
+"""What of ``os`` starts a process: a test naming ``os`` and one of these is a server test."""
+
+LONG_RUN = 1000
+"""A property test drawing more examples than this (a fuzz of thousands of bodies) is a long run: like the
+simulation's schedules, it goes with the server tier, the minutes one, so that `unit` stays the minute loop."""
+
+OURS = "tests"
+"""Helpers followed into: the repository's own test code (app/ and certgen/ are what the tests exercise)."""
+
+AUDITED = frozenset(
+    {
+        "socket.__new__",
+        "socket.bind",
+        "socket.connect",
+        "socket.sendto",
+        "subprocess.Popen",
+        "os.system",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.fork",
+        "os.forkpty",
+    }
+)
+"""The audit events (CPython's ``sys.audit``) of opening a socket or starting a process."""
+
+
+def named_tier(name: str) -> str | None:
+    """The tier REACHES gives a module or a qualified name (``module.Class``), if any."""
+    for tier in (CLUSTER, SERVER):
+        if any(name == root or name.startswith(root + ".") for root in REACHES[tier]):
+            return tier
+    return None
+
+
+class Reach:
+    """What a callable reaches, memoised per object: the tier of a helper is found once for the whole suite."""
+
+    def __init__(self) -> None:
+        self._seen: dict[int, str] = {}
+
+    def tier(self, obj: Any) -> str:
+        key = id(obj)
+        if key in self._seen:
+            return self._seen[key]
+        self._seen[key] = UNIT  # a cycle (a helper calling itself, a class naming itself) adds nothing
+        found = self._tier(obj)
+        self._seen[key] = found
+        return found
+
+    def _tier(self, obj: Any) -> str:
+        module = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None)
+        if not isinstance(module, str):
+            return UNIT
+        named = named_tier(qualified(obj))
+        if named is not None:
+            return named
+        if module != OURS and not module.startswith(OURS + "."):
+            return UNIT
+        return self.within(obj)
+
+    def within(self, obj: Any) -> str:
+        """The tier of what ``obj`` (a test, a fixture, a helper) reaches, wherever it is defined."""
+        if isinstance(obj, type):
+            members = [m for m in vars(obj).values() if callable(m) or isinstance(m, staticmethod | classmethod)]
+            return highest(self.tier(getattr(m, "__func__", m)) for m in members)
+        function = inner(obj)
+        if not isinstance(function, types.FunctionType):
+            return UNIT
+        if starts_a_process(function):
+            return SERVER
+        return highest(self.tier(used) for used in referenced(function))
+
+
+def qualified(obj: Any) -> str:
+    """``module.Qualname`` of a function or class, a module's name, or the module of anything else."""
+    if isinstance(obj, types.ModuleType):
+        return obj.__name__
+    module = getattr(obj, "__module__", None) or ""
+    qualname = getattr(obj, "__qualname__", None)
+    return f"{module}.{qualname}" if isinstance(qualname, str) else module
+
+
+def inner(obj: Any) -> Any:
+    """The function a test's decorators wrap (hypothesis' ``@given``, functools.wraps, a bound method)."""
+    given = getattr(obj, "hypothesis", None)
+    if given is not None and hasattr(given, "inner_test"):
+        obj = given.inner_test
+    obj = getattr(obj, "__func__", obj)
+    while hasattr(obj, "__wrapped__"):
+        obj = obj.__wrapped__
+    return obj
+
+
+def names_in(function: types.FunctionType) -> set[str]:
+    """The names a function's code uses, nested functions and lambdas included."""
+    names: set[str] = set()
+    codes = [function.__code__]
+    while codes:
+        code = codes.pop()
+        names.update(code.co_names)
+        codes.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return names
+
+
+def starts_a_process(function: types.FunctionType) -> bool:
+    """``os.fork()`` and the like: the ``os`` module is everywhere, so its process calls are looked for by name."""
+    names = names_in(function)
+    return function.__globals__.get("os") is os and "os" in names and not PROCESS_CALLS.isdisjoint(names)
+
+
+def referenced(function: types.FunctionType) -> Iterator[Any]:
+    """The globals a function's code names (nested functions and lambdas included), and for a module of ours,
+    the attributes of it the code names (``servers.gunicorn`` reaches ``gunicorn``, not the whole module)."""
+    names = names_in(function)
+    scope = function.__globals__
+    for name in names:
+        value = scope.get(name, sys.modules.get(name))  # a module imported inside the function is named whole
+        if value is None:
+            continue
+        yield value
+        if isinstance(value, types.ModuleType) and value.__name__.startswith(OURS + "."):
+            yield from (getattr(value, attr) for attr in names if hasattr(value, attr))
+    for cell in function.__closure__ or ():
+        try:
+            yield cell.cell_contents
+        except ValueError:  # a cell not yet filled
+            continue
+
+
+def highest(tiers: Iterator[str] | list[str]) -> str:
+    return max(tiers, key=ORDER.index, default=UNIT)
+
+
+def tier_of_item(item: pytest.Function, reach: Reach) -> str:
+    """The highest tier among the test's function and every fixture in its closure."""
+    used: list[Any] = [item.obj]
+    defs = item._fixtureinfo.name2fixturedefs
+    for name in item.fixturenames:
+        overrides = list(defs.get(name, ()))
+        while overrides:  # the nearest definition, and the one it overrides only if it requests it
+            fixturedef = overrides.pop()
+            used.append(fixturedef.func)
+            if name not in fixturedef.argnames:
+                break
+    found = [named_tier(qualified(obj)) or reach.within(obj) for obj in used]
+    drawn = getattr(item.obj, "_hypothesis_internal_use_settings", None)
+    if drawn is not None and drawn.max_examples > LONG_RUN:
+        found.append(SERVER)
+    return highest(found)
+
+
+def mark(items: list[pytest.Item]) -> None:
+    """Give every collected test its tier's marker (a test already marked with a tier by hand keeps it)."""
+    reach = Reach()
+    for item in items:
+        if not isinstance(item, pytest.Function) or any(item.get_closest_marker(t) for t in ORDER):
+            continue
+        item.add_marker(getattr(pytest.mark, tier_of_item(item, reach)))
+
+
+class Guard:
+    """Sees a unit test open a socket or start a process, through CPython's audit hooks, so it fails at its end
+    whatever its code caught. Threads running before the test began (a server test's leftovers in a whole-suite
+    run) are not the test's doing and are ignored."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.before: set[int] = set()
+        self.seen: list[str] = []
+        sys.addaudithook(self._hook)
+
+    def _hook(self, event: str, args: tuple[Any, ...]) -> None:
+        if self.active and event in AUDITED and threading.get_ident() not in self.before:
+            self.seen.append(event)
+
+    @contextmanager
+    def watching(self) -> Iterator[list[str]]:
+        self.before = {t.ident for t in threading.enumerate() if t is not threading.current_thread() and t.ident}
+        self.seen = []
+        self.active = True
+        try:
+            yield self.seen
+        finally:
+            self.active = False
+
+
+_GUARD: list[Guard] = []
+"""The one guard of the session, made at the first unit test (an audit hook cannot be removed)."""
+
+
+def guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """An autouse fixture's body: under the unit marker the test runs watched; a socket or a process fails it."""
+    if request.node.get_closest_marker(UNIT) is None:
+        yield
+        return
+    if not _GUARD:
+        _GUARD.append(Guard())
+    with _GUARD[0].watching() as seen:
+        yield
+    if seen:
+        pytest.fail(
+            "this test is marked unit (tests/tiers.py found no server or cluster helper in what it uses) but "
+            f"opened a socket or started a process ({', '.join(sorted(set(seen)))}); use the helper that says so "
+            "(tests/support/servers.py, ports.py), or name the module in tests/tiers.py's REACHES",
+            pytrace=False,
+        )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    mark(items)
+
+
+@pytest.fixture(autouse=True)
+def tier_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A unit test that opens a socket or starts a process fails."""
+    yield from guard(request)
