@@ -96,10 +96,11 @@ class Answer:
     """What a request's app call produced: the bytes to send, what to run once they have left, and whether
     the connection stays open for the next request."""
 
-    __slots__ = ("data", "keep", "then")
+    __slots__ = ("data", "environ", "keep", "request", "then")
 
-    def __init__(self, data: bytes, then: Closer | None, keep: bool) -> None:
-        self.data, self.then, self.keep = data, then, keep
+    def __init__(self, data: bytes, keep: bool, request: Request, environ: dict[str, Any]) -> None:
+        self.data, self.keep, self.request, self.environ = data, keep, request, environ
+        self.then: Closer | None = None
 
 
 class Connection:
@@ -370,8 +371,9 @@ class WebhookWorker(base.Worker):
 
     def _send(self, conn: Connection, answer: Answer) -> bool:
         """Write the answer (what does not fit waits for the socket); True when it left and the connection
-        goes on to its next request."""
+        goes on to its next request. gunicorn's ``post_request`` hook sees the request and its answer."""
         conn.out, conn.then, conn.keep = memoryview(answer.data), answer.then, answer.keep
+        self.cfg.post_request(self, answer.request, answer.environ, answer)
         self.nr += 1
         if self.nr >= self.max_requests and self.alive:
             self.log.info("Autorestarting worker after current request.")
@@ -498,7 +500,7 @@ class WebhookWorker(base.Worker):
             result = self.wsgi(environ, start_response)
             parts.extend(result)
             status, headers = started
-            answer = self._answer(status, headers, parts, request)
+            answer = self._answer(status, headers, parts, request, environ)
             answer.then = getattr(result, "close", None)
             return answer
         except Exception:
@@ -509,9 +511,11 @@ class WebhookWorker(base.Worker):
                     then()
                 except Exception:
                     self.log.exception("the app's close() failed")
-            return Answer(error_response(500, "internal error; see the webhook's log"), None, False)
+            return Answer(error_response(500, "internal error; see the webhook's log"), False, request, environ)
 
-    def _answer(self, status: str, headers: list[tuple[str, str]], parts: list[bytes], request: Request) -> Answer:
+    def _answer(
+        self, status: str, headers: list[tuple[str, str]], parts: list[bytes], request: Request, environ: dict[str, Any]
+    ) -> Answer:
         keep = request.keep_alive and self.alive and self.cfg.keepalive > 0
         body = parts[0] if len(parts) == 1 else b"".join(parts)
         code = int(status[:3])
@@ -536,7 +540,7 @@ class WebhookWorker(base.Worker):
         elif request.version == "1.0":
             lines.append("Connection: keep-alive\r\n")
         lines.append("\r\n")
-        return Answer("".join(lines).encode("latin-1") + body, None, keep)
+        return Answer("".join(lines).encode("latin-1") + body, keep, request, environ)
 
     def _date(self) -> str:
         now = int(time.time())

@@ -136,11 +136,11 @@ def machine() -> dict[str, Any]:
 
 
 def serving() -> dict[str, str]:
-    """The servers' workers and threads: 2 x 4 unless the environment says otherwise, not the webhook's own
-    default of one worker per replica, because the bench measures how connections spread over workers."""
+    """The servers' workers and threads: as the Deployment ships them (one worker of 8 threads per replica)
+    unless the environment says otherwise (HAMI_WEBHOOK_WORKERS=2 measures how connections spread over workers)."""
     return {
         name: os.environ.get(name, default)
-        for name, default in (("HAMI_WEBHOOK_WORKERS", "2"), ("HAMI_WEBHOOK_THREADS", "4"))
+        for name, default in (("HAMI_WEBHOOK_WORKERS", "1"), ("HAMI_WEBHOOK_THREADS", "8"))
     }
 
 
