@@ -107,7 +107,19 @@ class Connection:
     """A client connection: its socket, the requests parsed from it, and the time by which its current step
     (handshake, request, write, drain) must finish."""
 
-    __slots__ = ("client", "deadline", "drained", "keep", "out", "reader", "served", "server", "sock", "then")
+    __slots__ = (
+        "client",
+        "deadline",
+        "drained",
+        "events",
+        "keep",
+        "out",
+        "reader",
+        "served",
+        "server",
+        "sock",
+        "then",
+    )
 
     def __init__(self, sock: Any, client: Any, server: Any, deadline: float, limits: Limits) -> None:
         self.sock = sock
@@ -120,6 +132,7 @@ class Connection:
         self.out: memoryview | None = None  # an answer still being written
         self.then: Closer | None = None  # the app's close(), once the answer has left
         self.keep = False
+        self.events = 0  # what the poller watches it for
 
 
 class WebhookWorker(base.Worker):
@@ -244,11 +257,12 @@ class WebhookWorker(base.Worker):
             self.listening = enabled
 
     def _watch(self, conn: Connection, step: Callable[[Connection], None], events: int = selectors.EVENT_READ) -> None:
-        if conn in self.watched:
-            self.poller.modify(conn.sock, events, lambda _: step(conn))
-        else:
+        if conn not in self.watched:
             self.poller.register(conn.sock, events, lambda _: step(conn))
+        elif self.watched[conn] != step or conn.events != events:  # else as it is: no syscall
+            self.poller.modify(conn.sock, events, lambda _: step(conn))
         self.watched[conn] = step
+        conn.events = events
 
     def _unwatch(self, conn: Connection) -> None:
         if self.watched.pop(conn, None) is not None:
@@ -334,7 +348,7 @@ class WebhookWorker(base.Worker):
         while conn.reader.ready:
             request = conn.reader.ready.popleft()
             environ = self._environ(conn, request)
-            if self.may_block is not None and self.may_block(environ):
+            if self._may_block(environ):
                 self._unwatch(conn)
                 self.in_pool += 1
                 future = self.pool.submit(self._call, environ, request)
@@ -343,6 +357,15 @@ class WebhookWorker(base.Worker):
             if not self._send(conn, self._call(environ, request)):
                 return
         self._await_request(conn)
+
+    def _may_block(self, environ: dict[str, Any]) -> bool:
+        if self.may_block is None:
+            return False
+        try:
+            return self.may_block(environ)
+        except Exception:  # a fault in the app's answer: the thread it then gets cannot stall the loop
+            self.log.exception("the app's may_block failed")
+            return True
 
     def _hand_back(self, conn: Connection, done: Future[Answer]) -> None:
         """In the pool's thread: queue the answer for the loop and wake it."""
