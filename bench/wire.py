@@ -179,6 +179,7 @@ def hami_peer(workdir: Path, pki: LocalFiles, body: bytes) -> Iterator[Peer | No
         print(f"over the wire: HAMi's webhook left out: {exc}")
         yield None
         return
+    print(f"over the wire: HAMi's webhook built from {reference.source}")
     config = workdir / "hami-device-config.yaml"
     config.write_text(reference.render())
     context = client_context(pki.ca_cert)
