@@ -158,7 +158,6 @@ class WebhookWorker(base.Worker):
         self.finished: deque[tuple[Connection, Future[Answer]]] = deque()  # from the pool, for the loop
         self.watched: dict[Connection, Callable[[Connection], None]] = {}
         self.connections = 0  # open, watched or not
-        self.in_pool = 0
         self.listening = False
         self.accept_after = 0.0
         self.next_beat = 0.0
@@ -350,7 +349,6 @@ class WebhookWorker(base.Worker):
             environ = self._environ(conn, request)
             if self._may_block(environ):
                 self._unwatch(conn)
-                self.in_pool += 1
                 future = self.pool.submit(self._call, environ, request)
                 future.add_done_callback(lambda done: self._hand_back(conn, done))
                 return
@@ -383,7 +381,6 @@ class WebhookWorker(base.Worker):
             pass
         while self.finished:
             conn, done = self.finished.popleft()
-            self.in_pool -= 1
             try:
                 answer = done.result()
             except BaseException:  # cancelled at shutdown
