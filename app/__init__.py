@@ -21,9 +21,7 @@ def create_app(settings: Settings | None = None, quota: QuotaPort | None = None)
     """The WSGI app. Without arguments (gunicorn's entry, run in each worker after the fork) the settings
     come from the environment and quota from HAMI_QUOTA_ENABLED, with a feed per worker process; with
     settings given, quota defaults to off."""
-    from flask import Flask
-
-    from app.http import Webhook, install
+    from app.http import Webhook, WebhookApp, install
     from app.quota import QuotaOff
     from app.settings import Settings
 
@@ -31,7 +29,7 @@ def create_app(settings: Settings | None = None, quota: QuotaPort | None = None)
         settings = Settings.from_env()
         if quota is None:
             quota = _open_quota(settings)
-    app = Flask(__name__)
+    app = WebhookApp(__name__)
     install(app, Webhook(settings, quota or QuotaOff()))
     return app
 

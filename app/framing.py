@@ -1,204 +1,201 @@
-"""HTTP/1.1 framing for app.worker: where a buffered request ends, and the body the app is handed.
+"""HTTP/1.1 requests for app.worker: the bytes a connection delivers in, whole requests (or a refusal) out.
 
-The worker reads a connection without a thread into a ``RequestBuffer`` until ``RequestScan`` says
-the request at its start is complete (or cannot be framed: then at once, so gunicorn's parser names
-the error). Only then does gunicorn's parser, in a thread, parse it from memory; ``for_app`` gives
-the app its body and ``refusal`` turns what gunicorn raised into a status and a message.
+Each byte is scanned once, as it arrives, by llhttp (Node's parser, through httptools, the binding uvicorn uses):
+it frames the request (Content-Length or chunked, de-chunking as it goes) and parses its line and headers in the
+same pass, so the worker learns that a request is complete and what it says at once. What llhttp leaves to its
+caller is here: gunicorn's bounds (``limit_request_line``, ``limit_request_fields``, ``limit_request_field_size``,
+the same settings), the body limit, and the transfer codings served (chunked alone).
 
-The contract with app/http.py, which reads the body through Flask with ``MAX_CONTENT_LENGTH`` set to
-``MAX_BODY`` (the worker passes that same number here as ``max_body``):
-
-- the app never sees ``Transfer-Encoding``: every body arrives whole, de-chunked, with a
-  ``Content-Length`` that is its exact size;
-- a body over ``max_body`` is not read. The app gets an empty body with a ``Content-Length`` over the
-  limit (the one the client sent; for a chunked body, the bytes decoded when it crossed the limit),
-  so Flask refuses it with 413 from that header alone, before reading, and app/http.py answers its
-  AdmissionReview-shaped 413. The request is marked to close: the rest of the body is still on its
-  way, and the worker reads and drops it after the answer so the client can read the 413.
+A request the worker must refuse raises ``Refusal`` with the status and the message the client gets: 400 for what
+llhttp rejects (its own message), 413 for a body over ``max_body`` (as soon as that is known: from the
+Content-Length at the end of the headers, or once a chunked body crosses the limit; the body is not read),
+414 and 431 for gunicorn's bounds, 501 for a transfer coding not served. The app never sees a refused request,
+a Transfer-Encoding or a body of unknown length: every body it gets is whole.
 
 Pure bytes in, decisions out: no sockets, no clock (tests/app/test_framing.py feeds it bytes).
 """
 
 from __future__ import annotations
 
-import io
-import re
-import ssl
+from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
+import httptools
 import orjson
-from gunicorn.http import errors
-from gunicorn.http.body import Body
 
 MAX_BODY = 7 * 1024 * 1024
-"""The body limit, in app.worker's framing (``max_body``) and app/http.py (Flask's MAX_CONTENT_LENGTH).
+"""The body limit, in app.worker's framing (``Limits.body``) and app/http.py (Flask's MAX_CONTENT_LENGTH, for a
+server other than app.worker, such as Flask's test client)."""
 
-Under gunicorn the body arrives whole with an exact Content-Length, never chunked; one over this limit
-arrives empty and unread with a Content-Length over it, so ``get_data`` raises RequestEntityTooLarge
-from the header alone (``_too_large``). Reading the body without that check would see it as empty.
-"""
+MAX_FIELD = 8190
+"""gunicorn's ceiling for ``limit_request_line`` and ``limit_request_field_size`` (their 0 means this)."""
+MAX_FIELDS = 32768
+"""gunicorn's ceiling for ``limit_request_fields``."""
 
-MAX_CHUNK_LINE = 8192
-"""Longest chunk-size line (with extensions) waited for; a longer one goes to the parser to be refused."""
-READ_AHEAD = 65536
-"""How far past the largest acceptable request the worker may read before it stops and hands over."""
-
-_HEX_SIZE = re.compile(rb"[0-9a-fA-F]+")
-
-# gunicorn 27's status for each request its parser refuses (gunicorn.workers.base.Worker.handle_error),
-# most specific first; the message is the exception's own. tests/app/test_worker.py checks every class
-# in gunicorn.http.errors against gunicorn's handle_error, so a gunicorn that changes one fails there.
-_REFUSALS: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], int], ...] = (
-    (errors.LimitRequestLine, 414),
-    (errors.LimitRequestHeaders, 431),
-    (errors.UnsupportedTransferCoding, 501),
-    (errors.ExpectationFailed, 417),
-    (errors.ForbiddenProxyRequest, 403),
-    (ssl.SSLError, 403),
-    (errors.ConfigurationProblem, 500),
-    (
-        (
-            errors.InvalidRequestLine,
-            errors.InvalidRequestMethod,
-            errors.InvalidHTTPVersion,
-            errors.InvalidHeader,
-            errors.InvalidHeaderName,
-            errors.InvalidProxyLine,
-            errors.InvalidSchemeHeaders,
-            errors.ObsoleteFolding,
-            errors.InvalidH2CPreface,
-            errors.InvalidChunkSize,
-            errors.ChunkMissingTerminator,
-            errors.InvalidChunkExtension,
-        ),
-        400,
-    ),
-)
+# llhttp's reasons the client reads better in gunicorn's words (the rest are clear as they are).
+_REASONS = {"Invalid character in chunk size": "Invalid chunk size"}
 
 
-def head_limit(cfg: Any) -> int:
-    """The most bytes gunicorn's limits let a request line and its header fields take."""
-    return int(cfg.limit_request_line + cfg.limit_request_fields * cfg.limit_request_field_size)
+class Refusal(Exception):
+    """A request the worker answers itself with ``status`` and ``message``, then closes the connection."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
-def refusal(exc: BaseException) -> tuple[int, str] | None:
-    """The status and message for a request gunicorn refused; None when ``exc`` is a fault on our side (a 500)."""
-    if isinstance(exc, (errors.InvalidResponseHeader, errors.InvalidResponseHeaderName)):
-        return None  # a header the app tried to send: not the request's fault
-    for kinds, status in _REFUSALS:
-        if isinstance(exc, kinds):
-            return status, str(exc)
-    return None
+def too_large(limit: int) -> Refusal:
+    return Refusal(413, f"request entity is too large; limit is {limit} bytes")
 
 
-class RequestScan:
-    """Where the request at the start of a buffer ends, worked out incrementally as bytes arrive.
+@dataclass(frozen=True)
+class Limits:
+    """How large a request may be: gunicorn's settings for the head, ``body`` for the body."""
 
-    It only decides when to hand the request over; gunicorn's parser still parses it. Anything it
-    does not understand is handed over at once so the parser can name the error.
+    line: int = MAX_FIELD
+    fields: int = 100
+    field_size: int = MAX_FIELD
+    body: int = MAX_BODY
+
+    @classmethod
+    def of(cls, cfg: Any, body: int = MAX_BODY) -> Limits:
+        """gunicorn's settings (``cfg``: its Config), read as gunicorn reads them (0: its ceiling)."""
+        return cls(
+            line=min(cfg.limit_request_line or MAX_FIELD, MAX_FIELD),
+            fields=min(cfg.limit_request_fields, MAX_FIELDS),
+            field_size=min(cfg.limit_request_field_size or MAX_FIELD, MAX_FIELD),
+            body=body,
+        )
+
+    @property
+    def head(self) -> int:
+        """The most bytes a request line and its header fields may take."""
+        return self.line + self.fields * (self.field_size + 2)
+
+
+@dataclass(slots=True)
+class Request:
+    """One whole request: what the WSGI environ is built from."""
+
+    method: str
+    target: bytes
+    version: str  # "1.1" or "1.0"
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+    keep_alive: bool
+
+
+class RequestReader:
+    """One connection's requests, parsed as its bytes arrive; whole ones wait in ``ready``, in order.
+
+    ``started`` is true while part of a request is in (the worker's request timeout runs from then). After a
+    ``Refusal`` or an upgrade request (``upgraded``) the connection carries nothing more the reader can parse.
     """
 
-    def __init__(self, max_head: int, max_body: int) -> None:
-        self.max_head = max_head
-        self.max_body = max_body
-        self.body_at = -1  # offset of the body, once the headers are complete
-        self.length = 0  # Content-Length, or -1 for chunked
-        self.next_chunk = 0  # offset of the next chunk-size line
-        self.decoded = 0  # chunked body bytes seen so far
-        self.too_large: int | None = None  # body size known to be over max_body
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.parser = httptools.HttpRequestParser(self)
+        self.ready: deque[Request] = deque()
+        self.started = False
+        self.upgraded = False
+        self._head = 0  # bytes fed while a request's head is incomplete
+        self._begun = 0  # requests begun so far
+        self._begin()
 
-    def ready(self, buf: bytearray) -> bool:
-        if self.body_at < 0 and not self._head(buf):
-            return len(buf) > self.max_head
-        if self.length >= 0:
-            return self.too_large is not None or len(buf) >= self.body_at + self.length
-        return self._chunks(buf)
+    def _begin(self) -> None:
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._body: list[bytes] = []
+        self._size = 0
+        self._in_body = False
+        self._length = -1
+        self._codings = b""
 
-    def _head(self, buf: bytearray) -> bool:
-        end = buf.find(b"\r\n\r\n", 0, self.max_head + 4)
-        if end < 0:
-            return False
-        self.body_at = self.next_chunk = end + 4
-        fields = [line.split(b":", 1) for line in bytes(buf[:end]).split(b"\r\n")[1:]]
-        values: dict[bytes, list[bytes]] = {name.strip().lower(): [] for name, *_ in fields}
-        for name, *value in fields:
-            values[name.strip().lower()].append(value[0].strip().lower() if value else b"")
-        lengths, codings = values.get(b"content-length", []), values.get(b"transfer-encoding", [])
-        if codings:
-            # chunked alone is what we frame; anything else goes to the parser now, to be refused
-            self.length = -1 if codings == [b"chunked"] and not lengths else 0
-            self.body_at = 0 if self.length == 0 else self.body_at
-        elif lengths:
-            if len(lengths) == 1 and lengths[0].isdigit():
-                self.length = int(lengths[0])
-                self.too_large = self.length if self.length > self.max_body else None
-            else:
-                self.body_at = 0  # the parser refuses it from the headers alone
-        return True
+    def feed(self, data: bytes) -> None:
+        """Parse ``data``; raises Refusal when the request cannot be served."""
+        begun = self._begun
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, Refusal):
+                raise exc.__context__ from None
+            raise
+        except httptools.HttpParserUpgrade:  # the request is in `ready`; what follows it is another protocol
+            self.upgraded = True
+            if self.ready:
+                self.ready[-1].keep_alive = False
+        except httptools.HttpParserError as exc:
+            reason = str(exc)
+            if reason == "Chunk size overflow":  # a size past 2**64: too large however it is counted
+                raise too_large(self.limits.body) from None
+            raise Refusal(400, _REASONS.get(reason, reason)) from None
+        if self.started and not self._in_body and begun == self._begun:  # a head still coming since the last read
+            self._head += len(data)  # (a head that began in this read is bounded by the read's size)
+            if self._head > self.limits.head:
+                raise Refusal(431, f"request line and headers longer than {self.limits.head} bytes")
 
-    def _chunks(self, buf: bytearray) -> bool:
-        while True:
-            eol = buf.find(b"\r\n", self.next_chunk, self.next_chunk + MAX_CHUNK_LINE)
-            if eol < 0:
-                return len(buf) - self.next_chunk > MAX_CHUNK_LINE
-            size = bytes(buf[self.next_chunk : eol]).split(b";", 1)[0].strip()
-            if not _HEX_SIZE.fullmatch(size):
-                return True
-            length = int(size, 16)
-            if length == 0:  # last chunk, then trailers up to an empty line
-                return buf.startswith(b"\r\n", eol + 2) or buf.find(b"\r\n\r\n", eol) >= 0
-            if self.decoded + length > self.max_body:  # known from the size line: the data is not waited for
-                self.too_large = self.decoded + length
-                return True
-            end = eol + 2 + length + 2
-            if len(buf) < end:
-                return False
-            self.decoded += length  # counted once the chunk is whole: a chunk spanning reads is seen many times
-            self.next_chunk = end
+    # -- llhttp's callbacks -------------------------------------------------------------------------
 
+    def on_message_begin(self) -> None:
+        self.started = True
+        self._begun += 1
+        self._head = 0
+        self._begin()
 
-class RequestBuffer:
-    """One connection's bytes from the socket to gunicorn's parser, a whole request at a time."""
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        if len(self._url) > self.limits.line:
+            raise Refusal(414, f"request target longer than {self.limits.line} bytes")
 
-    def __init__(self, max_head: int, max_body: int) -> None:
-        self.max_head, self.max_body = max_head, max_body
-        self.buf = bytearray()
-        self.scan = RequestScan(max_head, max_body)
-        self.too_large: int | None = None  # of the request handed over last
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._in_body:
+            return  # a chunked body's trailer: nothing the app reads
+        if len(self._headers) >= self.limits.fields:
+            raise Refusal(431, f"more than {self.limits.fields} header fields")
+        if len(name) + len(value) + 2 > self.limits.field_size:
+            raise Refusal(431, f"header field {name[:64]!r} longer than {self.limits.field_size} bytes")
+        self._headers.append((name, value))
+        lowered = name.lower()
+        if lowered == b"content-length":
+            self._length = int(value)  # llhttp has checked it: digits, and only one
+        elif lowered == b"transfer-encoding":
+            self._codings += b"," + value if self._codings else value
 
-    def add(self, data: bytes) -> None:
-        self.buf += data
+    def on_headers_complete(self) -> None:
+        self._in_body = True
+        if self._codings:
+            codings = [c.strip().lower() for c in self._codings.split(b",")]
+            if codings[-1] != b"chunked":  # the body's length could only be read from the connection's end
+                raise Refusal(400, "invalid Transfer-Encoding: a request's must end with chunked")
+            if len(codings) > 1:
+                served = ", ".join(c.decode("latin-1") for c in codings[:-1])
+                raise Refusal(501, f"unsupported transfer coding: {served} (only chunked is served)")
+        if self._length > self.limits.body:
+            raise too_large(self.limits.body)
 
-    def full(self) -> bool:
-        """Enough is buffered to decide: reading further would only hold more of a request to be refused."""
-        return len(self.buf) > self.max_head + self.max_body + READ_AHEAD
+    def on_body(self, data: bytes) -> None:
+        self._size += len(data)
+        if self._size > self.limits.body:
+            raise too_large(self.limits.body)
+        self._body.append(data)
 
-    def complete(self) -> bool:
-        """The request at the start is all in (or cannot be framed): time to hand it over."""
-        return bool(self.buf) and self.scan.ready(self.buf)
-
-    def hand_over(self, unreader: Any) -> None:
-        """Give the buffered bytes to gunicorn's parser (its unreader) and start afresh for the next request."""
-        unreader.unread(bytes(self.buf))
-        self.too_large = self.scan.too_large
-        self.buf = bytearray()
-        self.scan = RequestScan(self.max_head, self.max_body)
-
-    def take_back(self, unreader: Any) -> None:
-        """After the answer: what the parser read past the request (a pipelined next one) is ours again."""
-        self.buf = bytearray(unreader.take_buffered())
-
-    def for_app(self, req: Any) -> None:
-        """Give the app the body as bytes of known length (de-chunked); a body over the limit is not read."""
-        if self.too_large is not None:
-            body, length = b"", self.too_large
-            req.must_close = True  # the rest of the body is still coming: answer, then drain and close
-        else:
-            body = req.body.read()
-            length = len(body)
-        req.body = Body(io.BytesIO(body))
-        req.headers = [(n, v) for n, v in req.headers if n not in ("CONTENT-LENGTH", "TRANSFER-ENCODING")]
-        req.headers.append(("CONTENT-LENGTH", str(length)))
+    def on_message_complete(self) -> None:
+        parser = self.parser
+        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        self.ready.append(
+            Request(
+                parser.get_method().decode("latin-1"),
+                self._url,
+                parser.get_http_version(),
+                self._headers,
+                body,
+                parser.should_keep_alive(),
+            )
+        )
+        self.started = False
+        self._begin()
 
 
 def error_body(status: int, message: str) -> bytes:

@@ -28,6 +28,8 @@ from app.untrusted import UntrustedError, json_document
 
 log = logging.getLogger("hami_webhook.review")
 blueprint = Blueprint("webhook", __name__)
+DOCUMENT = "hami_webhook.document"
+"""The environ key under which ``WebhookApp.may_block`` leaves the review it parsed, for the view to use."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,28 @@ class NoSessions(SessionInterface):
 
     def open_session(self, app: Flask, request: Any) -> NullSession:
         return self.session
+
+
+class WebhookApp(Flask):
+    """The webhook's Flask app, which also tells app.worker which requests may block."""
+
+    def may_block(self, environ: dict[str, Any]) -> bool:
+        """Whether serving this request may wait on the quota ledger (a Lease on the API server): a review of a
+        Pod in a namespace with a device quota (or while the quota feed cannot tell). app.worker serves those in
+        a thread and every other request on its loop. The review is parsed here once: the view reads it back."""
+        if environ.get("REQUEST_METHOD") != "POST" or environ.get("PATH_INFO") != "/webhook":
+            return False
+        hook: Webhook = self.extensions["hami_webhook"]
+        stream = environ["wsgi.input"]
+        body = stream.read()
+        stream.seek(0)
+        try:
+            document = json_document(body)
+        except UntrustedError:
+            return False  # the view refuses it, without quota
+        environ[DOCUMENT] = document
+        review = document.get("request") if isinstance(document, dict) else None
+        return hook.quota.governs(request_namespace(review if isinstance(review, dict) else {}))
 
 
 def install(app: Flask, webhook: Webhook) -> None:
@@ -104,16 +128,18 @@ def webhook() -> Response:
 
 def _webhook(started: float) -> Response:
     hook: Webhook = current_app.extensions["hami_webhook"]
-    try:
-        body = request.get_data(cache=False)
-    except RequestEntityTooLarge:
-        return _error(413, f"request entity is too large; limit is {MAX_BODY} bytes")
-    if not body:
-        return _error(400, "request body is empty")
-    try:
-        document = json_document(body)
-    except UntrustedError as exc:
-        return _error(400, f"request body is {exc}")
+    document = request.environ.get(DOCUMENT)
+    if document is None:
+        try:
+            body = request.get_data(cache=False)
+        except RequestEntityTooLarge:
+            return _error(413, f"request entity is too large; limit is {MAX_BODY} bytes")
+        if not body:
+            return _error(400, "request body is empty")
+        try:
+            document = json_document(body)
+        except UntrustedError as exc:
+            return _error(400, f"request body is {exc}")
     try:
         uid = read_uid(document)
     except UnreadableReview as exc:

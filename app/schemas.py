@@ -43,7 +43,7 @@ def _bool() -> fields.Boolean:
     return fields.Boolean(allow_none=True, truthy={True}, falsy={False})
 
 
-class Quantity(fields.Field):
+class QuantityField(fields.Field):
     """A Kubernetes quantity: a string like ``16Gi`` or ``500m``, or a bare number."""
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
@@ -55,7 +55,7 @@ class Quantity(fields.Field):
 
 
 def _resource_list() -> fields.Dict:
-    return fields.Dict(keys=fields.String(), values=Quantity(), allow_none=True)
+    return fields.Dict(keys=fields.String(), values=QuantityField(), allow_none=True)
 
 
 class EnvVarSchema(_Open):

@@ -1,8 +1,8 @@
 """gunicorn settings for the webhook, derived from Settings.
 
-gthread-based workers (app.worker), because the API server keeps HTTPS connections alive and a sync
-worker would close each one, paying a TLS handshake per review (about 6x the CPU); app.worker also
-does TLS itself (one cached, hot-reloaded SSLContext) and reads requests without holding a thread.
+Our own worker (app.worker, on gunicorn's base worker): the API server keeps HTTPS connections alive, and a sync
+worker would close each one, paying a TLS handshake per review (about 6x the CPU); app.worker keeps them, does
+TLS itself (one cached, hot-reloaded SSLContext) and reads requests without holding a thread.
 The top-level gunicorn.conf.py re-exports this module; ``hami-webhook serve`` loads it directly.
 """
 
@@ -27,7 +27,6 @@ __all__ = [
     "keepalive",
     "keyfile",
     "logconfig_dict",
-    "logger_class",
     "loglevel",
     "on_exit",
     "on_starting",
@@ -53,7 +52,6 @@ bind = [settings.bind]
 certfile = settings.tls_cert
 keyfile = settings.tls_key
 worker_class = "app.worker.WebhookWorker"
-logger_class = "app.worker.Logger"
 workers = settings.workers
 threads = settings.threads
 timeout = settings.timeout

@@ -1,75 +1,75 @@
-"""gunicorn gthread worker that reads whole requests in its event loop, so slow clients never hold a thread.
+"""The gunicorn worker: one event loop per process that does TLS, reads whole requests and answers them.
 
-This module is the event loop only; app.framing decides when a buffered request is complete, what
-body the app is handed, and which status a refused request gets.
+Built on gunicorn's documented extension point for workers, ``gunicorn.workers.base.Worker`` (its
+``worker_class`` setting): gunicorn forks the process, loads the app (``load_wsgi``), installs the signal
+handlers and calls ``run``; this module is the rest. What it uses of ``base.Worker`` is listed, and checked
+against the installed gunicorn, in tests/app/test_worker.py; nothing of gthread's.
 
-Bound to gunicorn 27 (``GUNICORN_TESTED``, verified with 27.0.0 and 27.0.1; tests/app/test_worker.py
-fails on any other version and when a private name below is gone or changes shape). Under 26.x a bad
-chunk is an OSError to gthread, closed unanswered. What it compensates for in gunicorn 27's gthread:
-
-- A connection takes a thread from accept (waiting up to 5 s for a first byte), and the thread then
-  blocks, with no time limit, on the TLS handshake, the headers and the body: a few stalled clients
-  take every thread. Here the event loop does the handshake and buffers the request (non-blocking),
-  and a thread gets the connection only when the whole request is in memory; threads only ever run
-  the app. Bounds: a handshake must finish within HAMI_WEBHOOK_HANDSHAKE_TIMEOUT of accept, a
-  request within HAMI_WEBHOOK_REQUEST_TIMEOUT of its first byte (else 408).
-- Every TLS connection builds a new SSLContext from the files; here one context per worker, reloaded
-  when the mounted pair changes (app.tls).
-- A chunked body streams into the app without a length, so Flask cannot refuse it as too large before
-  reading it: here it is de-chunked first (the contract with app/http.py is in app.framing).
-- A refused body is left unread and the socket closed, and the kernel's reset can destroy the 413
-  before the client reads it: here the worker half-closes and reads and drops the rest.
-- Parse errors are answered with an HTML page: here with the app's JSON error (a Kubernetes Status)
-  carrying gunicorn's status for the exception and its message.
-- The worker that wakes first accepts a whole burst of connections: here accepts are paced (``accept``).
-- An answer leaves in two writes, after the app's ``close()``, and the loop beats its heartbeat (a syscall)
-  at every turn: here the answer leaves in one write as soon as it is whole, what the app does on
-  ``close()`` follows it, and the heartbeat is at most once a second.
-- On SIGTERM, gthread stops accepting at once: here /readyz turns unready at once, and for STOP_LINGER
-  seconds the worker still accepts and answers requests, each with "Connection: close", then closes
-  idle kept-alive connections (half-close, read until the client closes) and the listener, and
-  finishes what is in flight.
-
-gunicorn internals it relies on (all checked by tests/app/test_worker.py): ThreadWorker's ``run`` is
-replaced, using ``poller``, ``method_queue`` (``fileno``, ``run_callbacks``, ``close``), ``tpool``,
-``nr_conns``, ``worker_connections``, ``set_accept_enabled``, ``wait_for_and_dispatch_events``,
-``is_parent_alive`` and ``enqueue_req`` (which runs ``handle`` in a thread and brings ``finish_request``
-back to the loop through ``method_queue``); ``accept``, ``finish_request``, ``handle_request`` and
-``handle_error`` are overridden with gthread's signatures; ``load_wsgi`` is extended (the app wrapped in
-``AnswerFirst``, which finds the connection's socket in ``environ["gunicorn.socket"]``); ``handle`` calls
-``TConn.init`` and then parses with ``conn.parser``; the parser's unreader has ``unread`` and ``take_buffered``.
+- **Slow clients never hold a thread.** The loop accepts, does the TLS handshake and reads each request
+  without blocking (app.framing parses it as its bytes arrive); the app runs only once the whole request is
+  in memory. Bounds: a handshake must finish within HAMI_WEBHOOK_HANDSHAKE_TIMEOUT of accept, a request
+  within HAMI_WEBHOOK_REQUEST_TIMEOUT of its first byte (else 408), an idle kept-alive connection is closed
+  after gunicorn's ``keepalive``.
+- **The app runs on the loop, unless it may block.** An app may say which requests could wait on something
+  slow (``may_block(environ)``: for the webhook, a review in a namespace with a device quota, whose ledger
+  is a Lease on the API server); those run in a pool of gunicorn's ``threads`` threads, the loop going on
+  meanwhile. Every other request is answered on the loop itself: a thread would only add its wake-up and
+  the hand-over of the interpreter lock between two threads on two cores (docs/performance.md measures it).
+- **One TLS context per worker**, reloaded when the mounted pair changes (app.tls).
+- **Refusals are the app's JSON Status**: a request app.framing refuses (400, 413, 414, 431, 501), a
+  stalled one (408) and a fault in the app (500) get a Kubernetes Status and ``Connection: close``; the
+  worker then half-closes and reads and drops what the client still sends, so the kernel's reset cannot
+  destroy the answer before the client reads it (an 8 MiB body refused unread).
+- **The answer leaves first**: in one write, as soon as it is whole; what the app defers to ``close()``
+  (app/http.py: the review's log line and metrics) runs after it.
+- **Accepts are paced** (``accept``), and the heartbeat to the arbiter is at most once a second.
+- **On SIGTERM**, /readyz turns unready at once (app.lifecycle), and for STOP_LINGER seconds the worker
+  still accepts and answers requests, each with "Connection: close"; then it closes idle kept-alive
+  connections (half-close, read until the client closes) and the listener, and finishes what is in flight.
 """
 
 from __future__ import annotations
 
 import gc
 import http
+import io
 import logging
+import os
 import selectors
 import socket
 import ssl
+import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from email.utils import formatdate
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
-from gunicorn import glogging
-from gunicorn import http as gunicorn_http
-from gunicorn.workers import gthread
+import httptools
+from gunicorn.workers import base
 
 from app import lifecycle, metrics
-from app.framing import MAX_BODY, RequestBuffer, error_body, head_limit, refusal
+from app.framing import Limits, Refusal, Request, RequestReader, error_body
 from app.settings import Settings
 from app.tls import ServingCertificate
 
-GUNICORN_TESTED = ((27, 0), (28, 0))
-"""The gunicorn versions this worker is tested with: from the first (inclusive) to the second (exclusive)."""
 ACCEPT_PAUSE = 0.005  # seconds a worker waits before its next accept, per connection it already holds
 ACCEPT_PAUSE_MAX = 0.05
 FIRST_REQUEST_WAIT = 1.0  # seconds a connection accepted just before the listener closed has to send its request
 STOP_LINGER = 5.0  # seconds a stopping worker still answers (with Connection: close) before closing idle connections
 HEARTBEAT = 1.0  # seconds at most between the worker's heartbeats to the arbiter (a file's utime)
-DRAIN_BYTES = 2 * MAX_BODY  # what a refused or closed connection may still send us before we stop reading it
+DRAIN_BYTES = 16 * 1024 * 1024  # what a refused or closed connection may still send us before we stop reading it
+READ_SIZE = 262144
+# Headers the worker writes itself (framing, connection), whatever the app says.
+_OWN_HEADERS = frozenset(("content-length", "connection", "keep-alive", "transfer-encoding", "date", "upgrade"))
+_NO_BODY = frozenset((204, 304))
 tls_log = logging.getLogger("hami_webhook.tls")
+log = logging.getLogger("hami_webhook.worker")
+
+MayBlock = Callable[[dict[str, Any]], bool]
+Closer = Callable[[], None]
 
 
 def certificate_loaded(not_after: float) -> None:
@@ -92,114 +92,97 @@ def error_response(status: int, message: str) -> bytes:
     return f"{head}Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body
 
 
-class Gathered:
-    """A connection's socket as gunicorn's answer writer sees it: what it sends is kept until ``flush``.
-
-    (Not TCP_CORK: uncorking transmits inside ``setsockopt``, which holds the GIL; ``sendall`` releases it.)"""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.parts: list[bytes] = []
-
-    def sendall(self, data: bytes) -> None:
-        self.parts.append(bytes(data))
-
-    def flush(self) -> None:
-        if self.parts:
-            data, self.parts = b"".join(self.parts), []
-            self.sock.sendall(data)
-
-    def __getattr__(self, name: str) -> Any:  # anything else (close, shutdown, fileno) is the socket's
-        return getattr(self.sock, name)
-
-
-class AnswerFirst:
-    """The app as the worker calls it: its answer leaves as soon as it is whole, before the app's ``close()``.
-
-    What an app defers to ``close()`` (app/http.py: the record of a review, its log line and metrics) then runs
-    after the client has its answer, off the latency of every Pod create. An answer cut short is never sent
-    from here (``Answer.whole`` stays false): gthread answers the error itself."""
-
-    def __init__(self, app: Callable[..., Any]) -> None:
-        self.app = app
-
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Answer:
-        return Answer(self.app(environ, start_response), environ["gunicorn.socket"])
-
-
 class Answer:
-    """An app's answer as gunicorn iterates it; ``close()`` sends what was gathered, then closes the app's."""
+    """What a request's app call produced: the bytes to send, what to run once they have left, and whether
+    the connection stays open for the next request."""
 
-    def __init__(self, body: Iterable[bytes], sock: Any) -> None:
-        self.body = body
+    __slots__ = ("data", "environ", "keep", "request", "then")
+
+    def __init__(self, data: bytes, keep: bool, request: Request, environ: dict[str, Any]) -> None:
+        self.data, self.keep, self.request, self.environ = data, keep, request, environ
+        self.then: Closer | None = None
+
+
+class Connection:
+    """A client connection: its socket, the requests parsed from it, and the time by which its current step
+    (handshake, request, write, drain) must finish."""
+
+    __slots__ = (
+        "client",
+        "deadline",
+        "drained",
+        "events",
+        "keep",
+        "out",
+        "reader",
+        "served",
+        "server",
+        "sock",
+        "then",
+    )
+
+    def __init__(self, sock: Any, client: Any, server: Any, deadline: float, limits: Limits) -> None:
         self.sock = sock
-        self.whole = False
-
-    def __iter__(self) -> Iterator[bytes]:
-        yield from self.body
-        self.whole = True
-
-    def close(self) -> None:
-        try:
-            if self.whole and isinstance(self.sock, Gathered):
-                self.sock.flush()
-        finally:
-            close = getattr(self.body, "close", None)
-            if close is not None:
-                close()
-
-
-class Logger(glogging.Logger):
-    """gunicorn's logger, minus the access line nobody prints: with a ``logconfig_dict`` gunicorn assumes an
-    access log and formats each request's atoms (~10 µs), which app.logs' config then drops (no handler)."""
-
-    def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
-        if self.access_log.isEnabledFor(logging.INFO):
-            super().access(resp, req, environ, request_time)
-
-
-class Connection(gthread.TConn):
-    """A client connection with the bytes read so far and the time by which the current step must finish."""
-
-    def __init__(self, cfg: Any, sock: socket.socket, client: Any, server: Any, deadline: float) -> None:
-        super().__init__(cfg, sock, client, server)
+        self.client = client
+        self.server = server
         self.deadline = deadline
-        self.request = RequestBuffer(head_limit(cfg), MAX_BODY)
-        self.drained = 0
+        self.reader = RequestReader(limits)
         self.served = False  # a request has been answered on it
-
-    def init(self) -> None:
-        """Called by gthread's handle() in the thread: the socket is already wrapped and the bytes buffered."""
-        if self.parser is None:  # type: ignore[has-type]
-            self.parser = gunicorn_http.get_parser(self.cfg, self.sock, self.client)
-        self.initialized = True
-        # The request is in memory; this only bounds a read the scan did not foresee.
-        self.sock.settimeout(max(0.05, self.deadline - time.monotonic()))
+        self.drained = 0
+        self.out: memoryview | None = None  # an answer still being written
+        self.then: Closer | None = None  # the app's close(), once the answer has left
+        self.keep = False
+        self.events = 0  # what the poller watches it for
 
 
-class WebhookWorker(gthread.ThreadWorker):
-    """gthread with the connection handling above; the thread pool and the app call are gthread's own."""
+class WebhookWorker(base.Worker):
+    """gunicorn's base worker with the loop above; see the module's docstring."""
 
-    wsgi: Callable[..., Any]  # set by gunicorn's load_wsgi (untyped)
+    wsgi: Callable[..., Any]  # set by base.Worker.load_wsgi
+    alive: bool  # base.Worker's (gunicorn ships no type hints)
 
     def init_process(self) -> None:
         """The worker's state, built after the fork: importing this module reads no setting and no file."""
-        self.settings = Settings.from_env()
         self.certificate = ServingCertificate(
             self.cfg.certfile, self.cfg.keyfile, on_loaded=certificate_loaded, on_rejected=certificate_rejected
         )
+        self.prepare(Settings.from_env())
+        super().init_process()  # base.Worker: its pipe, the signals, load_wsgi, then run()
+
+    def prepare(self, settings: Settings) -> None:
+        """The loop's own state (the certificate apart): what ``run`` needs besides base.Worker's."""
+        self.settings = settings
+        self.limits = Limits.of(self.cfg)
+        self.poller = selectors.DefaultSelector()
+        self.pool = ThreadPoolExecutor(max_workers=max(1, self.cfg.threads), thread_name_prefix="request")
+        self.finished: deque[tuple[Connection, Future[Answer]]] = deque()  # from the pool, for the loop
         self.watched: dict[Connection, Callable[[Connection], None]] = {}
+        self.connections = 0  # open, watched or not
+        self.listening = False
         self.accept_after = 0.0
         self.next_beat = 0.0
-        super().init_process()
+        self.date = (0, "")
+        self.environ = self._base_environ()
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
-        self.wsgi = AnswerFirst(self.wsgi)
+        self.may_block: MayBlock | None = getattr(self.wsgi, "may_block", None)
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         lifecycle.stopping.set()
         super().handle_exit(sig, frame)
+
+    def _base_environ(self) -> dict[str, Any]:
+        return {
+            "SCRIPT_NAME": "",
+            "wsgi.version": (1, 0),
+            "wsgi.url_scheme": "https",
+            "wsgi.errors": sys.stderr,
+            "wsgi.multithread": True,
+            "wsgi.multiprocess": self.cfg.workers > 1,
+            "wsgi.run_once": False,
+            "wsgi.input_terminated": True,
+        }
 
     # -- the event loop ---------------------------------------------------------------------------
 
@@ -207,59 +190,78 @@ class WebhookWorker(gthread.ThreadWorker):
         # Everything loaded so far (the app, its modules, the device config) lives as long as the worker: out of
         # the collector's way, a full collection scans only what requests made (~0.5 ms instead of ~30 ms).
         gc.freeze()
-        self.poller.register(self.method_queue.fileno(), selectors.EVENT_READ, self.method_queue.run_callbacks)
-        self.set_accept_enabled(True)
+        # base.Worker's pipe: signals write to it (set_wakeup_fd), and so does the pool when a request is served.
+        self.poller.register(self.PIPE[0], selectors.EVENT_READ, self._woken)
+        for listener in self.sockets:
+            listener.setblocking(False)
         self.log.info("worker ready: app loaded, accepting connections")
-        while self.alive and self.is_parent_alive():
+        while self.alive and self._parent_alive():
             self._tick(accepting=True)
         linger = time.monotonic() + STOP_LINGER
-        while time.monotonic() < linger and self.is_parent_alive():
+        while time.monotonic() < linger and self._parent_alive():
             self._tick(accepting=True)
-        self.set_accept_enabled(False)
+        self._listen(False)
         for listener in self.sockets:
             self._accept_all(listener)  # already connected clients are served, not reset
             listener.close()
         for conn, step in list(self.watched.items()):
-            if step == self._read and not conn.request.buf:
+            if step == self._read and not conn.reader.started:
                 if conn.served:  # idle between requests: the client reads our half-close as "reconnect"
                     self._drain(conn)
                 else:  # just connected: its first request is on the way, answer it (Connection: close)
                     conn.deadline = min(conn.deadline, time.monotonic() + FIRST_REQUEST_WAIT)
         deadline = time.monotonic() + self.cfg.graceful_timeout - STOP_LINGER
-        while self.nr_conns > 0 and time.monotonic() < deadline and self.is_parent_alive():
+        while self.connections > 0 and time.monotonic() < deadline and self._parent_alive():
             self._tick(accepting=False)
         for conn in list(self.watched):
             self._close(conn)
-        self.tpool.shutdown(wait=False)
+        self.pool.shutdown(wait=False, cancel_futures=True)
         self.poller.close()
-        self.method_queue.close()
+
+    def _parent_alive(self) -> bool:
+        if self.ppid == os.getppid():
+            return True
+        self.log.info("Parent changed, shutting down: %s", self)
+        return False
 
     def _tick(self, accepting: bool) -> None:
-        # gthread beats at every turn of its loop, so a few times per request: each a syscall that gives the
-        # interpreter lock away to a thread serving a request and then waits to get it back. The arbiter only
-        # needs a beat within its timeout (this worker's ``timeout`` is half of it).
+        # A beat is a syscall: the arbiter only needs one within its timeout (this worker's ``timeout`` is half of it).
         now = time.monotonic()
         if now >= self.next_beat:
             self.notify()
             self.next_beat = now + min(HEARTBEAT, self.timeout / 2)
         pause = self.accept_after - now
-        self.set_accept_enabled(accepting and self.nr_conns < self.worker_connections and pause <= 0)
-        self.wait_for_and_dispatch_events(timeout=min(1.0, pause) if accepting and pause > 0 else 1.0)
+        self._listen(accepting and self.connections < self.cfg.worker_connections and pause <= 0)
+        self.wait(min(1.0, pause) if accepting and pause > 0 else 1.0)
         self.certificate.poll()
         now = time.monotonic()
         for conn in [c for c in self.watched if c.deadline <= now]:
-            if self.watched[conn] == self._read and conn.request.buf:
-                self._send_quietly(conn, error_response(408, "request not received in time"))
-                self._drain(conn)
+            if self.watched[conn] == self._read and conn.reader.started:
+                self._refuse(conn, Refusal(408, "request not received in time"))
             else:
                 self._close(conn)
 
+    def wait(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for the sockets and the pipe, and take each step that became possible."""
+        for key, _ in self.poller.select(timeout):
+            key.data(key.fileobj)
+
+    def _listen(self, enabled: bool) -> None:
+        if enabled != self.listening:
+            for listener in self.sockets:
+                if enabled:
+                    self.poller.register(listener, selectors.EVENT_READ, self.accept)
+                else:
+                    self.poller.unregister(listener)
+            self.listening = enabled
+
     def _watch(self, conn: Connection, step: Callable[[Connection], None], events: int = selectors.EVENT_READ) -> None:
-        if conn in self.watched:
-            self.poller.modify(conn.sock, events, lambda _: step(conn))
-        else:
+        if conn not in self.watched:
             self.poller.register(conn.sock, events, lambda _: step(conn))
+        elif self.watched[conn] != step or conn.events != events:  # else as it is: no syscall
+            self.poller.modify(conn.sock, events, lambda _: step(conn))
         self.watched[conn] = step
+        conn.events = events
 
     def _unwatch(self, conn: Connection) -> None:
         if self.watched.pop(conn, None) is not None:
@@ -267,14 +269,9 @@ class WebhookWorker(gthread.ThreadWorker):
 
     def _close(self, conn: Connection) -> None:
         self._unwatch(conn)
-        self.nr_conns -= 1
+        self._then(conn)
+        self.connections -= 1
         conn.sock.close()
-
-    def _send_quietly(self, conn: Connection, data: bytes) -> None:
-        try:
-            conn.sock.send(data)  # small: fits the socket buffer; if not, the client is gone anyway
-        except OSError:
-            pass
 
     def accept(self, listener: Any) -> None:
         """One connection, then a pause that grows with the connections held: the listener is shared, and
@@ -282,7 +279,7 @@ class WebhookWorker(gthread.ThreadWorker):
         together and keeps them), leaving one worker hot and the other idle. The pause lets the less
         loaded workers take the next ones; a lone worker only delays a new connection by the pause."""
         self._accept_all(listener, limit=1)
-        self.accept_after = time.monotonic() + min(ACCEPT_PAUSE * self.nr_conns, ACCEPT_PAUSE_MAX)
+        self.accept_after = time.monotonic() + min(ACCEPT_PAUSE * self.connections, ACCEPT_PAUSE_MAX)
 
     def _accept_all(self, listener: Any, limit: int = 1 << 30) -> None:
         for _ in range(limit):
@@ -290,14 +287,14 @@ class WebhookWorker(gthread.ThreadWorker):
                 sock, client = listener.accept()
             except OSError:  # EAGAIN: nothing waiting; ECONNABORTED: gone before we got to it
                 return
-            self.nr_conns += 1
+            self.connections += 1
             sock.setblocking(False)
             # Nagle's algorithm would hold a small write back until the client acknowledged the one before (a
-            # delayed ACK: up to 40 ms on Linux); answers already leave in one write (handle_request)
+            # delayed ACK: up to 40 ms on Linux); answers already leave in one write.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             tls = self.certificate.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
             deadline = time.monotonic() + self.settings.handshake_timeout
-            conn = Connection(self.cfg, tls, client, listener.getsockname(), deadline)
+            conn = Connection(tls, client, listener.getsockname(), deadline, self.limits)
             self._watch(conn, self._handshake)
 
     def _handshake(self, conn: Connection) -> None:
@@ -315,45 +312,138 @@ class WebhookWorker(gthread.ThreadWorker):
         self._read(conn)  # a TLS 1.3 client may have sent its request with the handshake
 
     def _read(self, conn: Connection) -> None:
-        had = len(conn.request.buf)
+        reader = conn.reader
+        had = reader.started
         try:
-            while not conn.request.full():
-                data = conn.sock.recv(262144)
+            while not reader.ready and not reader.upgraded:
+                data = conn.sock.recv(READ_SIZE)
                 if not data:
                     return self._close(conn)
-                conn.request.add(data)
+                reader.feed(data)
         except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
             pass
+        except Refusal as refused:
+            return self._refuse(conn, refused)
         except OSError:
             return self._close(conn)
-        if not had and conn.request.buf:
+        if reader.ready:
+            self._serve(conn)
+        elif reader.started and not had:
             conn.deadline = time.monotonic() + self.settings.request_timeout
-        if conn.request.complete():
-            self._dispatch(conn)
 
-    def _dispatch(self, conn: Connection) -> None:
-        """The request is in memory (or cannot be framed): give it to a thread."""
-        self._unwatch(conn)
-        conn.init()
-        conn.request.hand_over(conn.parser.unreader)
-        self.enqueue_req(conn)
-
-    def finish_request(self, conn: Connection, fs: Any) -> None:
-        """Back on the loop after a thread served the request: wait for the next one, or close."""
+    def _refuse(self, conn: Connection, refused: Refusal) -> None:
+        if refused.status != 408:
+            self.log.warning("Invalid request from ip=%s: %s", (conn.client or ("",))[0], refused.message)
         try:
-            keep = bool(fs.result())
-        except BaseException:  # cancelled at shutdown, or the thread failed: the connection is done
-            keep = False
-        if not keep:
-            return self._drain(conn)
+            conn.sock.send(error_response(refused.status, refused.message))  # small: fits the socket buffer
+        except OSError:
+            pass  # gone, or not reading: the drain below closes it
+        self._drain(conn)
+
+    # -- serving ------------------------------------------------------------------------------------
+
+    def _serve(self, conn: Connection) -> None:
+        """Answer the requests parsed from ``conn`` in order, on the loop or (one that may block) in the pool."""
+        while conn.reader.ready:
+            request = conn.reader.ready.popleft()
+            environ = self._environ(conn, request)
+            if self._may_block(environ):
+                self._unwatch(conn)
+                future = self.pool.submit(self._call, environ, request)
+                future.add_done_callback(lambda done: self._hand_back(conn, done))
+                return
+            if not self._send(conn, self._call(environ, request)):
+                return
+        self._await_request(conn)
+
+    def _may_block(self, environ: dict[str, Any]) -> bool:
+        if self.may_block is None:
+            return False
+        try:
+            return self.may_block(environ)
+        except Exception:  # a fault in the app's answer: the thread it then gets cannot stall the loop
+            self.log.exception("the app's may_block failed")
+            return True
+
+    def _hand_back(self, conn: Connection, done: Future[Answer]) -> None:
+        """In the pool's thread: queue the answer for the loop and wake it."""
+        self.finished.append((conn, done))
+        try:
+            os.write(self.PIPE[1], b".")
+        except BlockingIOError:  # full: the loop is already due to wake
+            pass
+
+    def _woken(self, fd: Any) -> None:
+        try:
+            while os.read(self.PIPE[0], 4096):
+                pass
+        except BlockingIOError:
+            pass
+        while self.finished:
+            conn, done = self.finished.popleft()
+            try:
+                answer = done.result()
+            except BaseException:  # cancelled at shutdown
+                self._close(conn)
+                continue
+            if self._send(conn, answer):
+                self._serve(conn)
+
+    def _send(self, conn: Connection, answer: Answer) -> bool:
+        """Write the answer (what does not fit waits for the socket); True when it left and the connection
+        goes on to its next request. gunicorn's ``post_request`` hook sees the request and its answer."""
+        conn.out, conn.then, conn.keep = memoryview(answer.data), answer.then, answer.keep
+        self.cfg.post_request(self, answer.request, answer.environ, answer)
+        self.nr += 1
+        if self.nr >= self.max_requests and self.alive:
+            self.log.info("Autorestarting worker after current request.")
+            self.alive = False
+        return self._write(conn)
+
+    def _write(self, conn: Connection) -> bool:
+        out = conn.out
+        try:
+            while out:
+                out = out[conn.sock.send(out) :]
+                conn.out = out
+        except (ssl.SSLWantWriteError, BlockingIOError):
+            conn.deadline = time.monotonic() + self.settings.request_timeout
+            self._watch(conn, self._written, selectors.EVENT_WRITE)
+            return False
+        except ssl.SSLWantReadError:
+            self._watch(conn, self._written)
+            return False
+        except OSError:
+            self._close(conn)
+            return False
+        conn.out = None
+        self._then(conn)
         conn.served = True
-        conn.sock.setblocking(False)
-        conn.request.take_back(conn.parser.unreader)  # a pipelined next request
-        conn.deadline = time.monotonic() + (self.settings.request_timeout if conn.request.buf else self.cfg.keepalive)
+        if not conn.keep:
+            self._drain(conn)
+            return False
+        return True
+
+    def _written(self, conn: Connection) -> None:
+        if self._write(conn):
+            self._serve(conn)
+
+    def _then(self, conn: Connection) -> None:
+        """The app's close(), after its answer has left (or the connection is gone)."""
+        then, conn.then = conn.then, None
+        if then is not None:
+            try:
+                then()
+            except Exception:
+                self.log.exception("the app's close() failed")
+
+    def _await_request(self, conn: Connection) -> None:
+        started = conn.reader.started
+        conn.deadline = time.monotonic() + (self.settings.request_timeout if started else self.cfg.keepalive)
         self._watch(conn, self._read)
         # Bytes TLS already decrypted do not make the socket readable: read them now. Otherwise wait for the
         # poller rather than try a read that would find nothing (a syscall and an exception per request).
-        if conn.request.buf or (isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending()):
+        if isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending():
             self._read(conn)
 
     def _drain(self, conn: Connection) -> None:
@@ -363,7 +453,6 @@ class WebhookWorker(gthread.ThreadWorker):
         before the client reads it (a refused 8 MiB body, a pipelined request).
         """
         try:
-            conn.sock.setblocking(False)
             conn.sock.shutdown(socket.SHUT_WR)  # SSLSocket drops TLS here: what follows is read raw
         except OSError:
             return self._close(conn)
@@ -374,7 +463,7 @@ class WebhookWorker(gthread.ThreadWorker):
     def _discard(self, conn: Connection) -> None:
         try:
             while conn.drained <= DRAIN_BYTES:
-                data = conn.sock.recv(262144)
+                data = conn.sock.recv(READ_SIZE)
                 if not data:
                     break
                 conn.drained += len(data)
@@ -384,37 +473,103 @@ class WebhookWorker(gthread.ThreadWorker):
             pass
         self._close(conn)
 
-    # -- in a thread --------------------------------------------------------------------------------
+    # -- the app call (on the loop, or in the pool) ---------------------------------------------------
 
-    def handle_request(self, req: Any, conn: Connection) -> bool:
-        """The app gets the body as app.framing hands it over: whole, of known length, or refused unread.
+    def _environ(self, conn: Connection, request: Request) -> dict[str, Any]:
+        """PEP 3333's environ for ``request``: the body whole, its exact length, no Transfer-Encoding."""
+        target = request.target
+        if target[:1] == b"/":
+            path, _, query = target.partition(b"?")
+        else:  # absolute-form (a proxy's), or "*"
+            url = httptools.parse_url(target) if target != b"*" else None
+            path, query = (url.path or b"/", url.query or b"") if url else (b"*", b"")
+        environ = self.environ.copy()
+        environ["REQUEST_METHOD"] = request.method
+        environ["PATH_INFO"] = (unquote_to_bytes(path) if b"%" in path else path).decode("latin-1")
+        environ["QUERY_STRING"] = query.decode("latin-1")
+        environ["RAW_URI"] = target.decode("latin-1")
+        environ["SERVER_PROTOCOL"] = "HTTP/" + request.version
+        environ["SERVER_NAME"], environ["SERVER_PORT"] = _host_port(conn.server)
+        environ["REMOTE_ADDR"], environ["REMOTE_PORT"] = _host_port(conn.client)
+        environ["CONTENT_LENGTH"] = str(len(request.body))
+        environ["wsgi.input"] = io.BytesIO(request.body)
+        for raw, value in request.headers:
+            name = raw.decode("latin-1").upper()
+            if "_" in name:  # would read as a header with "-": dropped, as gunicorn does by default
+                continue
+            key = name.replace("-", "_")
+            if key == "CONTENT_TYPE":
+                environ[key] = value.decode("latin-1")
+            elif key not in ("CONTENT_LENGTH", "TRANSFER_ENCODING"):
+                key = "HTTP_" + key
+                text = value.decode("latin-1")
+                environ[key] = f"{environ[key]},{text}" if key in environ else text
+        return environ
 
-        gunicorn writes the answer's head and body apart: here they are gathered and sent in one write, so
-        one TLS record in one TCP segment reaches the API server (two: a wake-up more on each side, and for
-        any proxy between). The write happens once the answer is whole (``AnswerFirst``), else here; an answer
-        cut short by an error is not sent: gthread answers the error itself."""
-        conn.request.for_app(req)
-        gathered = Gathered(conn.sock)
-        conn.sock = gathered
+    def _call(self, environ: dict[str, Any], request: Request) -> Answer:
+        """Run the app and build its whole answer; a fault in it is a 500 Status (and the connection closes)."""
+        started: list[Any] = []
+        parts: list[bytes] = []
+
+        def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[..., Any]:
+            started[:] = [status, headers]  # nothing is sent before the answer is whole: a late error may replace it
+            return parts.append
+
+        result: Iterable[bytes] | None = None
         try:
-            keep = super().handle_request(req, conn)
-        finally:
-            conn.sock = gathered.sock
-        gathered.flush()
-        return bool(keep)
+            result = self.wsgi(environ, start_response)
+            parts.extend(result)
+            status, headers = started
+            answer = self._answer(status, headers, parts, request, environ)
+            answer.then = getattr(result, "close", None)
+            return answer
+        except Exception:
+            self.log.exception("Error handling request %s %s", request.method, environ["RAW_URI"])
+            then = getattr(result, "close", None)
+            if then is not None:
+                try:
+                    then()
+                except Exception:
+                    self.log.exception("the app's close() failed")
+            return Answer(error_response(500, "internal error; see the webhook's log"), False, request, environ)
 
-    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
-        """gunicorn's status and message for a refused request, as the app's JSON error instead of an HTML page.
+    def _answer(
+        self, status: str, headers: list[tuple[str, str]], parts: list[bytes], request: Request, environ: dict[str, Any]
+    ) -> Answer:
+        keep = request.keep_alive and self.alive and self.cfg.keepalive > 0
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        code = int(status[:3])
+        lines = [f"HTTP/1.1 {status}\r\n"]
+        length = str(len(body))
+        for name, value in headers:
+            lowered = name.lower()
+            if lowered in _OWN_HEADERS:
+                if lowered == "content-length" and request.method == "HEAD":
+                    length = value  # the length a GET would have
+                continue
+            if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
+                raise ValueError(f"the app's header {name!r} is not a valid HTTP header")
+            lines.append(f"{name}: {value}\r\n")
+        if code >= 200 and code not in _NO_BODY:
+            lines.append(f"Content-Length: {length}\r\n")
+        if request.method == "HEAD" or code < 200 or code in _NO_BODY:
+            body = b""
+        lines.append(self._date())
+        if not keep:
+            lines.append("Connection: close\r\n")
+        elif request.version == "1.0":
+            lines.append("Connection: keep-alive\r\n")
+        lines.append("\r\n")
+        return Answer("".join(lines).encode("latin-1") + body, keep, request, environ)
 
-        Called by gthread's ``handle`` from its ``except`` clause, so a fault on our side is logged with
-        its traceback here."""
-        refused = refusal(exc)
-        if refused is None:
-            self.log.exception("Error handling request %s", getattr(req, "uri", "(no URI read)"))
-            refused = 500, "internal error; see the webhook's log"
-        else:
-            self.log.warning("Invalid request from ip=%s: %s", (addr or ("",))[0], exc)
-        try:
-            client.sendall(error_response(*refused))
-        except OSError:
-            self.log.debug("could not send the error answer to %s", addr)
+    def _date(self) -> str:
+        now = int(time.time())
+        if self.date[0] != now:
+            self.date = (now, f"Date: {formatdate(now, usegmt=True)}\r\n")
+        return self.date[1]
+
+
+def _host_port(address: Any) -> tuple[str, str]:
+    if isinstance(address, tuple) and len(address) >= 2:
+        return str(address[0]), str(address[1])
+    return str(address or ""), ""

@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     except hami.Unavailable as exc:
         print(f"through the API server: skipped, {exc}")
         return 0
+    print(f"through the API server: HAMi's webhook built from {reference.source}")
     with tempfile.TemporaryDirectory(prefix="hami-bench-apiserver-") as tmp:
         work = Path(tmp)
         kube = control_plane(work)

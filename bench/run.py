@@ -36,10 +36,10 @@ FRACTIONS = [0.25, 0.5, 0.75]
 SINGLE_GPU_TARGET_US = 100
 BIG_POD_TARGET_US = 10_000
 THROUGHPUT_TARGET = 1.0
-HAMI_CPU_TARGET = 3.0  # server CPU per review, over HAMi's own webhook's in the same bursts
+HAMI_CPU_TARGET = 1.0  # server CPU per review, over HAMi's own webhook's in the same bursts
 P99_TARGET = 1.5
-ADDED_P50_TARGET = 1.3  # through the API server: added latency per create, over HAMi's webhook's
-CREATE_P99_TARGET = 1.5  # through the API server: p99 per create, over HAMi's webhook's
+ADDED_P50_TARGET = 1.0  # through the API server: added latency per create, over HAMi's webhook's
+CREATE_P99_TARGET = 1.2  # through the API server: p99 per create, over HAMi's webhook's
 HOT_WORKER_TARGET = 1.2  # the busiest worker's share of requests, in units of a fair share
 RSS_GROWTH_TARGET_KIB = 2048
 
@@ -136,11 +136,11 @@ def machine() -> dict[str, Any]:
 
 
 def serving() -> dict[str, str]:
-    """The servers' workers and threads: 2 x 4 unless the environment says otherwise, not the webhook's own
-    default of one worker per replica, because the bench measures how connections spread over workers."""
+    """The servers' workers and threads: as the Deployment ships them (one worker of 8 threads per replica)
+    unless the environment says otherwise (HAMI_WEBHOOK_WORKERS=2 measures how connections spread over workers)."""
     return {
         name: os.environ.get(name, default)
-        for name, default in (("HAMI_WEBHOOK_WORKERS", "2"), ("HAMI_WEBHOOK_THREADS", "4"))
+        for name, default in (("HAMI_WEBHOOK_WORKERS", "1"), ("HAMI_WEBHOOK_THREADS", "8"))
     }
 
 
@@ -198,7 +198,13 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         counts = pair["product"]["per_worker_requests"]
         shares.append(max(counts) / max(sum(counts), 1) * len(counts))
     hot = max(shares)
-    add("busiest worker's share of requests (x fair share)", f"<= {HOT_WORKER_TARGET}", hot, hot <= HOT_WORKER_TARGET)
+    if len(sat["pairs"][0]["product"]["per_worker_requests"]) > 1:  # one worker (the shipped setting): no spread
+        add(
+            "busiest worker's share of requests (x fair share)",
+            f"<= {HOT_WORKER_TARGET}",
+            hot,
+            hot <= HOT_WORKER_TARGET,
+        )
     growth = max(wire_results["memory"]["product"]["growth_kib"])
     soaked = wire_results["memory"]["product"]["requests"]
     add(f"RSS growth per worker over {soaked} requests", f"<= {RSS_GROWTH_TARGET_KIB} KiB", growth,

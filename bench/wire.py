@@ -15,7 +15,6 @@ import shutil
 import ssl
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -177,9 +176,10 @@ def hami_peer(workdir: Path, pki: LocalFiles, body: bytes) -> Iterator[Peer | No
     try:
         reference = hami.build()
     except hami.Unavailable as exc:
-        print(f"over the wire: HAMi's webhook left out: {exc}", file=sys.stderr)
+        print(f"over the wire: HAMi's webhook left out: {exc}")
         yield None
         return
+    print(f"over the wire: HAMi's webhook built from {reference.source}")
     config = workdir / "hami-device-config.yaml"
     config.write_text(reference.render())
     context = client_context(pki.ca_cert)

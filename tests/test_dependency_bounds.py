@@ -4,8 +4,8 @@ The newest end is constraints.txt (scripts/lock.sh), which the image and the res
 oldest end is tested here: a fresh virtualenv gets the package with each declared dependency at its lower
 bound (the constraints are computed from setup.cfg, so they cannot drift from it), then serves a review over
 TLS with quota on against a real kube-apiserver (tests/realkube), answers /metrics, previews a Pod with the
-CLI, and runs certgen against the API. A lower bound that is too old fails here, as gunicorn 23 did (its
-gthread worker lacks what app/worker.py builds on).
+CLI, and runs certgen against the API. A lower bound that is too old fails here: gunicorn's is 23.0, the oldest
+whose base.Worker (app/worker.py's only gunicorn base) serves as app.worker uses it.
 """
 
 from __future__ import annotations
