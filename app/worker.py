@@ -220,11 +220,10 @@ class WebhookWorker(gthread.ThreadWorker):
             self._accept_all(listener)  # already connected clients are served, not reset
             listener.close()
         for conn, step in list(self.watched.items()):
-            if step == self._read and not conn.request.buf:
-                if conn.served:  # idle between requests: the client reads our half-close as "reconnect"
-                    self._drain(conn)
-                else:  # just connected: its first request is on the way, answer it (Connection: close)
-                    conn.deadline = min(conn.deadline, time.monotonic() + FIRST_REQUEST_WAIT)
+            if step == self._read and not conn.request.buf and not conn.served:
+                # just connected: its first request is on the way, answer it (Connection: close)
+                conn.deadline = min(conn.deadline, time.monotonic() + FIRST_REQUEST_WAIT)
+        self._shed_idle()  # idle between requests: the client reads our half-close as "reconnect"
         deadline = time.monotonic() + self.cfg.graceful_timeout - STOP_LINGER
         while self.nr_conns > 0 and time.monotonic() < deadline and self.is_parent_alive():
             self._tick(accepting=False)
@@ -246,6 +245,8 @@ class WebhookWorker(gthread.ThreadWorker):
         self.set_accept_enabled(accepting and self.nr_conns < self.worker_connections and pause <= 0)
         self.wait_for_and_dispatch_events(timeout=min(1.0, pause) if accepting and pause > 0 else 1.0)
         self.certificate.poll()
+        if lifecycle.shedding.is_set():  # unready: the API server's kept-alive connections move to other replicas
+            self._shed_idle()
         now = time.monotonic()
         for conn in [c for c in self.watched if c.deadline <= now]:
             if self.watched[conn] == self._read and conn.request.buf:
@@ -253,6 +254,13 @@ class WebhookWorker(gthread.ThreadWorker):
                 self._drain(conn)
             else:
                 self._close(conn)
+
+    def _shed_idle(self) -> None:
+        """Close the kept-alive connections idle between requests, as on SIGTERM: the client reads the half-close
+        as "reconnect" (through the Service, to a ready replica)."""
+        for conn, step in list(self.watched.items()):
+            if step == self._read and not conn.request.buf and conn.served:
+                self._drain(conn)
 
     def _watch(self, conn: Connection, step: Callable[[Connection], None], events: int = selectors.EVENT_READ) -> None:
         if conn in self.watched:
@@ -394,6 +402,8 @@ class WebhookWorker(gthread.ThreadWorker):
         any proxy between). The write happens once the answer is whole (``AnswerFirst``), else here; an answer
         cut short by an error is not sent: gthread answers the error itself."""
         conn.request.for_app(req)
+        if lifecycle.shedding.is_set():  # answered with "Connection: close", as while stopping
+            req.must_close = True
         gathered = Gathered(conn.sock)
         conn.sock = gathered
         try:

@@ -102,7 +102,15 @@ def _encoded(entry: Entry) -> dict[str, Any]:
 class Send(Protocol):
     """One request to the API server and its answer's JSON (raises ApiError for an answer other than 2xx)."""
 
-    def __call__(self, method: str, path: str, *, timeout: float, body: dict[str, Any] | None = None) -> Any: ...
+    def __call__(
+        self,
+        method: str,
+        path: str,
+        *,
+        timeout: float,
+        body: dict[str, Any] | None = None,
+        query: dict[str, str] | None = None,
+    ) -> Any: ...
 
 
 class Ledger:
@@ -132,6 +140,11 @@ class Ledger:
     def _path(self, namespace: str) -> str:
         """Where the namespace's ledger Lease is read and replaced."""
         return f"{self._leases}/{quote(self.name(namespace))}"
+
+    def probe(self, timeout: float) -> None:
+        """One ledger Lease listed: the smallest request the webhook may make of its own namespace's Leases,
+        answered only when the API server is reachable and working."""
+        self._send("GET", self._leases, timeout=timeout, query={"limit": "1", "labelSelector": MANAGED_BY})
 
     def read(self, namespace: str, timeout: float) -> Snapshot:
         try:

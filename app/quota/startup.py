@@ -35,6 +35,10 @@ def open_quota(settings: Settings) -> QuotaPort:
             raise QuotaStartError(f"HAMI_QUOTA_ENABLED=true but no Kubernetes API configuration: {exc}") from exc
         log.warning("namespace device quota is off: no in-cluster config or kubeconfig (%s)", exc)
         return QuotaOff(f"no in-cluster config or kubeconfig: {exc}")
+    # urllib3's pool retries a request that got no answer three more times, each with a fresh timeout: a ledger
+    # read or compare-and-swap write would outlive the admission's budget, and a write must never be re-sent
+    # blindly. Every quota request is tried once, within its own timeout; its caller decides what comes next.
+    configuration.retries = False
     if settings.quota_mode is QuotaMode.REQUIRED:
         _probe(configuration)
     ttl = settings.quota_reservation_ttl

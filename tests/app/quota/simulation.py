@@ -192,6 +192,15 @@ class SimFeed:
     def broken_for(self) -> float:
         return 0.0
 
+    def quota_in_play(self) -> bool:
+        return True
+
+    def nudge(self) -> None:
+        pass
+
+    def answered_since(self, moment: float) -> bool:
+        return True
+
     def status(self) -> dict[str, Any]:
         return {"synced": {"pods": True, "resourcequotas": True}, "broken_seconds": 0.0}
 
@@ -277,7 +286,9 @@ class Worker:
                 self.sim.turn = SCHED
                 self.sim.baton.notify_all()
 
-    def _send(self, method: str, path: str, *, timeout: float, body: dict[str, Any] | None = None) -> Any:
+    def _send(
+        self, method: str, path: str, *, timeout: float, body: dict[str, Any] | None = None, query: Any = None
+    ) -> Any:
         """A ledger request: it reaches the server at some point after it is sent, and its answer comes back
         at some point after that (a kill in between: applied, never answered)."""
         self._pause(lambda: True)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from app import create_app
+from app import create_app, lifecycle
 from app.quota import QuotaOff, QuotaUnavailable
 from app.quota.commit import KubeQuota
 from app.quota.ledger import LEDGER_ANNOTATION, MARK_ANNOTATION, MAX_LEDGER_BYTES, Entry, encode
@@ -194,6 +194,51 @@ def test_ledger_failure_is_an_error_not_an_admission(cluster: Cluster, start_quo
     assert set(cluster.ledger()) == {"u-2"}
 
 
+def test_a_write_without_an_answer_is_read_again_not_sent_again(cluster: Cluster, start_quota, admitter) -> None:
+    """The compare-and-swap reaches the API server but its answer is lost: the commit reads the ledger, finds its
+    entry there, and admits, with one write; a write that never arrived is decided again on the read."""
+    cluster.quota({f"limits.{MEM}": "4000"})
+    port, settings = start_quota()
+    admit = admitter(port, settings)
+    assert admit(1000, "u-1").response["allowed"]  # the ledger Lease exists now
+    put = f"/leases/{cluster.ledger_name}$"
+    for uid, answer in (("u-2", True), ("u-3", False)):
+        before = len(cluster.ledger_requests())
+        cluster.proxy.hold_next("PUT", put, answer=answer)
+        started = time.monotonic()
+        outcome = admit(1000, uid)
+        assert outcome.response["allowed"], outcome.response
+        assert outcome.patched["metadata"]["annotations"][QUOTA_RESERVATION_ANNOTATION] == uid
+        assert time.monotonic() - started < 5  # one 2 s request, its re-read: within the admission's budget
+        methods = [r.split()[0] for r in cluster.ledger_requests()[before:]]
+        assert methods == (["PUT", "GET"] if answer else ["PUT", "GET", "PUT"]), methods
+    assert set(cluster.ledger()) == {"u-1", "u-2", "u-3"}
+
+
+def test_an_unanswered_ledger_says_so_within_the_budget(cluster: Cluster, start_quota, admitter) -> None:
+    """Every request is tried once within the time the admission has left (no hidden retries of the client's
+    pool): a ledger the API server never answers for is refused in time, naming the request that hung."""
+    cluster.quota({f"limits.{MEM}": "4000"})
+    port, settings = start_quota()
+    admit = admitter(port, settings)
+    assert admit(1000, "u-1").response["allowed"]
+    before = len(cluster.ledger_requests())
+    cluster.proxy.hold_next("PUT", f"/leases/{cluster.ledger_name}$", times=1000)
+    cluster.proxy.hold_next("GET", f"/leases/{cluster.ledger_name}$", times=1000)
+    started = time.monotonic()
+    with pytest.raises(QuotaUnavailable) as refused:
+        admit(1000, "u-2")
+    took = time.monotonic() - started
+    assert 1.9 < took < 5, took
+    assert f"quota ledger {cluster.home}/{cluster.ledger_name}: the API server did not answer within" in str(
+        refused.value
+    )
+    assert "grant" not in str(refused.value) and "contended" not in str(refused.value)
+    methods = [r.split()[0] for r in cluster.ledger_requests()[before:]]
+    assert methods == ["PUT", "GET"], methods  # the write once, then the read that would tell whether it landed
+    cluster.proxy.release()
+
+
 def test_a_worker_whose_feed_has_not_synced_admits_no_device_pod(cluster: Cluster, admitter) -> None:
     """Before its first ResourceQuota list a worker cannot know a namespace's quota: it must not admit."""
     cluster.quota({f"limits.{MEM}": "4000"})
@@ -219,6 +264,38 @@ def test_readiness_follows_the_feed(cluster: Cluster, start_quota) -> None:
     cluster.proxy.stop()  # the API server is gone for this port
     eventually(lambda: not port.status()["ready"], 10, "/readyz to turn unready")
     assert port.status()["broken_seconds"] > 1
+
+
+@pytest.mark.parametrize("reset", [False, True])
+def test_a_replica_cut_off_from_the_api_server_steps_aside_within_seconds(
+    cluster: Cluster, start_quota, admitter, reset: bool
+) -> None:
+    """A black-holed network (nothing copied, nothing closed): within seconds the port says the API server is
+    lost, /readyz turns unready, the worker is told to shed its connections, and an admission into the quota'd
+    namespace is refused at once saying so (one elsewhere still fits). Healed, by resuming or by resetting
+    what was held, it is ready again once its streams answered, and admits."""
+    cluster.quota({f"limits.{MEM}": "4000"})
+    port, settings = start_quota()
+    admit = admitter(port, settings)
+    assert admit(1000, "u-1").response["allowed"]
+    cluster.proxy.black_hole()
+    cut = time.monotonic()
+    eventually(lambda: not port.status()["ready"], 10, "/readyz to turn unready")
+    assert time.monotonic() - cut < 5 and lifecycle.shedding.is_set()
+    assert port.status()["api_server"].startswith("the API server has not answered this replica for")
+    started = time.monotonic()
+    with pytest.raises(QuotaUnavailable, match=f"namespace {cluster.ns}: the API server has not answered"):
+        admit(1000, "u-2")
+    assert time.monotonic() - started < 0.5
+    elsewhere = run(gpu_pod(1000, "no-quota-here"), settings, port, uid="u-3")
+    assert elsewhere.response["allowed"]
+    time.sleep(3)
+    cluster.proxy.heal(reset=reset)
+    healed = time.monotonic()
+    eventually(lambda: port.status()["ready"], 15, "/readyz to turn ready again")
+    assert not lifecycle.shedding.is_set()
+    print(f"\nhealed ({'reset' if reset else 'resumed'}): ready again {time.monotonic() - healed:.1f} s after")
+    assert admit(1000, "u-4").response["allowed"]
 
 
 @pytest.mark.parametrize("mode", ["auto", "false"])
