@@ -4,8 +4,8 @@ the Lease ledger and the port the review asks through.
 Modules: ``demand`` (a Pod's demand per vendor), ``limits`` (ResourceQuota keys, the fit check),
 ``feed`` (the Feed: list + watch, per process), ``stream`` (the list + watch machinery),
 ``tables`` (what the streams keep: usage, limits, ledgers), ``ledger`` (compare-and-swap reservations in a Lease),
-``decision`` (the pure decision), ``commit`` (KubeQuota: batching, compare-and-swap, grants), ``closer`` (the
-closing of grants when due), ``state`` (what a worker keeps per namespace), ``seams`` (KubeQuota's ports: feed,
+``decision`` (the pure decision), ``commit`` (LedgerQuota: batching, compare-and-swap, grants), ``closer`` (the
+closing of grants when due), ``state`` (what a worker keeps per namespace), ``seams`` (LedgerQuota's ports: feed,
 ledger, clock), ``startup`` (the port built from settings), ``port`` (the seam, the ledger's refusal messages,
 and QuotaOff).
 """

@@ -1,7 +1,7 @@
 """The grant closer: a worker's grants close when their window ends, or when a worker that could not decide asks
 for their room (the ledger's wanted count), so the room they did not use comes free for others.
 
-KubeQuota (app/quota/commit.py) owns one. Closing is a commit with no admissions of its own (``close``), made
+LedgerQuota (app/quota/commit.py) owns one. Closing is a commit with no admissions of its own (``close``), made
 under the namespace's lock like any other; an admission's commit closes the due grants too (``due``). In the
 server a thread closes them; the protocol simulation (tests/app/quota/simulation.py) calls ``close_due()``.
 """

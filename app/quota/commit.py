@@ -1,4 +1,4 @@
-"""KubeQuota, the real QuotaPort: a worker's admissions into a namespace, decided together (app/quota/decision.py)
+"""LedgerQuota, the real QuotaPort: a worker's admissions into a namespace, decided together (app/quota/decision.py)
 and written to the ledger Lease with compare-and-swap; grants of room taken ahead, and their closing.
 
 Rules: docs/rules.md#no-over-admission-under-concurrency, #undecided-quota-is-an-error-never-an-admission.
@@ -96,7 +96,7 @@ class _Tries:
         return queued_out(namespace, ADMIT_BUDGET)
 
 
-class KubeQuota:
+class LedgerQuota:
     """Namespace device quota enforced across workers and replicas.
 
     ``closer``: run a thread that closes grants when due (the server); without it, whoever drives the port calls
@@ -166,7 +166,7 @@ class KubeQuota:
         if found is None or ask.uid in found.entries or not self.feed.caught_up(namespace, found.mark, 0):
             return None  # (a request sent again whose entry is there: the commit says it is reserved)
         refused = denial(self._scene(namespace, state, found), ask.requested)
-        return None if refused is None else Verdict(refused)
+        return Verdict(refused) if refused else None
 
     def _scene(self, namespace: str, state: NamespaceState, found: Snapshot) -> Scene:
         """What this worker knows of the namespace now, for one decision; records first sights of others' grants."""

@@ -7,7 +7,7 @@ none has been answered for LOST_AFTER seconds the API server counts as lost: /re
 closes its kept-alive connections (app.lifecycle.shedding), so the API server's pooled connections move to the
 healthy replicas, and admissions into quota'd namespaces are refused at once saying why. When a probe is answered
 again the feed's streams are woken from their back-off, and the replica is ready once each has been answered
-since (KubeQuota.status). With no device quota anywhere nothing is probed and nothing changes.
+since (LedgerQuota.status). With no device quota anywhere nothing is probed and nothing changes.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ class Contact:
         self._failure = ""  # why the last probe failed
         self._lost = False
         self.regained_at = 0.0  # monotonic: when contact last came back (0: never lost)
+        self.shedding = lifecycle.shedding  # what tells the worker to let go of its connections
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="quota-contact", daemon=True)
 
@@ -53,7 +54,7 @@ class Contact:
 
     def stop(self) -> None:
         self._stopped.set()
-        lifecycle.shedding.clear()
+        self.shedding.clear()
 
     def lost(self) -> str:
         """Why the API server counts as lost ("" when it does not)."""
@@ -88,10 +89,10 @@ class Contact:
             return
         self._lost = lost
         if lost:
-            lifecycle.shedding.set()
+            self.shedding.set()
             log.warning("quota: %s; unready until it answers", self.lost())
             return
-        lifecycle.shedding.clear()
+        self.shedding.clear()
         self.regained_at = self._clock.monotonic()
         log.info("quota: the API server answers again; ready once the feed has caught up")
         self._regained()

@@ -22,7 +22,7 @@ from kubernetes import client
 
 from app import metrics
 from app.devices.base import Device
-from app.quota.demand import Amounts
+from app.quota.amounts import Amounts
 from app.quota.ledger import MANAGED_BY, Snapshot, resource_version
 from app.quota.stream import Stream, Streams, cut
 from app.quota.tables import Held, LedgerTable, NamespacePods, PodTable, QuotaTable

@@ -1,4 +1,4 @@
-"""What KubeQuota needs of the world, as ports: the feed's view, the ledger Lease, and the clock.
+"""What LedgerQuota needs of the world, as ports: the feed's view, the ledger Lease, and the clock.
 
 The server plugs in Feed (app/quota/feed.py), Ledger (app/quota/ledger.py) and the system clock; the protocol
 simulation (tests/app/quota/simulation.py) plugs in a model of the API server and a simulated clock, and so runs
@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from app.quota.demand import Amounts
+from app.quota.amounts import Amounts
 from app.quota.ledger import Snapshot
 from app.quota.tables import Held
 

@@ -14,8 +14,8 @@ from prometheus_client import REGISTRY
 
 from app import create_app, lifecycle
 from app.quota import QuotaOff, QuotaUnavailable
-from app.quota.commit import KubeQuota
-from app.quota.ledger import LEDGER_ANNOTATION, MARK_ANNOTATION, MAX_LEDGER_BYTES, Entry, encode
+from app.quota.commit import LedgerQuota
+from app.quota.ledger import LEDGER_ANNOTATION, MARK_ANNOTATION, MAX_LEDGER_BYTES, LedgerEntry, encode
 from app.quota.startup import QuotaStartError, open_quota
 from app.review import QUOTA_RESERVATION_ANNOTATION
 from app.settings import Settings, SettingsError
@@ -33,11 +33,11 @@ def gpu_pod(memory: int, namespace: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def admitter(cluster: Cluster) -> Callable[[KubeQuota, Settings], Admit]:
+def admitter(cluster: Cluster) -> Callable[[LedgerQuota, Settings], Admit]:
     """``admit = admitter(port, settings)``, then ``admit(memory, uid, **review)``: one GPU Pod reviewed in the
     quota'd namespace."""
 
-    def bind(port: KubeQuota, settings: Settings) -> Admit:
+    def bind(port: LedgerQuota, settings: Settings) -> Admit:
         def admit(memory: int, uid: str, **review: Any) -> Outcome:
             return run(gpu_pod(memory, cluster.ns), settings, port, uid=uid, **review)
 
@@ -245,7 +245,7 @@ def test_a_worker_whose_feed_has_not_synced_admits_no_device_pod(cluster: Cluste
     cluster.proxy.fail_next("GET", f"^/api/v1/namespaces/{cluster.ns}/pods$", 500, times=1000, message="etcd down")
     settings = cluster.settings()
     port = open_quota(settings)
-    assert isinstance(port, KubeQuota)
+    assert isinstance(port, LedgerQuota)
     try:
         assert not port.status()["ready"] and port.governs(cluster.ns) and port.governs("no-quota-here")
         with pytest.raises(QuotaUnavailable, match="the Pod and ResourceQuota lists have not synced yet"):
@@ -390,7 +390,7 @@ def test_a_full_ledger_refuses_clearly_and_is_counted(cluster: Cluster, start_qu
     cluster.quota({f"limits.{MEM}": str(10**9)})
     entries, expires = {}, time.time() + 600
     while len(encode(entries)) < MAX_LEDGER_BYTES - 60:  # room for no more than a few bytes
-        entries[f"lost-{len(entries):06d}-{'x' * 24}"] = Entry(expires, {MEM: 1})
+        entries[f"lost-{len(entries):06d}-{'x' * 24}"] = LedgerEntry(expires, {MEM: 1})
     lease = {
         "metadata": {"name": cluster.ledger_name, "labels": {"app.kubernetes.io/managed-by": "hami-webhook"},
                      "annotations": {LEDGER_ANNOTATION: encode(entries)}},
