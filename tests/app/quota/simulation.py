@@ -29,13 +29,14 @@ network resumes, or never when the partition ends by resetting connections. Its 
 
 from __future__ import annotations
 
-import copy
 import random
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from app.edit import PodEdit
 from app.kube.errors import ApiError
@@ -56,6 +57,11 @@ TTL = 60.0
 SKEW = 0.5  # the most a replica's wall clock is off, either way
 LAND_WITHIN = 3.0  # an admitted Pod is stored within this many seconds of its admission, or never
 DEVICES = Settings.from_env({}).devices
+
+
+def _copy(obj: Any) -> Any:
+    """A deep copy of JSON (what the API server stores and sends), at a fraction of copy.deepcopy's cost."""
+    return orjson.loads(orjson.dumps(obj))
 
 
 def _baton() -> threading.Lock:
@@ -88,32 +94,33 @@ class ApiServer:
         self.leases: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}
         self.watches: dict[str, list[Watch]] = {"leases": [], "pods": []}
+        self._parsed: Snapshot | None = None
 
     def _stored(self, kind: str, obj: dict[str, Any], event: str) -> dict[str, Any]:
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
         for watch in self.watches[kind]:
-            watch.pending.append((event, copy.deepcopy(obj)))
-        return copy.deepcopy(obj)
+            watch.pending.append((event, _copy(obj)))
+        return _copy(obj)
 
     def request(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
         if method == "GET":
             if path not in self.leases:
                 raise ApiError(404, "Not Found", {"code": 404, "reason": "NotFound"})
-            return copy.deepcopy(self.leases[path])
+            return _copy(self.leases[path])
         assert body is not None
         if method == "POST":
             path = f"{path}/{body['metadata']['name']}"
             if path in self.leases:
                 raise ApiError(409, "Conflict", {"code": 409, "reason": "AlreadyExists"})
-            self.leases[path] = copy.deepcopy(body)
+            self.leases[path] = _copy(body)
             return self._stored("leases", self.leases[path], "ADDED")
         assert method == "PUT"
         if path not in self.leases:
             raise ApiError(404, "Not Found", {"code": 404, "reason": "NotFound"})
         if body["metadata"].get("resourceVersion") != self.leases[path]["metadata"]["resourceVersion"]:
             raise ApiError(409, "Conflict", {"code": 409, "reason": "Conflict"})
-        self.leases[path] = copy.deepcopy(body)
+        self.leases[path] = _copy(body)
         return self._stored("leases", self.leases[path], "MODIFIED")
 
     def create_pod(self, obj: dict[str, Any]) -> None:
@@ -125,7 +132,11 @@ class ApiServer:
 
     def ledger_entries(self) -> Snapshot | None:
         lease = next(iter(self.leases.values()), None)
-        return snapshot(NS, lease) if lease is not None else None
+        if lease is None:
+            return None
+        if self._parsed is None or self._parsed.rv != int(lease["metadata"]["resourceVersion"]):
+            self._parsed = snapshot(NS, lease)  # checked after every step: parsed once per write
+        return self._parsed
 
 
 class SimFeed:
@@ -148,10 +159,10 @@ class SimFeed:
         """A fresh list (first start, or after 410 Gone): the watch's undelivered events are gone."""
         self.watches[kind].pending.clear()
         if kind == "pods":
-            self.pods.replace(NS, copy.deepcopy(list(server.pods.values())))
+            self.pods.replace(NS, _copy(list(server.pods.values())))
             self.pod_rv = server.rv
         else:
-            self.ledgers.replace(copy.deepcopy(list(server.leases.values())))
+            self.ledgers.replace(_copy(list(server.leases.values())))
             self.moves += 1
 
     def deliver(self, kind: str) -> None:
