@@ -153,7 +153,7 @@ class LedgerQuota:
         if ticket.verdict is None:
             with state.cond:
                 state.waiting.append(ticket)
-                self._settle(namespace, state, ticket)
+            self._settle(namespace, state, ticket)
         if ticket.error is not None:
             raise ticket.error
         assert ticket.verdict is not None
@@ -177,31 +177,36 @@ class LedgerQuota:
             return Scene(namespace, limits, found.entries, found.mark, used, held, wall, now, state.mine(), first_seen)
 
     def _settle(self, namespace: str, state: NamespaceState, ticket: Ticket) -> None:
-        """Wait (lock held) until the ticket is settled; the first waiter with no commit in flight commits
-        everything queued (group commit)."""
-        while not ticket.settled:
-            if not state.busy:
-                self._commit_locked(namespace, state, state.waiting.copy(), ticket.deadline)
-                continue
-            remaining = ticket.deadline - self._clock.monotonic()
-            if remaining <= 0 and ticket in state.waiting:  # never picked up: give up on our own
-                state.waiting.remove(ticket)
-                ticket.error = queued_out(namespace, ADMIT_BUDGET)
-                return
-            # in a commit already: that commit ends by the earliest deadline of its batch, plus one request
-            state.cond.wait(max(remaining, 0) + REQUEST_TIMEOUT)
+        """Wait until the ticket is settled; the first waiter with no commit in flight commits everything queued
+        (group commit)."""
+        while (batch := self._turn(namespace, state, ticket)) is not None:
+            self._commit_claimed(namespace, state, batch, ticket.deadline)
 
-    def _commit_locked(self, namespace: str, state: NamespaceState, batch: list[Ticket], deadline: float) -> None:
-        """Become the namespace's committer (lock held on entry and exit, released while committing)."""
-        state.busy = True
-        state.waiting = [t for t in state.waiting if t not in batch]
-        state.cond.release()
+    def _turn(self, namespace: str, state: NamespaceState, ticket: Ticket) -> list[Ticket] | None:
+        """Wait for the ticket to be settled (None) or for this thread's turn to commit: the batch it claimed."""
+        with state.cond:
+            while not ticket.settled:
+                if not state.busy:
+                    state.busy = True
+                    batch, state.waiting = state.waiting, []
+                    return batch
+                remaining = ticket.deadline - self._clock.monotonic()
+                if remaining <= 0 and ticket in state.waiting:  # never picked up: give up on our own
+                    state.waiting.remove(ticket)
+                    ticket.error = queued_out(namespace, ADMIT_BUDGET)
+                    return None
+                # in a commit already: that commit ends by the earliest deadline of its batch, plus one request
+                state.cond.wait(max(remaining, 0) + REQUEST_TIMEOUT)
+        return None
+
+    def _commit_claimed(self, namespace: str, state: NamespaceState, batch: list[Ticket], deadline: float) -> None:
+        """Commit as the namespace's committer (``busy`` claimed under its lock), then hand the role back."""
         try:
             self._commit(namespace, state, batch, deadline)
         finally:
-            state.cond.acquire()
-            state.busy = False
-            state.cond.notify_all()
+            with state.cond:
+                state.busy = False
+                state.cond.notify_all()
 
     def _commit(self, namespace: str, state: NamespaceState, batch: list[Ticket], deadline: float) -> None:
         """Decide ``batch`` (and whatever queues meanwhile) against the ledger, closing this worker's grants
@@ -337,8 +342,13 @@ class LedgerQuota:
         return undecided
 
     def _close(self, namespace: str, state: NamespaceState) -> None:
-        """Close the namespace's due grants for the closer: a commit with no admissions (lock held)."""
-        self._commit_locked(namespace, state, [], self._clock.monotonic() + ADMIT_BUDGET)
+        """Close the namespace's due grants for the closer: a commit with no admissions, unless one is in flight
+        (it closes them anyway)."""
+        with state.cond:
+            if state.busy:
+                return
+            state.busy = True
+        self._commit_claimed(namespace, state, [], self._clock.monotonic() + ADMIT_BUDGET)
 
     # --- helpers ---------------------------------------------------------------------------------
 

@@ -9,7 +9,6 @@ The probe's numbers are read from the manifests' Deployment, so the test follows
 from __future__ import annotations
 
 import itertools
-import socket
 import socketserver
 import threading
 import time
@@ -19,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from tests.realkube.forwarder import _pump
+from tests.realkube.forwarder import splice
 from tests.realkube.install import WebhookServer
 from tests.support import ROOT
 
@@ -68,14 +67,7 @@ class ReadyService:
                     index = ready[next(order) % len(ready)]
                     outer.connections[index] += 1
                 replica = outer.replicas[index]
-                with socket.create_connection((replica.host, replica.port), timeout=10) as upstream:
-                    upstream.settimeout(None)
-                    for side in (upstream, self.request):
-                        side.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    back = threading.Thread(target=_pump, args=(upstream, self.request), daemon=True)
-                    back.start()
-                    _pump(self.request, upstream)
-                    back.join(timeout=15)
+                splice(self.request, (replica.host, replica.port))
 
         socketserver.ThreadingTCPServer.allow_reuse_address = True
         self._server = socketserver.ThreadingTCPServer(self.listen, Handler)
