@@ -97,6 +97,7 @@ class Streams(abc.ABC):
     def _run(self, stream: Stream) -> None:
         failures = 0
         while not self._ended(stream):
+            nudges = self._nudges
             try:
                 if not stream.rv:
                     self._list(stream)
@@ -109,6 +110,9 @@ class Streams(abc.ABC):
             except Exception as exc:
                 if self._ended(stream):
                     break
+                if self._nudges != nudges:  # cut by a nudge (the API server answers again): try again at once
+                    failures = 0
+                    continue
                 if stream.broken_since is None:
                     with self._lock:
                         stream.broken_since = time.monotonic()

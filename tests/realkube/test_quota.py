@@ -329,6 +329,17 @@ def test_a_replica_cut_off_mid_burst(installed: Installed, partitionable: Partit
         time.sleep(max(cut_at[0] + PARTITION - time.monotonic(), 0))
         partitionable.proxies[0].heal(reset=heal == "reset")
         healed = time.monotonic()
+        cut_replica = partitionable.replicas.servers[0]
+        ready_at: list[float] = []  # when the cut replica's /readyz answers 200 again
+
+        def ready_again() -> bool:
+            if cut_replica.status("/readyz") != 200:
+                return False
+            ready_at.append(time.monotonic())
+            return True
+
+        poll = threading.Thread(target=kube.wait_for, args=(ready_again, 20), kwargs={"interval": 0.2})
+        poll.start()
         while len(stored(kube, ns)) < CRASH_ROOM:
             assert time.monotonic() - healed < CRASH_TTL + 5, f"room not back: {len(stored(kube, ns))} Pods"
             _, (call,) = create_at_once(kube, ns, pod("after-", ONE_GPU), 1, 1)
@@ -338,10 +349,13 @@ def test_a_replica_cut_off_mid_burst(installed: Installed, partitionable: Partit
         back = time.monotonic() - healed
         _, (over,) = create_at_once(kube, ns, pod("over-", ONE_GPU), 1, 1)
         assert over.quota_denial and len(stored(kube, ns)) == CRASH_ROOM, over.refusal
-        kube.wait_for(lambda: 0 in service.ready, 20, interval=0.5)
+        poll.join(25)
+        ready = ready_at[0] - healed
+        kube.wait_for(lambda: 0 in service.ready, 20, interval=0.5)  # and back in the endpoints
         print(f"\ncut mid-burst, healed ({heal}): refused {dict(refused)} ({sample}); left the endpoints "
               f"{left - cut_at[0]:.1f} s after the cut; burst {BURST_AFTER} s into the partition "
-              f"{during:.0f}/s against {before:.0f}/s before ({during / before:.2f}x); all {CRASH_ROOM} Pods' room "
+              f"{during:.0f}/s against {before:.0f}/s before ({during / before:.2f}x); ready {ready:.1f} s after the "
+              f"heal; all {CRASH_ROOM} Pods' room "
               f"usable {back:.1f} s after the heal; connections per replica {service.connections}")  # fmt: skip
     finally:
         for name in (ns, *spare):

@@ -4,6 +4,7 @@ Rules: the quota rules of docs/rules.md."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 from collections.abc import Callable
@@ -19,11 +20,15 @@ from app.quota.ledger import LEDGER_ANNOTATION, MARK_ANNOTATION, MAX_LEDGER_BYTE
 from app.quota.startup import QuotaStartError, open_quota
 from app.review import QUOTA_RESERVATION_ANNOTATION
 from app.settings import Settings, SettingsError
+from certgen.local import write_local
 from tests.app.quota.conftest import GPU, MEM, Cluster, in_use, resource_quota, unique
 from tests.app.reviews import Outcome, admission_review, run
 from tests.realkube.cluster import RealKube
 from tests.support.pods import container, pod
 from tests.support.polling import eventually
+from tests.support.ports import free_port
+from tests.support.servers import gunicorn, stop, wait_ready
+from tests.support.tls import client_context
 
 Admit = Callable[..., Outcome]
 
@@ -408,3 +413,39 @@ def test_a_full_ledger_refuses_clearly_and_is_counted(cluster: Cluster, start_qu
     )
     assert REGISTRY.get_sample_value("hami_webhook_quota_ledger_full_total", {"pod_namespace": cluster.ns}) == full + 1
     assert len(cluster.ledger()) == len(entries)
+
+
+def test_a_served_replica_cut_off_closes_its_kept_alive_connections(cluster: Cluster, tmp_path) -> None:
+    """The whole server (gunicorn, the project's worker): when its quota loses the API server, /readyz turns 503
+    and an idle kept-alive connection is closed by the server, as on SIGTERM, so the API server reconnects
+    through the Service to a ready replica; healed, it is ready again."""
+    cluster.quota({f"limits.{MEM}": "4000"})
+    pki = write_local(tmp_path, ["localhost", "127.0.0.1"])
+    context = client_context(pki.ca_cert)
+    port = free_port()
+    proc = gunicorn(port, pki.cert, pki.key, HAMI_QUOTA_ENABLED="true", HAMI_NAMESPACE=cluster.home)
+    try:
+        wait_ready(port, context, proc, timeout=30)
+        kept = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+        kept.request("GET", "/readyz")
+        answer = kept.getresponse()
+        assert answer.status == 200 and answer.getheader("Connection") != "close"
+        answer.read()
+        cluster.proxy.black_hole()
+        cut = time.monotonic()
+        assert kept.sock is not None
+        kept.sock.settimeout(10)
+        assert kept.sock.recv(1) == b""  # the server closed the idle connection
+        closed = time.monotonic() - cut
+        assert closed < 5, closed
+        fresh = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=5)
+        fresh.request("GET", "/readyz")
+        unready = fresh.getresponse()
+        assert unready.status == 503 and unready.getheader("Connection") == "close"
+        assert "has not answered" in json.loads(unready.read())["quota"]["api_server"]
+        kept.close()
+        fresh.close()
+        cluster.proxy.heal(reset=True)
+        wait_ready(port, context, proc, timeout=15)
+    finally:
+        stop(proc)
