@@ -47,6 +47,7 @@ NEWER_WAIT = 0.02  # seconds a lost compare-and-swap waits for the watch to brin
 # A lost compare-and-swap is retried after a short random pause only: one writer wins every round anyway, so a
 # longer back-off only makes the last workers of a burst wait (measured: p99 2.6-3.1x -> 1.5-2x the no-quota p99)
 LOST_ROUND = Backoff(first=0.002, cap=0.005, jitter=1.0)
+MIN_READ = 0.1  # seconds at least for the read that tells whether a write without an answer landed
 UNDECIDED_STEP = 0.05  # seconds between decisions while a grant of another worker may hold the room
 log = logging.getLogger("hami_webhook.quota")
 
@@ -69,6 +70,7 @@ class _Tries:
         self.lost = 0  # compare-and-swaps lost
         self.asked = False  # the ledger's wanted count was raised: another worker's grant holds the room
         self.unanswered: QuotaUnavailable | None = None  # the last request that got no answer
+        self.until = 0.0  # monotonic: when the batch's first admission must be answered
 
     def call(self, request: Callable[[], Snapshot]) -> Snapshot:
         """``request``'s answer. A conflict raises _Lost; any other failure QuotaUnavailable saying what it was."""
@@ -255,6 +257,7 @@ class LedgerQuota:
     ) -> tuple[Snapshot | None, list[Ticket]]:  # fmt: skip
         """One decision and its write; the ledger to decide on next and the tickets still undecided."""
         timeout = min(remaining, REQUEST_TIMEOUT)
+        tries.until = self._clock.monotonic() + remaining
         try:
             if found is None:
                 found = self._read(namespace, timeout, tries)
@@ -291,10 +294,15 @@ class LedgerQuota:
         blindly (the re-read says whether it landed; only a write that added an entry can tell)."""
         try:
             return tries.call(lambda: self.ledger.write(found, write.text(), write.mark, write.wanted, timeout))
+        except QuotaUnavailable as exc:
+            left = tries.until - self._clock.monotonic()
+            if exc is not tries.unanswered or left < MIN_READ:
+                raise  # refused, or no time left to learn whether it landed (if it did, its entry expires)
+            unanswered_write = exc
+        try:
+            fresh = self._read(found.namespace, min(left, REQUEST_TIMEOUT), tries)
         except QuotaUnavailable:
-            if not tries.unanswered:
-                raise
-        fresh = self._read(found.namespace, timeout, tries)
+            raise unanswered_write from None
         if write.entry and write.entry not in found.entries and write.entry in fresh.entries:
             return fresh  # it landed; only its answer was lost
         raise _Lost(fresh)
