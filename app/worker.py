@@ -219,11 +219,7 @@ class WebhookWorker(gthread.ThreadWorker):
         for listener in self.sockets:
             self._accept_all(listener)  # already connected clients are served, not reset
             listener.close()
-        for conn, step in list(self.watched.items()):
-            if step == self._read and not conn.request.buf and not conn.served:
-                # just connected: its first request is on the way, answer it (Connection: close)
-                conn.deadline = min(conn.deadline, time.monotonic() + FIRST_REQUEST_WAIT)
-        self._shed_idle()  # idle between requests: the client reads our half-close as "reconnect"
+        self._shed_idle()
         deadline = time.monotonic() + self.cfg.graceful_timeout - STOP_LINGER
         while self.nr_conns > 0 and time.monotonic() < deadline and self.is_parent_alive():
             self._tick(accepting=False)
@@ -256,11 +252,16 @@ class WebhookWorker(gthread.ThreadWorker):
                 self._close(conn)
 
     def _shed_idle(self) -> None:
-        """Close the kept-alive connections idle between requests, as on SIGTERM: the client reads the half-close
-        as "reconnect" (through the Service, to a ready replica)."""
+        """Let go of the connections between requests (on SIGTERM, and while unready): one idle after an answer is
+        half-closed, which the client reads as "reconnect" (through the Service, to a ready replica); one just
+        connected has FIRST_REQUEST_WAIT to send its first request (answered with Connection: close), then it is
+        closed (a client's pool may hold a connection it has not used yet)."""
         for conn, step in list(self.watched.items()):
-            if step == self._read and not conn.request.buf and conn.served:
-                self._drain(conn)
+            if step == self._read and not conn.request.buf:
+                if conn.served:
+                    self._drain(conn)
+                else:
+                    conn.deadline = min(conn.deadline, time.monotonic() + FIRST_REQUEST_WAIT)
 
     def _watch(self, conn: Connection, step: Callable[[Connection], None], events: int = selectors.EVENT_READ) -> None:
         if conn in self.watched:
