@@ -26,6 +26,9 @@ against the installed gunicorn, in tests/app/test_worker.py; nothing of gthread'
 - **On SIGTERM**, /readyz turns unready at once (app.lifecycle), and for STOP_LINGER seconds the worker
   still accepts and answers requests, each with "Connection: close"; then it closes idle kept-alive
   connections (half-close, read until the client closes) and the listener, and finishes what is in flight.
+- **While unready** because the quota cannot reach the API server (``app.lifecycle.shedding``), it answers with
+  "Connection: close" and lets go of idle kept-alive connections the same way, so the API server's pool moves
+  to ready replicas; it keeps accepting.
 """
 
 from __future__ import annotations
@@ -204,12 +207,7 @@ class WebhookWorker(base.Worker):
         for listener in self.sockets:
             self._accept_all(listener)  # already connected clients are served, not reset
             listener.close()
-        for conn, step in list(self.watched.items()):
-            if step == self._read and not conn.reader.started:
-                if conn.served:  # idle between requests: the client reads our half-close as "reconnect"
-                    self._drain(conn)
-                else:  # just connected: its first request is on the way, answer it (Connection: close)
-                    conn.deadline = min(conn.deadline, time.monotonic() + FIRST_REQUEST_WAIT)
+        self._shed_idle()
         deadline = time.monotonic() + self.cfg.graceful_timeout - STOP_LINGER
         while self.connections > 0 and time.monotonic() < deadline and self._parent_alive():
             self._tick(accepting=False)
@@ -234,12 +232,26 @@ class WebhookWorker(base.Worker):
         self._listen(accepting and self.connections < self.cfg.worker_connections and pause <= 0)
         self.wait(min(1.0, pause) if accepting and pause > 0 else 1.0)
         self.certificate.poll()
+        if lifecycle.shedding.is_set():  # unready: the API server's kept-alive connections move to other replicas
+            self._shed_idle()
         now = time.monotonic()
         for conn in [c for c in self.watched if c.deadline <= now]:
             if self.watched[conn] == self._read and conn.reader.started:
                 self._refuse(conn, Refusal(408, "request not received in time"))
             else:
                 self._close(conn)
+
+    def _shed_idle(self) -> None:
+        """Let go of the connections between requests (on SIGTERM, and while unready): one idle after an answer is
+        half-closed, which the client reads as "reconnect" (through the Service, to a ready replica); one just
+        connected has FIRST_REQUEST_WAIT to send its first request (answered with Connection: close), then it is
+        closed (a client's pool may hold a connection it has not used yet)."""
+        for conn, step in list(self.watched.items()):
+            if step == self._read and not conn.reader.started:
+                if conn.served:
+                    self._drain(conn)
+                else:
+                    conn.deadline = min(conn.deadline, time.monotonic() + FIRST_REQUEST_WAIT)
 
     def wait(self, timeout: float) -> None:
         """Wait up to ``timeout`` for the sockets and the pipe, and take each step that became possible."""
@@ -536,7 +548,7 @@ class WebhookWorker(base.Worker):
     def _answer(
         self, status: str, headers: list[tuple[str, str]], parts: list[bytes], request: Request, environ: dict[str, Any]
     ) -> Answer:
-        keep = request.keep_alive and self.alive and self.cfg.keepalive > 0
+        keep = request.keep_alive and self.alive and not lifecycle.shedding.is_set() and self.cfg.keepalive > 0
         body = parts[0] if len(parts) == 1 else b"".join(parts)
         code = int(status[:3])
         lines = [f"HTTP/1.1 {status}\r\n"]

@@ -42,8 +42,9 @@ from typing import Any
 
 from app.edit import PodEdit
 from app.quota import QuotaOff, demands
-from app.quota.commit import KubeQuota
-from app.quota.ledger import LEDGER_ANNOTATION, Ledger
+from app.quota.commit import LedgerQuota
+from app.quota.lease import Ledger
+from app.quota.ledger import LEDGER_ANNOTATION
 from app.quota.startup import open_quota
 from app.review import review
 from app.settings import Settings
@@ -326,7 +327,7 @@ def inprocess_part(kube: RealKube, args: argparse.Namespace) -> None:
     os.environ["KUBECONFIG"] = kube.kubeconfig_path
     settings = Settings.from_env({"HAMI_QUOTA_ENABLED": "true", "HAMI_QUOTA_RESERVATION_TTL": "1"})
     port = open_quota(settings)
-    assert isinstance(port, KubeQuota) and port.feed.synced(wait=30)
+    assert isinstance(port, LedgerQuota) and port.feed.synced(wait=30)
     time.sleep(1)
     off = QuotaOff()
 

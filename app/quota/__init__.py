@@ -1,13 +1,14 @@
 """Namespace device quota (docs/rules.md#d-namespace-quota): demand arithmetic, limits, the Pod/ResourceQuota feed,
 the Lease ledger and the port the review asks through.
 
-Modules: ``demand`` (a Pod's demand per vendor), ``limits`` (ResourceQuota keys, the fit check),
-``feed`` (the Feed: list + watch, per process), ``stream`` (the list + watch machinery),
-``tables`` (what the streams keep: usage, limits, ledgers), ``ledger`` (compare-and-swap reservations in a Lease),
-``decision`` (the pure decision), ``commit`` (KubeQuota: batching, compare-and-swap, grants), ``closer`` (the
-closing of grants when due), ``state`` (what a worker keeps per namespace), ``seams`` (KubeQuota's ports: feed,
-ledger, clock), ``startup`` (the port built from settings), ``port`` (the seam, the ledger's refusal messages,
-and QuotaOff).
+Modules: ``amounts`` (the resource arithmetic), ``demand`` (a Pod's demand per vendor), ``limits`` (ResourceQuota
+keys, the fit check), ``ledger`` (the ledger's encoding), ``decision`` (the pure decision); ``feed`` (the Feed:
+list + watch, per process), ``stream`` (the list + watch machinery), ``tables`` (what the streams keep),
+``lease`` (the ledger Leases' compare-and-swap reads and writes), ``commit`` (LedgerQuota: batching,
+compare-and-swap, grants), ``closer`` (the closing of grants when due), ``contact`` (the API server probe:
+unready and shedding connections when it is lost), ``state`` (what a worker keeps per namespace), ``seams``
+(LedgerQuota's ports: feed, ledger, clock), ``startup`` (the port built from settings), ``port`` (the seam, the
+refusal messages, and QuotaOff).
 """
 
 from app.quota.demand import Demand, demands

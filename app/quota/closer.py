@@ -1,9 +1,10 @@
 """The grant closer: a worker's grants close when their window ends, or when a worker that could not decide asks
 for their room (the ledger's wanted count), so the room they did not use comes free for others.
 
-KubeQuota (app/quota/commit.py) owns one. Closing is a commit with no admissions of its own (``close``), made
-under the namespace's lock like any other; an admission's commit closes the due grants too (``due``). In the
-server a thread closes them; the protocol simulation (tests/app/quota/simulation.py) calls ``close_due()``.
+LedgerQuota (app/quota/commit.py) owns one. Closing is a commit with no admissions of its own (``close``), made
+as the namespace's committer like any other (never while another commit is in flight); an admission's commit
+closes the due grants too (``due``). In the server a thread closes them; the protocol simulation
+(tests/app/quota/simulation.py) calls ``close_due()``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ CLOSER_RETRY = 0.02  # seconds before the closer looks again at a grant it could
 
 class GrantCloser:
     """Closes this worker's due grants. ``namespaces``: the worker's namespaces and their state, listed now;
-    ``close``: commit the namespace's due grants (its lock held on entry and exit); ``thread``: run a thread
+    ``close``: commit the namespace's due grants (called without its lock); ``thread``: run a thread
     that closes them when due (the server), or leave that to whoever calls ``close_due()``."""
 
     def __init__(
@@ -63,13 +64,13 @@ class GrantCloser:
         soonest = 1.0
         for namespace, state in self._namespaces():
             with state.cond:
-                if not state.grants:
-                    continue
                 if state.busy:  # a commit in flight closes them anyway; look again soon
                     soonest = min(soonest, CLOSER_RETRY)
                     continue
-                if any(self.due(namespace, g) for g in state.grants.values()):
-                    self._close(namespace, state)
+                due = any(self.due(namespace, g) for g in state.grants.values())
+            if due:
+                self._close(namespace, state)
+            with state.cond:
                 now = self._clock.monotonic()
                 for grant in state.grants.values():  # left open (or a failed close: try again soon)
                     soonest = min(soonest, max(grant.closes_at - now, CLOSER_RETRY))

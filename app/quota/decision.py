@@ -20,11 +20,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from app.quota.demand import Amounts
-from app.quota.ledger import MAX_LEDGER_BYTES, Entry, encode
+from app.quota.amounts import Amounts, accumulate, plus, unseen
+from app.quota.ledger import MAX_LEDGER_BYTES, LedgerEntry, encode
 from app.quota.limits import limited, overflow
 from app.quota.port import FITS, Verdict
-from app.quota.tables import Held, accumulate, unseen
+from app.quota.tables import Held
 
 WINDOW = 1.0  # seconds a worker admits into a grant it wrote, counted from before the write
 SLACK = 0.25  # others count a grant as possibly free this much longer, on their own clocks, from first sight
@@ -52,7 +52,7 @@ class Scene:
 
     namespace: str
     limits: Mapping[str, int]
-    entries: Mapping[str, Entry]  # the ledger's, as read
+    entries: Mapping[str, LedgerEntry]  # the ledger's, as read
     mark: int  # the ledger's mark, which this worker's Pod watch has reached
     used: Amounts  # the namespace's Pods as seen
     held: Mapping[str, Held]  # per entry id: what the Pods carrying it were seen to take
@@ -66,10 +66,10 @@ class Scene:
 class Account:
     """What a scene adds up to."""
 
-    live: Mapping[str, Entry]  # the entries not expired
+    live: Mapping[str, LedgerEntry]  # the entries not expired
     lower: Amounts  # taken at least: what a denial counts
     upper: Amounts  # taken at most: what an admission counts
-    keep: Mapping[str, Entry]  # the entries a write keeps (this worker's closing grants cut to what they took)
+    keep: Mapping[str, LedgerEntry]  # the entries a write keeps (this worker's closing grants cut to what they took)
     mark: int  # the mark a write sets (moved past the Pods of the entries it drops)
     first_seen: Mapping[str, float]  # others' open grants still live, with their first sight here
 
@@ -95,7 +95,7 @@ class Burst:
 class Write:
     """The ledger to store with compare-and-swap."""
 
-    entries: Mapping[str, Entry]
+    entries: Mapping[str, LedgerEntry]
     mark: int
     wanted: int
     entry: str = ""  # the entry this write adds for the reserved asks ("" none)
@@ -106,7 +106,7 @@ class Write:
 
 
 @dataclass(frozen=True)
-class Decision:
+class Ruling:
     """Verdicts for a batch (aligned with its asks; None: undecided, or reserved only once ``write`` is
     stored), and the write, if one is needed."""
 
@@ -125,15 +125,16 @@ def account(scene: Scene) -> Account:
     first_seen = {i: scene.first_seen.get(i, scene.now) for i, e in live.items() if e.open and i not in scene.mine}
     certain_until = scene.now - WINDOW - SLACK  # others' grants first seen before this can take nothing more
     lower, upper = dict(scene.used), dict(scene.used)
-    keep: dict[str, Entry] = {}
+    keep: dict[str, LedgerEntry] = {}
     mark = scene.mark
     for entry_id, entry in live.items():
         grant = scene.mine.get(entry_id)
         held = scene.held.get(entry_id)
         closing = grant is not None and grant.closing
         # this worker knows what went into its own grants; an open one may still take up to its amounts
-        at_least = unseen(grant.spent if grant is not None else entry.amounts, held)
-        at_most = at_least if closing or grant is None else unseen(entry.amounts, held)
+        seen = held.amounts if held is not None else None
+        at_least = unseen(grant.spent if grant is not None else entry.amounts, seen)
+        at_most = at_least if closing or grant is None else unseen(entry.amounts, seen)
         accumulate(upper, at_most)
         certain = grant is not None or not entry.open or first_seen[entry_id] <= certain_until
         if certain:
@@ -141,18 +142,18 @@ def account(scene: Scene) -> Account:
         if certain and (closing or grant is None) and not any(at_least.values()):
             mark = max(mark, held.rv if held is not None else mark)  # its Pods took all its room: drop it
         else:
-            keep[entry_id] = Entry(entry.expires, dict(grant.spent)) if grant is not None and closing else entry
+            keep[entry_id] = LedgerEntry(entry.expires, dict(grant.spent)) if grant is not None and closing else entry
     return Account(live, lower, upper, keep, mark, first_seen)
 
 
-def denial(scene: Scene, requested: Mapping[str, int]) -> str | None:
-    """The quota denial for ``requested`` counting only what is certainly taken (None when it may fit)."""
+def denial(scene: Scene, requested: Mapping[str, int]) -> str:
+    """The quota denial for ``requested`` counting only what is certainly taken ("" when it may fit)."""
     return overflow(scene.namespace, scene.limits, account(scene).lower, requested)
 
 
 def decide(
     scene: Scene, asks: Sequence[Ask], *, wanted: int, ask: bool, burst: Burst, ttl: float, new_id: str
-) -> Decision:
+) -> Ruling:
     """Verdicts for ``asks`` on ``scene``, in order; a write when any is reserved, a grant of this worker is
     closed, or (``ask``) an undecided one asks the holders of open grants to close them (``wanted`` + 1).
 
@@ -166,20 +167,18 @@ def decide(
     for index, one in enumerate(asks):
         if one.uid in counted.live and one.uid not in closing:  # sent again: its entry is there already
             verdicts[index] = Verdict(reservation=one.uid)
-        elif not limited(scene.limits, one.requested):
-            verdicts[index] = FITS  # the quota went meanwhile
-        elif denied := overflow(scene.namespace, scene.limits, plus(counted.lower, taking), one.requested):
-            verdicts[index] = Verdict(denied)
-        elif overflow(scene.namespace, scene.limits, plus(counted.upper, taking), one.requested):
+            continue
+        verdicts[index] = _verdict(scene, counted, taking, one)
+        if verdicts[index] is not None:
+            continue
+        if overflow(scene.namespace, scene.limits, plus(counted.upper, taking), one.requested):
             undecided.append(index)
-        elif one.dry_run:  # dry runs check but never reserve (docs/rules.md#dry-runs-change-nothing)
-            verdicts[index] = FITS
         else:
             accumulate(taking, one.requested)
             reserve.append(index)
     closes = any(counted.keep.get(i) != counted.live[i] for i in closing)
     raised = wanted + 1 if undecided and ask else wanted
-    decided = Decision(tuple(verdicts), undecided=tuple(undecided), account=counted)
+    decided = Ruling(tuple(verdicts), undecided=tuple(undecided), account=counted)
     if not reserve and not closes and raised == wanted:
         return decided  # denials and dry runs only: no write (an older ledger never counts more)
     keep = dict(counted.keep)
@@ -189,13 +188,25 @@ def decide(
         entry = asks[reserve[0]].uid if len(reserve) == 1 and not extra else new_id
         # a Pod admitted into a grant as its window ends may appear a TTL later
         expires = round(scene.wall + ttl + (WINDOW if extra else 0), 1)
-        keep[entry] = Entry(expires, plus(taking, extra), open=bool(extra))
+        keep[entry] = LedgerEntry(expires, plus(taking, extra), open=bool(extra))
         if _size(keep) > MAX_LEDGER_BYTES:  # too big: take nothing ahead, then refuse the batch
-            extra, keep[entry] = {}, Entry(expires, dict(taking))
+            extra, keep[entry] = {}, LedgerEntry(expires, dict(taking))
             if _size(keep) > MAX_LEDGER_BYTES:
                 del keep[entry]
                 return replace(decided, full=tuple(reserve), write=Write(keep, counted.mark, raised))
     return replace(decided, reserved=tuple(reserve), write=Write(keep, counted.mark, raised, entry, extra))
+
+
+def _verdict(scene: Scene, counted: Account, taking: Amounts, one: Ask) -> Verdict | None:
+    """The verdict that needs no write: fits without a limit, denied on what is certainly taken (``taking``
+    included: the batch's earlier asks), or a dry run that may fit; None when the ledger must hold it."""
+    if not limited(scene.limits, one.requested):
+        return FITS  # the quota went meanwhile
+    if denied := overflow(scene.namespace, scene.limits, plus(counted.lower, taking), one.requested):
+        return Verdict(denied)
+    if one.dry_run and not overflow(scene.namespace, scene.limits, plus(counted.upper, taking), one.requested):
+        return FITS  # dry runs check but never reserve (docs/rules.md#dry-runs-change-nothing)
+    return None
 
 
 def ahead(limits: Mapping[str, int], taken: Amounts, taking: Amounts, count: int, burst: Burst) -> Amounts:
@@ -213,11 +224,5 @@ def ahead(limits: Mapping[str, int], taken: Amounts, taking: Amounts, count: int
     return {name: amount * pods for name, amount in each.items() if amount * pods} if pods else {}
 
 
-def plus(a: Mapping[str, int], b: Mapping[str, int]) -> Amounts:
-    out = dict(a)
-    accumulate(out, b)
-    return out
-
-
-def _size(entries: Mapping[str, Entry]) -> int:
+def _size(entries: Mapping[str, LedgerEntry]) -> int:
     return len(encode(entries))

@@ -13,9 +13,7 @@ from typing import Any
 
 from app.devices.base import Device
 from app.edit import ContainerEdit, PodEdit
-
-Amounts = dict[str, int]
-"""Quota resource name -> amount in the units the limit is compared in (memory already scaled)."""
+from app.quota.amounts import Amounts
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from kubernetes import client
 
 from app import metrics
 from app.devices.base import Device
-from app.quota.demand import Amounts
+from app.quota.amounts import Amounts
 from app.quota.ledger import MANAGED_BY, Snapshot, resource_version
 from app.quota.stream import Stream, Streams, cut
 from app.quota.tables import Held, LedgerTable, NamespacePods, PodTable, QuotaTable
@@ -154,7 +154,8 @@ class Feed(Streams):
         """End every thread: wake their backoff waits and cut their open watches."""
         self._stop.set()
         with self._lock:
-            streams = [self._quota_stream, self._lease_stream, *self._pod_streams.values()]
+            self._nudged.notify_all()
+            streams = self._all()
         for stream in streams:
             cut(stream)
         for stream in streams:
@@ -164,8 +165,16 @@ class Feed(Streams):
 
     def threads(self) -> list[threading.Thread]:
         with self._lock:
-            streams = [self._quota_stream, self._lease_stream, *self._pod_streams.values()]
+            streams = self._all()
         return [s.thread for s in streams if s.thread is not None]
+
+    def quota_in_play(self) -> bool:
+        """A namespace has a device quota: only then does anything depend on reaching the API server."""
+        with self._lock:
+            return bool(self._pod_streams)
+
+    def _all(self) -> list[Stream]:
+        return [self._quota_stream, self._lease_stream, *self._pod_streams.values()]
 
     def _watch_namespaces(self) -> None:
         """Start a Pod stream for each namespace that got a device quota, stop those whose quota went.

@@ -14,7 +14,7 @@ from typing import Any
 
 from app import quantity
 from app.devices.base import Device
-from app.quota.demand import Amounts
+from app.quota.amounts import Amounts
 
 PREFIXES = ("limits.", "requests.", "")
 
@@ -60,10 +60,9 @@ def limited(limits: Mapping[str, int], requested: Mapping[str, int]) -> bool:
     return any(name in limits for name in requested)
 
 
-def overflow(
-    namespace: str, limits: Mapping[str, int], used: Mapping[str, int], requested: Mapping[str, int]
-) -> str | None:
-    """The quota denial for the first requested resource that does not fit; None when all fit (equal fits)."""
+def overflow(namespace: str, limits: Mapping[str, int], used: Mapping[str, int], requested: Mapping[str, int]) -> str:
+    """The quota denial for the first requested resource that does not fit; "" when all fit (equal fits), as in
+    Verdict.denial."""
     for name, amount in requested.items():
         limit = limits.get(name)
         if limit is not None and used.get(name, 0) + amount > limit:
@@ -71,4 +70,4 @@ def overflow(
                 f"exceeding resource quota: namespace {namespace} {name} "
                 f"used {used.get(name, 0)} + requested {amount} > limit {limit}"
             )
-    return None
+    return ""

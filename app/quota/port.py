@@ -48,6 +48,18 @@ def still_contended(ledger: str, seconds: float) -> QuotaUnavailable:
     return QuotaUnavailable(f"quota ledger {ledger} stayed contended for {seconds:g} s")
 
 
+def unanswered(ledger: str, seconds: float, failure: str) -> QuotaUnavailable:
+    """A request about the ledger got no answer in the time the admission could still wait."""
+    return QuotaUnavailable(f"quota ledger {ledger}: the API server did not answer within {seconds:.1f} s ({failure})")
+
+
+def queued_out(namespace: str, seconds: float) -> QuotaUnavailable:
+    """The admission's budget ran out while another admission's commit in this worker held the namespace."""
+    return QuotaUnavailable(
+        f"namespace {namespace}: not decided within {seconds:g} s: waited for this worker's commit in flight"
+    )
+
+
 def ledger_full(ledger: str, entries: int, limit: int, ttl: float) -> QuotaUnavailable:
     """The reservations would outgrow the bytes one Lease holds (``limit``); entries leave as their Pods are seen."""
     return QuotaUnavailable(

@@ -1,4 +1,4 @@
-"""What KubeQuota needs of the world, as ports: the feed's view, the ledger Lease, and the clock.
+"""What LedgerQuota needs of the world, as ports: the feed's view, the ledger Lease, and the clock.
 
 The server plugs in Feed (app/quota/feed.py), Ledger (app/quota/ledger.py) and the system clock; the protocol
 simulation (tests/app/quota/simulation.py) plugs in a model of the API server and a simulated clock, and so runs
@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from app.quota.demand import Amounts
+from app.quota.amounts import Amounts
 from app.quota.ledger import Snapshot
 from app.quota.tables import Held
 
@@ -63,6 +63,12 @@ class FeedView(Protocol):
 
     def broken_for(self) -> float: ...
 
+    def quota_in_play(self) -> bool: ...
+
+    def nudge(self) -> None: ...
+
+    def answered_since(self, moment: float) -> bool: ...
+
     def status(self) -> dict[str, Any]: ...
 
     def start(self) -> None: ...
@@ -74,6 +80,8 @@ class LedgerStore(Protocol):
     """Reads and compare-and-swap writes of the ledger Leases (app/quota/ledger.py's Ledger)."""
 
     def where(self, namespace: str) -> str: ...
+
+    def probe(self, timeout: float) -> None: ...
 
     def read(self, namespace: str, timeout: float) -> Snapshot: ...
 

@@ -1,4 +1,4 @@
-"""How the quota port is built from the settings: off, or KubeQuota on a Feed and a Ledger of the API server."""
+"""How the quota port is built from the settings: off, or LedgerQuota on a Feed and a Ledger of the API server."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from kubernetes import client
 
 from app.kube.config import LOAD_ERRORS, load_configuration
 from app.kube.errors import describe
-from app.quota.commit import KubeQuota
+from app.quota.commit import LedgerQuota
 from app.quota.feed import Feed
-from app.quota.ledger import Ledger
+from app.quota.lease import Ledger
 from app.quota.port import QuotaOff, QuotaPort
 from app.settings import QuotaMode, Settings
 
@@ -35,12 +35,16 @@ def open_quota(settings: Settings) -> QuotaPort:
             raise QuotaStartError(f"HAMI_QUOTA_ENABLED=true but no Kubernetes API configuration: {exc}") from exc
         log.warning("namespace device quota is off: no in-cluster config or kubeconfig (%s)", exc)
         return QuotaOff(f"no in-cluster config or kubeconfig: {exc}")
+    # urllib3's pool retries a request that got no answer three more times, each with a fresh timeout: a ledger
+    # read or compare-and-swap write would outlive the admission's budget, and a write must never be re-sent
+    # blindly. Every quota request is tried once, within its own timeout; its caller decides what comes next.
+    configuration.retries = False
     if settings.quota_mode is QuotaMode.REQUIRED:
         _probe(configuration)
     ttl = settings.quota_reservation_ttl
     feed = Feed(client.ApiClient(configuration), settings.devices, forget_after=ttl, home=settings.home_namespace)
     ledger = Ledger.of(client.ApiClient(configuration), settings.home_namespace)
-    port = KubeQuota(feed, ledger, ttl=ttl, stale_after=settings.quota_stale_after)
+    port = LedgerQuota(feed, ledger, ttl=ttl, stale_after=settings.quota_stale_after)
     port.start()
     log.info(
         "namespace device quota is on: API %s, ledger in namespace %s", configuration.host, settings.home_namespace

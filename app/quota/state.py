@@ -11,11 +11,10 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from app.quota.amounts import Amounts, accumulate
 from app.quota.decision import WINDOW, Ask, Burst, Mine, Write
-from app.quota.demand import Amounts
-from app.quota.ledger import Entry
+from app.quota.ledger import LedgerEntry
 from app.quota.port import FITS, QuotaUnavailable, Verdict
-from app.quota.tables import accumulate
 
 REMEMBERED = 4096  # request uids remembered per namespace, so a request sent again is not reserved twice
 
@@ -86,7 +85,7 @@ class NamespaceState:
         """This worker's grants as the decision sees them."""
         return {i: Mine(dict(g.spent), g.frozen) for i, g in self.grants.items()}
 
-    def sighted(self, entries: Mapping[str, Entry], wall: float, now: float) -> dict[str, float]:
+    def sighted(self, entries: Mapping[str, LedgerEntry], wall: float, now: float) -> dict[str, float]:
         """Record the first sight of other workers' live open grants in ``entries``; the sights before."""
         before = self.first_seen
         self.first_seen = {

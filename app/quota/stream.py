@@ -53,6 +53,7 @@ class Stream:
     rv: str = ""  # where to resume: the last event's or bookmark's resourceVersion ("" = list first)
     synced: bool = False
     broken_since: float | None = None
+    answered: float = 0.0  # monotonic: when its last list or watch request was answered
     response: Any = None
     stopped: bool = False
     thread: threading.Thread | None = None
@@ -66,6 +67,8 @@ class Streams(abc.ABC):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._nudged = threading.Condition(self._lock)  # wakes streams waiting out a back-off
+        self._nudges = 0
 
     @abc.abstractmethod
     def _changed(self, stream: Stream) -> None:
@@ -94,6 +97,7 @@ class Streams(abc.ABC):
     def _run(self, stream: Stream) -> None:
         failures = 0
         while not self._ended(stream):
+            nudges = self._nudges
             try:
                 if not stream.rv:
                     self._list(stream)
@@ -106,20 +110,49 @@ class Streams(abc.ABC):
             except Exception as exc:
                 if self._ended(stream):
                     break
+                if self._nudges != nudges:  # cut by a nudge (the API server answers again): try again at once
+                    failures = 0
+                    continue
                 if stream.broken_since is None:
                     with self._lock:
                         stream.broken_since = time.monotonic()
                         self._report(stream.resource)
                     log.warning("quota feed: %s broken (%s); retrying with backoff", stream.name, describe(exc))
                 failures += 1
-                self._stop.wait(WATCH_RETRY.delay(failures - 1))
+                self._back_off(WATCH_RETRY.delay(failures - 1))
         stream.response = None
+
+    def _back_off(self, seconds: float) -> None:
+        """Wait ``seconds`` before the next try, unless stopped or nudged."""
+        with self._lock:
+            nudges = self._nudges
+            self._nudged.wait_for(lambda: self._stop.is_set() or self._nudges != nudges, seconds)
+
+    def nudge(self) -> None:
+        """Every stream tries again now: those waiting out a back-off at once, open watches are cut and resume
+        from their resourceVersion (after a partition, a watch may be a silent socket)."""
+        with self._lock:
+            self._nudges += 1
+            self._nudged.notify_all()
+            streams = self._all()
+        for stream in streams:
+            cut(stream)
+
+    def _all(self) -> list[Stream]:
+        """Every stream (lock held)."""
+        return []
+
+    def answered_since(self, moment: float) -> bool:
+        """Every stream's list or watch has been answered since ``moment`` (monotonic)."""
+        with self._lock:
+            return all(s.answered >= moment for s in self._all())
 
     def _healthy(self, stream: Stream) -> None:
         """Lock held."""
         if stream.broken_since is not None:
             log.info("quota feed: %s connected again", stream.name)
         stream.broken_since = None
+        stream.answered = time.monotonic()
         self._report(stream.resource)
 
     def _list(self, stream: Stream) -> None:

@@ -20,7 +20,8 @@ from typing import Any
 
 from app.annotations import QUOTA_RESERVATION_ANNOTATION
 from app.devices.base import Device
-from app.quota.demand import Amounts, pod_amounts
+from app.quota.amounts import Amounts, accumulate
+from app.quota.demand import pod_amounts
 from app.quota.ledger import LEDGER_PREFIX, Snapshot, resource_version, snapshot
 from app.quota.limits import hard_limits, quota_factors, tightest
 
@@ -146,19 +147,6 @@ class PodTable:
             gone = self._held.get(key)
             if gone is not None and gone.forget_at <= now:
                 del self._held[key]
-
-
-def accumulate(total: Amounts, amounts: Mapping[str, int]) -> None:
-    """Add ``amounts`` into ``total`` in place."""
-    for name, amount in amounts.items():
-        total[name] = total.get(name, 0) + amount
-
-
-def unseen(amounts: Mapping[str, int], held: Held | None) -> Amounts:
-    """What a reservation of ``amounts`` holds beyond what its Pods, as seen, took."""
-    if held is None:
-        return dict(amounts)
-    return {name: max(amount - held.amounts.get(name, 0), 0) for name, amount in amounts.items()}
 
 
 @dataclass

@@ -50,6 +50,7 @@ class _Rule:
     status: int = 0  # answer this instead of forwarding
     message: str = ""
     callback: Callable[[RealKube], None] | None = None  # run, then forward
+    hold: str = ""  # "request": never forwarded; "answer": forwarded, its answer never sent (both: until release)
 
     def matches(self, request: Request) -> bool:
         return self.times > 0 and request.method == self.method and self.path.search(request.path) is not None
@@ -65,6 +66,9 @@ class FaultyProxy:
     _watches: set[socket.socket] = field(default_factory=set)
     _connections: set[socket.socket] = field(default_factory=set)  # every client connection open now
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _released: threading.Event = field(default_factory=threading.Event)
+    _light: threading.Event = field(default_factory=threading.Event)  # cleared while black-holed
+    _reset: bool = False  # how the black hole ends: connections reset (True) or resumed
     _server: ThreadingHTTPServer | None = None
 
     @property
@@ -85,6 +89,41 @@ class FaultyProxy:
         with self._lock:
             self._rules.append(_Rule(method, re.compile(path_regex), times, callback=callback))
 
+    def hold_next(self, method: str, path_regex: str, times: int = 1, answer: bool = False) -> None:
+        """Hold the next `times` matching requests unanswered, as a network that black-holes them does, until
+        ``release()`` resets their connections. ``answer``: forward the request first, so the API server does
+        it and only its answer is lost (a write that lands while its client times out)."""
+        with self._lock:
+            self._rules.append(_Rule(method, re.compile(path_regex), times, hold="answer" if answer else "request"))
+
+    def black_hole(self) -> None:
+        """Copy nothing more either way, as a partitioned network does: requests and watch streams stall, their
+        connections stay open (no reset, no close), until ``heal``."""
+        self._reset = False
+        self._light.clear()
+
+    def heal(self, reset: bool = False) -> None:
+        """End the black hole: what was held resumes, or (``reset``) every connection held is reset."""
+        self._reset = reset
+        self._light.set()
+
+    def _through(self, connection: socket.socket) -> bool:
+        """Wait out a black hole; False when the connection was reset at its end."""
+        if self._light.is_set():
+            return True
+        self._light.wait(300)
+        if self._reset:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return False
+        return True
+
+    def release(self) -> None:
+        """Reset the connections of every held request."""
+        self._released.set()
+
     def writes(self) -> list[Request]:
         with self._lock:
             return [r for r in self.requests if r.method not in READS]
@@ -102,6 +141,7 @@ class FaultyProxy:
 
     def start(self) -> FaultyProxy:
         proxy = self
+        self._light.set()
         context = ssl.create_default_context(cafile=str(self.kube.ca_path))
 
         class Handler(BaseHTTPRequestHandler):
@@ -131,12 +171,17 @@ class FaultyProxy:
             def _any(self) -> None:
                 parts = urlsplit(self.path)
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if not proxy._through(self.connection):
+                    self.close_connection = True
+                    return
                 request = Request(self.command, parts.path, parts.query, body)
                 rule = proxy._take(request)
                 if rule is not None and rule.status:
                     return self._status(rule.status, rule.message)
                 if rule is not None and rule.callback is not None:
                     rule.callback(proxy.kube)
+                if rule is not None and rule.hold == "request":
+                    return self._held()
                 if self.upstream is None:
                     self.upstream = http.client.HTTPSConnection("127.0.0.1", proxy.kube.port, context=context)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
@@ -146,6 +191,11 @@ class FaultyProxy:
                 if query.get("watch", [""])[0] in ("true", "1") or "/watch/" in parts.path:
                     return self._stream(answer)
                 data = answer.read()
+                if rule is not None and rule.hold == "answer":
+                    return self._held()
+                if not proxy._through(self.connection):
+                    self.close_connection = True
+                    return
                 self.send_response(answer.status)
                 for key, value in answer.getheaders():
                     if key.lower() not in HOP_BY_HOP:
@@ -164,7 +214,7 @@ class FaultyProxy:
                 with proxy._lock:
                     proxy._watches.add(self.connection)
                 try:
-                    while chunk := answer.read1(proxy.watch_chunk):
+                    while (chunk := answer.read1(proxy.watch_chunk)) and proxy._through(self.connection):
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                         self.wfile.flush()
                     self.wfile.write(b"0\r\n\r\n")
@@ -177,6 +227,15 @@ class FaultyProxy:
                     if self.upstream is not None:
                         self.upstream.close()
                         self.upstream = None
+
+            def _held(self) -> None:
+                """No answer until released (or the proxy stops), then a reset connection."""
+                proxy._released.wait(120)
+                self.close_connection = True
+                try:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
             def _status(self, code: int, message: str) -> None:
                 reason = REASONS.get(code, "InternalError" if code >= 500 else "")
@@ -204,6 +263,8 @@ class FaultyProxy:
     def stop(self) -> None:
         """Stop listening and cut every open connection, kept-alive ones too: the API server is gone."""
         if self._server is not None:
+            self.release()
+            self.heal(reset=True)
             self.drop_watches()
             self._server.shutdown()
             self._server.server_close()

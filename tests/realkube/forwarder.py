@@ -31,16 +31,7 @@ class RoundRobin:
                 with lock:
                     backend = next(order)
                     outer.connections[backend] += 1
-                with socket.create_connection(backend, timeout=10) as upstream:
-                    upstream.settimeout(None)
-                    # kube-proxy forwards packets as they come; a copy in user space must not hold a small write
-                    # back for the previous one's ACK (Nagle's algorithm: a delayed ACK costs 40 ms per request)
-                    for side in (upstream, self.request):
-                        side.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    back = threading.Thread(target=_pump, args=(upstream, self.request), daemon=True)
-                    back.start()
-                    _pump(self.request, upstream)
-                    back.join(timeout=15)
+                splice(self.request, backend)
 
         socketserver.ThreadingTCPServer.allow_reuse_address = True
         self._server = socketserver.ThreadingTCPServer(self.listen, Handler)
@@ -53,6 +44,20 @@ class RoundRobin:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def splice(client: socket.socket, backend: tuple[str, int]) -> None:
+    """Connect to ``backend`` and copy both ways until both sides are done."""
+    with socket.create_connection(backend, timeout=10) as upstream:
+        upstream.settimeout(None)
+        # kube-proxy forwards packets as they come; a copy in user space must not hold a small write
+        # back for the previous one's ACK (Nagle's algorithm: a delayed ACK costs 40 ms per request)
+        for side in (upstream, client):
+            side.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
+        back.start()
+        _pump(client, upstream)
+        back.join(timeout=15)
 
 
 def _pump(source: socket.socket, sink: socket.socket) -> None:

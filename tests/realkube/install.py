@@ -184,11 +184,11 @@ class WebhookServer:
                 self._proc.wait(timeout=5)
         self._proc, self._terminated = None, False
 
-    def status(self, path: str) -> int:
+    def status(self, path: str, timeout: float = 2) -> int:
         """HTTP status of GET `path`, TLS verified as the API server does (CA bundle, name = the Service's)."""
         context = client_context(self.ca)
         try:
-            with socket.create_connection((self.host, self.port), timeout=2) as raw:
+            with socket.create_connection((self.host, self.port), timeout=timeout) as raw:
                 with context.wrap_socket(raw, server_hostname=SERVICE_HOST) as tls:
                     tls.sendall(f"GET {path} HTTP/1.1\r\nHost: {SERVICE_HOST}\r\nConnection: close\r\n\r\n".encode())
                     return int(tls.recv(64).split()[1])

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tests.realkube.install import Installed, WebhookServer
@@ -37,8 +38,17 @@ class Replicas:
         return [s.log.read_text(errors="replace") if s.log.exists() else "" for s in self.servers]
 
 
-def start_replicas(installed: Installed, count: int, work: Path, env: dict[str, str] | None = None) -> Replicas:
-    """`count` webhook processes behind the ClusterIP (the installed one stopped); each ready before return."""
+def start_replicas(
+    installed: Installed,
+    count: int,
+    work: Path,
+    env: dict[str, str] | None = None,
+    kubeconfigs: Sequence[str] = (),
+    forwarder: bool = True,
+) -> Replicas:
+    """`count` webhook processes behind the ClusterIP (the installed one stopped); each ready before return.
+    ``kubeconfigs``: each replica's own (its own way to the API server); ``forwarder``: False when the caller
+    puts its own Service in front of them."""
     installed.webhook.stop()
     work.mkdir(parents=True, exist_ok=True)
     replicas = Replicas([])
@@ -46,11 +56,14 @@ def start_replicas(installed: Installed, count: int, work: Path, env: dict[str, 
         for i in range(count):
             server = installed.webhook.with_address("127.0.0.1", free_port(), work / f"replica-{i}.log")
             server.env = {**server.env, **(env or {})}
+            if kubeconfigs:
+                server = replace(server, kubeconfig=kubeconfigs[i])
             replicas.servers.append(server.launch())
         for server in replicas.servers:  # started together, then each waited for
             server.ready()
         backends = [f"{s.host}:{s.port}" for s in replicas.servers]
-        replicas.forwarder = forward(f"{installed.cluster_ip}:443", backends)
+        if forwarder:
+            replicas.forwarder = forward(f"{installed.cluster_ip}:443", backends)
     except BaseException:
         replicas.stop()
         raise

@@ -12,23 +12,30 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.realkube.cluster import RealKube
+from tests.realkube.faults import FaultyProxy
 from tests.realkube.install import Installed, WebhookServer, apply, get
 from tests.realkube.pods import Created, create_at_once, pod
 from tests.realkube.replicas import Replicas, start_replicas
+from tests.realkube.service import ReadyService
 
 MEM = "nvidia.com/gpumem"
 ONE_GPU = {"nvidia.com/gpu": "1", MEM: "1000"}  # K of these fit in a quota of K * 1000
 
 
-def replicas_of(installed: Installed, env: dict[str, str] | None = None, faults: bool = False) -> Iterator[Replicas]:
+def replicas_of(
+    installed: Installed, env: dict[str, str] | None = None, faults: bool = False, **start: Any
+) -> Iterator[Replicas]:
     """Three webhook processes behind the installed webhook's ClusterIP; their logs checked once stopped: no
     Traceback, and no admission left undecided unless the test injects faults (then that is the answer)."""
-    replicas = start_replicas(installed, 3, installed.work / f"replicas-{uuid.uuid4().hex[:6]}", env)
+    replicas = start_replicas(installed, 3, installed.work / f"replicas-{uuid.uuid4().hex[:6]}", env, **start)
     try:
         yield replicas
     finally:
@@ -230,3 +237,126 @@ def test_etcd_paused_mid_burst(installed: Installed, crashable: Replicas) -> Non
             kube.signal("etcd", signal.SIGCONT)
 
     crash_mid_burst(kube, pause, "etcd paused 6 s")
+
+
+# --- one replica cut off from the API server ----------------------------------------------------------------
+WEBHOOK_TIMEOUT = 10  # the MutatingWebhookConfiguration's timeoutSeconds
+PARTITION = 30  # seconds the replica stays cut off
+BURST_AFTER = 20  # seconds into the partition the second burst starts
+BURST_PODS, BURST_CLIENTS = 90, 16
+
+
+@dataclass
+class Partition:
+    replicas: Replicas
+    proxies: list[FaultyProxy]  # each replica's only way to the API server
+    service: ReadyService
+
+
+@pytest.fixture
+def partitionable(installed: Installed, webhook: WebhookServer, tmp_path: Path) -> Iterator[Partition]:
+    """Three replicas, each talking to kube-apiserver through its own proxy that can black-hole it, behind a
+    Service whose endpoints follow the manifests' readinessProbe; a short reservation TTL."""
+    token = yaml.safe_load(Path(installed.webhook_kubeconfig).read_text())["users"][0]["user"]["token"]
+    proxies = [FaultyProxy(installed.kube).start() for _ in range(3)]
+    configs = [p.kubeconfig(tmp_path / f"replica-{i}.kubeconfig", token) for i, p in enumerate(proxies)]
+    env = {"HAMI_QUOTA_RESERVATION_TTL": str(CRASH_TTL)}
+    service: ReadyService | None = None
+    try:
+        for replicas in replicas_of(installed, env, faults=True, kubeconfigs=configs, forwarder=False):
+            service = ReadyService((installed.cluster_ip, 443), replicas.servers).start()
+            yield Partition(replicas, proxies, service)
+    finally:
+        if service is not None:
+            service.stop()
+        for proxy in proxies:
+            proxy.stop()
+
+
+def burst_rate(kube: RealKube, ns: str, what: str) -> tuple[float, list[Created]]:
+    """BURST_PODS creates at once into room for all of them: Pods created per second, and the calls."""
+    started, calls = create_at_once(kube, ns, pod(what, ONE_GPU), BURST_PODS, BURST_CLIENTS)
+    return sum(c.status == 201 for c in calls) / (max(c.ended for c in calls) - started), calls
+
+
+def answered_in_time(calls: list[Created]) -> None:
+    """Every refusal says why, and none waited out kube-apiserver's webhook timeout."""
+    assert all(explained(c) for c in calls if c.status != 201), [c.refusal for c in calls if not explained(c)]
+    slowest = max(c.ended - c.started for c in calls)
+    assert slowest < WEBHOOK_TIMEOUT - 1, slowest
+    assert not [c for c in calls if "deadline" in str(c.refusal.get("message"))]
+
+
+@pytest.mark.parametrize("heal", ["resumed", "reset"])
+def test_a_replica_cut_off_mid_burst(installed: Installed, partitionable: Partition, heal: str) -> None:
+    """Replica 0 loses the API server (a black hole: nothing copied, nothing closed) a third into a burst into
+    room for CRASH_ROOM: nothing over-admitted, every refusal says why and comes before the webhook timeout; the
+    replica leaves the endpoints within 15 s; a burst BURST_AFTER s into the partition runs at 0.8x the rate of
+    one before it at least; healed after PARTITION s (held connections resumed, or reset), all the room is
+    usable again within the reservation TTL."""
+    kube, service = installed.kube, partitionable.service
+    spare = [quota_namespace(kube, BURST_PODS, f"limits.{MEM}") for _ in range(3)]
+    ns = quota_namespace(kube, CRASH_ROOM, f"limits.{MEM}")
+    try:
+        burst_rate(kube, spare[0], "warm-")  # the first burst of fresh processes is slower: not the reference
+        before, calls = burst_rate(kube, spare[1], "before-")
+        assert refusals(calls) == []
+        cut_at: list[float] = []
+
+        def cut() -> None:
+            partitionable.proxies[0].black_hole()
+            cut_at.append(time.monotonic())
+
+        calls = []
+        burst = threading.Thread(target=create_at_once, args=(kube, ns, pod("cut-", ONE_GPU), CRASH_PODS, 16, calls))
+        burst.start()
+        kube.wait_for(
+            lambda: sum(c.status == 201 for c in calls) >= CRASH_ROOM // 3 or not burst.is_alive(), 60, interval=0.005
+        )
+        cut()
+        burst.join(120)
+        answered_in_time(calls)
+        assert len(stored(kube, ns)) <= CRASH_ROOM
+        refused = Counter(explained(c) for c in calls if c.status != 201)
+        sample = next((c.refusal["message"] for c in calls if c.status != 201 and not c.quota_denial), "")
+        time.sleep(max(cut_at[0] + BURST_AFTER - time.monotonic(), 0))
+        left = service.left_at(0, cut_at[0])
+        assert left is not None and left - cut_at[0] <= 15, service.changes
+        during, calls = burst_rate(kube, spare[2], "during-")
+        answered_in_time(calls)
+        assert refusals(calls) == []
+        assert during >= 0.8 * before, (during, before)
+        time.sleep(max(cut_at[0] + PARTITION - time.monotonic(), 0))
+        partitionable.proxies[0].heal(reset=heal == "reset")
+        healed = time.monotonic()
+        cut_replica = partitionable.replicas.servers[0]
+        ready_at: list[float] = []  # when the cut replica's /readyz answers 200 again
+
+        def ready_again() -> bool:
+            if cut_replica.status("/readyz") != 200:
+                return False
+            ready_at.append(time.monotonic())
+            return True
+
+        poll = threading.Thread(target=kube.wait_for, args=(ready_again, 20), kwargs={"interval": 0.2})
+        poll.start()
+        while len(stored(kube, ns)) < CRASH_ROOM:
+            assert time.monotonic() - healed < CRASH_TTL + 5, f"room not back: {len(stored(kube, ns))} Pods"
+            _, (call,) = create_at_once(kube, ns, pod("after-", ONE_GPU), 1, 1)
+            answered_in_time([call])
+            if call.status != 201:
+                time.sleep(0.5)
+        back = time.monotonic() - healed
+        _, (over,) = create_at_once(kube, ns, pod("over-", ONE_GPU), 1, 1)
+        assert over.quota_denial and len(stored(kube, ns)) == CRASH_ROOM, over.refusal
+        poll.join(25)
+        ready = ready_at[0] - healed
+        kube.wait_for(lambda: 0 in service.ready, 20, interval=0.5)  # and back in the endpoints
+        print(f"\ncut mid-burst, healed ({heal}): refused {dict(refused)} ({sample}); left the endpoints "
+              f"{left - cut_at[0]:.1f} s after the cut; burst {BURST_AFTER} s into the partition "
+              f"{during:.0f}/s against {before:.0f}/s before ({during / before:.2f}x); ready {ready:.1f} s after the "
+              f"heal; all {CRASH_ROOM} Pods' room "
+              f"usable {back:.1f} s after the heal; connections per replica {service.connections}")  # fmt: skip
+    finally:
+        for name in (ns, *spare):
+            kube.kubectl("delete", "namespace", "--wait=false", name)

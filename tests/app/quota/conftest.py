@@ -18,12 +18,11 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from app.quota.commit import KubeQuota
-from app.quota.demand import Amounts
+from app.quota.amounts import Amounts, accumulate, unseen
+from app.quota.commit import LedgerQuota
 from app.quota.feed import Feed
 from app.quota.ledger import LEDGER_ANNOTATION, LEDGER_PREFIX
 from app.quota.startup import open_quota
-from app.quota.tables import accumulate, unseen
 from app.settings import Settings
 from tests.realkube.cluster import RealKube
 from tests.realkube.faults import FaultyProxy
@@ -37,7 +36,8 @@ def in_use(feed: Feed, namespace: str, reservations: Mapping[str, Amounts]) -> A
     counted once, as the port counts it."""
     used, held = feed.seen(namespace, reservations)
     for reservation, amounts in reservations.items():
-        accumulate(used, unseen(amounts, held.get(reservation)))
+        seen = held.get(reservation)
+        accumulate(used, unseen(amounts, seen.amounts if seen is not None else None))
     return used
 
 
@@ -152,14 +152,14 @@ def cluster(
 
 
 @pytest.fixture
-def start_quota(cluster: Cluster) -> Iterator[Callable[..., tuple[KubeQuota, Settings]]]:
+def start_quota(cluster: Cluster) -> Iterator[Callable[..., tuple[LedgerQuota, Settings]]]:
     """``start_quota(HAMI_QUOTA_RESERVATION_TTL="1", ...)``: a started, synced port; stopped afterwards."""
-    ports: list[KubeQuota] = []
+    ports: list[LedgerQuota] = []
 
-    def start(**env: str) -> tuple[KubeQuota, Settings]:
+    def start(**env: str) -> tuple[LedgerQuota, Settings]:
         settings = cluster.settings(**env)
         port = open_quota(settings)
-        assert isinstance(port, KubeQuota)
+        assert isinstance(port, LedgerQuota)
         ports.append(port)
         eventually(lambda: port.status()["ready"], 30, what="the first lists to sync")
         return port, settings

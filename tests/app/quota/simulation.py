@@ -1,4 +1,4 @@
-"""A deterministic simulation of the quota protocol: several webhook workers, each running the real KubeQuota
+"""A deterministic simulation of the quota protocol: several webhook workers, each running the real LedgerQuota
 (app/quota/commit.py) and the real decision (app/quota/decision.py), the real Ledger (its Lease bodies and
 compare-and-swap) and the real Pod/ResourceQuota/ledger tables of the feed
 (app/quota/tables.py), against ``ApiServer`` below.
@@ -15,16 +15,20 @@ never lands (another admission plugin refused it), replicas' wall clocks skewed 
 tests/app/quota tests that use a real kube-apiserver remain the authority; this explores interleavings those
 tests happen not to produce, thousands per minute, replayable from a seed.
 
-Determinism: each worker runs in a thread of its own, but only one thread runs at a time. A worker gives the
-baton back to the scheduler at every port call (each ledger request, before and after it reaches the server;
-each wait on the feed; each sleep), and the scheduler, drawing from one seeded Random, picks what happens next.
-Time is simulated; KubeQuota reads it through the Clock seam. The global ``random`` module (the back-off's
-jitter) is seeded too.
+Determinism: each worker runs in a thread of its own, but only one thread runs at a time: the baton is a pair of
+locks (released by one thread, acquired by the other), so a hand-over wakes exactly the thread that takes it. A
+worker gives the baton back to the scheduler at every port call (each ledger request, before and after it reaches
+the server; each wait on the feed; each sleep), and the scheduler, drawing from one seeded Random, picks what
+happens next. Time is simulated; LedgerQuota reads it through the Clock seam. The global ``random`` module (the
+back-off's jitter) is seeded too.
+
+Partitions: a worker cut off from the API server (a black hole: nothing copied, nothing closed) gets no watch
+events, and its requests hang until their timeout or the heal; a request it gave up on reaches the server when the
+network resumes, or never when the partition ends by resetting connections. Its contact probe runs too.
 """
 
 from __future__ import annotations
 
-import copy
 import random
 import threading
 from collections import deque
@@ -32,14 +36,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from app.edit import PodEdit
 from app.kube.errors import ApiError
-from app.quota.commit import KubeQuota
+from app.quota.amounts import Amounts, accumulate
+from app.quota.commit import LedgerQuota
 from app.quota.decision import WINDOW
-from app.quota.demand import Amounts, demands
-from app.quota.ledger import Ledger, Snapshot, snapshot
+from app.quota.demand import demands
+from app.quota.lease import Ledger
+from app.quota.ledger import Snapshot, snapshot
 from app.quota.port import QuotaUnavailable, Verdict
-from app.quota.tables import Held, LedgerTable, PodTable, QuotaTable, accumulate
+from app.quota.tables import Held, LedgerTable, PodTable, QuotaTable
 from app.settings import Settings
 from tests.support.pods import container, pod
 
@@ -49,7 +57,18 @@ TTL = 60.0
 SKEW = 0.5  # the most a replica's wall clock is off, either way
 LAND_WITHIN = 3.0  # an admitted Pod is stored within this many seconds of its admission, or never
 DEVICES = Settings.from_env({}).devices
-SCHED = -1  # the scheduler's turn
+
+
+def _copy(obj: Any) -> Any:
+    """A deep copy of JSON (what the API server stores and sends), at a fraction of copy.deepcopy's cost."""
+    return orjson.loads(orjson.dumps(obj))
+
+
+def _baton() -> threading.Lock:
+    """A lock held from the start: whoever waits acquires it, whoever hands over releases it (any thread may)."""
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
 
 
 class Killed(BaseException):
@@ -75,32 +94,33 @@ class ApiServer:
         self.leases: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}
         self.watches: dict[str, list[Watch]] = {"leases": [], "pods": []}
+        self._parsed: Snapshot | None = None
 
     def _stored(self, kind: str, obj: dict[str, Any], event: str) -> dict[str, Any]:
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
         for watch in self.watches[kind]:
-            watch.pending.append((event, copy.deepcopy(obj)))
-        return copy.deepcopy(obj)
+            watch.pending.append((event, _copy(obj)))
+        return _copy(obj)
 
     def request(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
         if method == "GET":
             if path not in self.leases:
                 raise ApiError(404, "Not Found", {"code": 404, "reason": "NotFound"})
-            return copy.deepcopy(self.leases[path])
+            return _copy(self.leases[path])
         assert body is not None
         if method == "POST":
             path = f"{path}/{body['metadata']['name']}"
             if path in self.leases:
                 raise ApiError(409, "Conflict", {"code": 409, "reason": "AlreadyExists"})
-            self.leases[path] = copy.deepcopy(body)
+            self.leases[path] = _copy(body)
             return self._stored("leases", self.leases[path], "ADDED")
         assert method == "PUT"
         if path not in self.leases:
             raise ApiError(404, "Not Found", {"code": 404, "reason": "NotFound"})
         if body["metadata"].get("resourceVersion") != self.leases[path]["metadata"]["resourceVersion"]:
             raise ApiError(409, "Conflict", {"code": 409, "reason": "Conflict"})
-        self.leases[path] = copy.deepcopy(body)
+        self.leases[path] = _copy(body)
         return self._stored("leases", self.leases[path], "MODIFIED")
 
     def create_pod(self, obj: dict[str, Any]) -> None:
@@ -112,7 +132,11 @@ class ApiServer:
 
     def ledger_entries(self) -> Snapshot | None:
         lease = next(iter(self.leases.values()), None)
-        return snapshot(NS, lease) if lease is not None else None
+        if lease is None:
+            return None
+        if self._parsed is None or self._parsed.rv != int(lease["metadata"]["resourceVersion"]):
+            self._parsed = snapshot(NS, lease)  # checked after every step: parsed once per write
+        return self._parsed
 
 
 class SimFeed:
@@ -135,10 +159,10 @@ class SimFeed:
         """A fresh list (first start, or after 410 Gone): the watch's undelivered events are gone."""
         self.watches[kind].pending.clear()
         if kind == "pods":
-            self.pods.replace(NS, copy.deepcopy(list(server.pods.values())))
+            self.pods.replace(NS, _copy(list(server.pods.values())))
             self.pod_rv = server.rv
         else:
-            self.ledgers.replace(copy.deepcopy(list(server.leases.values())))
+            self.ledgers.replace(_copy(list(server.leases.values())))
             self.moves += 1
 
     def deliver(self, kind: str) -> None:
@@ -192,6 +216,15 @@ class SimFeed:
     def broken_for(self) -> float:
         return 0.0
 
+    def quota_in_play(self) -> bool:
+        return True
+
+    def nudge(self) -> None:
+        pass
+
+    def answered_since(self, moment: float) -> bool:
+        return True
+
     def status(self) -> dict[str, Any]:
         return {"synced": {"pods": True, "resourcequotas": True}, "broken_seconds": 0.0}
 
@@ -211,7 +244,7 @@ class Admission:
 
 
 class Worker:
-    """One webhook process: a KubeQuota on its own feed and clock, run one operation at a time in a thread that
+    """One webhook process: a LedgerQuota on its own feed and clock, run one operation at a time in a thread that
     runs only when the scheduler hands it the baton."""
 
     def __init__(self, sim: Simulation, index: int) -> None:
@@ -220,17 +253,19 @@ class Worker:
         self.offset = sim.rng.uniform(0, 1000)  # monotonic clocks start anywhere
         self.feed = SimFeed(self, sim.server, sim.limit)
         ledger = Ledger(self._send, HOME)
-        self.port = KubeQuota(
+        self.port = LedgerQuota(
             self.feed, ledger, ttl=TTL, stale_after=30, clock=self, new_id=sim.new_id, closer=False
         )  # fmt: skip
+        self.port.contact.shedding = threading.Event()  # this process's worker is not the simulated one's
         self.op: Callable[[], object] | None = None
         self.ready: Callable[[], bool] = lambda: False  # when the scheduler may resume it
         self.killed = False
+        self.cut = False  # cut off from the API server: its requests and watches hang
+        self.held: list[tuple[str, str, dict[str, Any] | None]] = []  # requests given up on, still in the black hole
+        self.go = _baton()  # released: the baton is handed to this worker
         self.thread = threading.Thread(target=self._loop, daemon=True)
-        with sim.baton:  # its thread runs until its first pause
-            sim.turn = index
-            self.thread.start()
-            sim.baton.wait_for(lambda: sim.turn == SCHED)
+        self.thread.start()
+        sim.back.acquire()  # its thread runs until its first pause
 
     # --- Clock -----------------------------------------------------------------------------------
 
@@ -251,12 +286,9 @@ class Worker:
         self._pause(lambda: until() or self.monotonic() >= deadline)
 
     def _pause(self, ready: Callable[[], bool]) -> None:
-        sim = self.sim
-        with sim.baton:
-            self.ready = ready
-            sim.turn = SCHED
-            sim.baton.notify_all()
-            sim.baton.wait_for(lambda: sim.turn == self.index)
+        self.ready = ready
+        self.sim.back.release()
+        self.go.acquire()
         if self.killed:
             raise Killed()
 
@@ -273,14 +305,27 @@ class Worker:
         except BaseException as exc:  # a bug in the port: the scheduler raises it
             self.sim.problems.append(f"worker {self.index} crashed: {exc!r}")
         finally:
-            with self.sim.baton:
-                self.sim.turn = SCHED
-                self.sim.baton.notify_all()
+            self.sim.back.release()
 
-    def _send(self, method: str, path: str, *, timeout: float, body: dict[str, Any] | None = None) -> Any:
+    def _send(
+        self, method: str, path: str, *, timeout: float, body: dict[str, Any] | None = None, query: Any = None
+    ) -> Any:
         """A ledger request: it reaches the server at some point after it is sent, and its answer comes back
-        at some point after that (a kill in between: applied, never answered)."""
+        at some point after that (a kill in between: applied, never answered). Cut off, it hangs until the
+        partition heals or its timeout: timed out, it stays in the black hole, and reaches the server when the
+        network resumes (or never, when the partition ends by resetting connections)."""
         self._pause(lambda: True)
+        if self.cut:
+            deadline = self.monotonic() + timeout
+            self._pause(lambda: not self.cut or self.monotonic() >= deadline)
+            if self.cut:
+                self.held.append((method, path, body))
+                raise OSError(f"read timed out ({timeout:g} s, simulated partition)")
+            if self.sim.heal_by_reset:
+                raise OSError("connection reset by peer (simulated: a partition healed by resetting)")
+        if query is not None:  # the contact probe's list
+            self._pause(lambda: True)
+            return {"kind": "LeaseList", "items": []}
         answer = self.sim.server.request(method, path, body)
         if method != "GET" and self.sim.rng.random() < self.sim.lost_answers:
             raise OSError("connection reset by peer (simulated: the write was applied, its answer lost)")
@@ -320,13 +365,14 @@ class Simulation:
         self.now = 0.0
         self.limit = room * 1000
         self.server = ApiServer()
-        self.baton = threading.Condition()
-        self.turn = SCHED
+        self.back = _baton()  # released: the baton is handed back to the scheduler
         self.ids = 0
         self.lost_answers = self.rng.choice([0.0, 0.0, 0.05])
         self.admissions_left = admissions
         self.kills_left = kills
         self.never_lands = self.rng.choice([0.0, 0.1, 0.3])
+        self.partitions_left = self.rng.choice([0, 1, 2])
+        self.heal_by_reset = self.rng.random() < 0.5
         self.workers: list[Worker] = []
         for _ in range(workers):
             self.workers.append(Worker(self, len(self.workers)))
@@ -375,10 +421,10 @@ class Simulation:
             self.landing[admission.uid] = (self.now + self.rng.uniform(0, LAND_WITHIN), obj)
 
     def resume(self, worker: Worker) -> None:
-        with self.baton:
-            self.turn = worker.index
-            self.baton.notify_all()
-            self.baton.wait_for(lambda: self.turn == SCHED)
+        if not worker.thread.is_alive():  # crashed: the scheduler raises what it left in ``problems``
+            return
+        worker.go.release()
+        self.back.acquire()
 
     def kill(self, worker: Worker) -> None:
         """SIGKILL: wherever it is, the process is gone (a write it sent may have landed); a new one starts."""
@@ -400,6 +446,12 @@ class Simulation:
                 if self.admissions_left:
                     out.append((3, lambda w=worker: self.start_admission(w)))
                 out.append((0.5, lambda w=worker: self.start(w, w.port.closer.close_due)))
+                out.append((0.5, lambda w=worker: self.start(w, lambda: w.port.contact.check(w.monotonic()))))
+            if worker.cut:
+                out.append((0.3, lambda w=worker: self.heal(w)))
+                continue  # nothing reaches it: no events, no bookmarks
+            if self.partitions_left:
+                out.append((0.05, lambda w=worker: self.cut_off(w)))
             for kind, watch in worker.feed.watches.items():
                 if watch.pending:
                     out.append((4, lambda w=worker, k=kind: w.feed.deliver(k)))
@@ -414,6 +466,25 @@ class Simulation:
             out.append((0.2, self.delete_some_pod))
         out.append((1, self.advance))
         return out
+
+    def cut_off(self, worker: Worker) -> None:
+        """A black-holed network between the worker and the API server: nothing copied, nothing closed."""
+        self.trace.append(f"{self.now:.3f} worker {worker.index} cut off")
+        self.partitions_left -= 1
+        worker.cut = True
+
+    def heal(self, worker: Worker) -> None:
+        """The partition ends: what it held reaches the server now (answers go nowhere), or is reset."""
+        self.trace.append(
+            f"{self.now:.3f} worker {worker.index} healed ({'reset' if self.heal_by_reset else 'resumed'})"
+        )
+        worker.cut = False
+        held, worker.held = worker.held, []
+        for method, path, body in [] if self.heal_by_reset else held:
+            try:
+                self.server.request(method, path, body)
+            except ApiError:
+                pass
 
     def start(self, worker: Worker, op: Callable[[], object]) -> None:
         worker.start(op)
@@ -482,9 +553,19 @@ class Simulation:
                 self.resume(worker)
         return Outcome(self.seed, self.step, self.admitted, self.denied, self.unavailable, free)
 
+    def finish(self, worker: Worker, op: Callable[[], object]) -> None:
+        """Run ``op`` on ``worker`` to its end, time passing in small steps."""
+        self.start(worker, op)
+        while worker.op is not None:
+            self.advance(0.01)
+            self.resume(worker)
+
     def settle(self) -> int:
         """After the burst, once every TTL has run out: a worker admits exactly the room Pods do not hold."""
-        self.kills_left, self.lost_answers = 0, 0.0
+        self.kills_left, self.lost_answers, self.partitions_left = 0, 0.0, 0
+        for worker in self.workers:
+            if worker.cut:
+                self.heal(worker)
         self.advance(TTL + WINDOW + 2 * SKEW + 1)
         for worker in self.workers:
             while any(w.pending for w in worker.feed.watches.values()):
@@ -494,13 +575,10 @@ class Simulation:
         used = sum(int(o["spec"]["containers"][0]["resources"]["limits"][MEM]) for o in self.server.pods.values())
         free = (self.limit - used) // 1000
         worker = self.workers[0]
+        self.finish(worker, lambda: worker.port.contact.check(worker.monotonic()))  # it hears the API server again
         for i in range(free + 1):
             admission = Admission(f"after-{i}", 1000, False)
-            worker.start(lambda a=admission: worker.admit(a))
-            self.resume(worker)
-            while worker.op is not None:
-                self.advance(0.01)
-                self.resume(worker)
+            self.finish(worker, lambda a=admission: worker.admit(a))
             self.check()
             result = admission.result
             if i < free and not (isinstance(result, Verdict) and result.reservation):

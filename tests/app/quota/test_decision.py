@@ -3,17 +3,22 @@ properties the protocol rests on, over generated ledgers (hypothesis)."""
 
 from __future__ import annotations
 
+import ast
+import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.quota.decision import SHARE, SLACK, WINDOW, Ask, Burst, Decision, Mine, Scene, account, decide
-from app.quota.ledger import MAX_LEDGER_BYTES, Entry
+from app.quota.decision import SHARE, SLACK, WINDOW, Ask, Burst, Mine, Ruling, Scene, account, decide
+from app.quota.ledger import MAX_LEDGER_BYTES, LedgerEntry
 from app.quota.port import FITS, Verdict
 from app.quota.tables import Held
+from tests.support import ROOT
 
 MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
 WALL, NOW, TTL = 1_700_000_000.0, 500.0, 60.0
@@ -24,15 +29,15 @@ def scene(limit: int = 10, used: int = 0, **changes: object) -> Scene:
     return replace(base, **changes)
 
 
-def entry(memory: int, *, open: bool = False, expires: float = WALL + 30) -> Entry:
-    return Entry(expires, {MEM: memory}, open)
+def entry(memory: int, *, open: bool = False, expires: float = WALL + 30) -> LedgerEntry:
+    return LedgerEntry(expires, {MEM: memory}, open)
 
 
 def ask(uid: str, memory: int, dry_run: bool = False) -> Ask:
     return Ask(uid, {MEM: memory}, dry_run)
 
 
-def decided(at: Scene, *asks: Ask, rate: int = 0, ask: bool = True) -> Decision:
+def decided(at: Scene, *asks: Ask, rate: int = 0, ask: bool = True) -> Ruling:
     return decide(at, asks, wanted=0, ask=ask, burst=Burst(rate), ttl=TTL, new_id="new")
 
 
@@ -46,7 +51,7 @@ def full(used: int, requested: int, limit: int) -> Verdict:
     return Verdict(f"exceeding resource quota: namespace ai {MEM} used {used} + requested {requested} > limit {limit}")
 
 
-TTL_ENTRY = Entry(round(WALL + TTL, 1), {MEM: 4})
+TTL_ENTRY = LedgerEntry(round(WALL + TTL, 1), {MEM: 4})
 SEEN = {"old": Held({MEM: 3}, rv=42)}
 CASES = {
     "room: reserved alone under its uid": (scene(), [ask("u", 4)], ((None,), ({"u": TTL_ENTRY}, 0, 0, "u"))),
@@ -96,7 +101,7 @@ CASES = {
     "this worker's closing grant is cut to what went into it": (
         scene(entries={"g": entry(8, open=True)}, mine={"g": Mine({MEM: 2}, closing=True)}),
         [ask("u", 4)],
-        ((None,), ({"g": Entry(WALL + 30, {MEM: 2}), "u": TTL_ENTRY}, 0, 0, "u")),
+        ((None,), ({"g": LedgerEntry(WALL + 30, {MEM: 2}), "u": TTL_ENTRY}, 0, 0, "u")),
     ),
     "a request outside the limited resources fits": (scene(), [Ask("u", {GPU: 1})], ((FITS,), None)),
 }
@@ -206,3 +211,22 @@ def test_dropping_an_entry_never_frees_room(at: Scene) -> None:
 
 def nonzero(amounts: Mapping[str, int]) -> dict[str, int]:
     return {name: amount for name, amount in amounts.items() if amount}
+
+
+def test_the_decision_loads_no_kubernetes_client() -> None:
+    """The pure decision is pure in its imports too: cheap to load, and nothing in it can reach the API server."""
+    probe = "import sys, app.quota.decision; print(sorted(m for m in sys.modules if m.split('.')[0] in BANNED))"
+    banned = "BANNED = {'kubernetes', 'urllib3', 'app.kube'}; "
+    done = subprocess.run([sys.executable, "-c", banned + probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_no_quota_class_shares_a_name_with_another_class() -> None:
+    """A name means one thing across the product: app/quota's classes collide with none in app/ or certgen/."""
+    classes: dict[str, list[str]] = {}
+    for path in [*Path(ROOT, "app").rglob("*.py"), *Path(ROOT, "certgen").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                classes.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    shared = {name: where for name, where in classes.items() if len(where) > 1 and any("quota" in w for w in where)}
+    assert shared == {}

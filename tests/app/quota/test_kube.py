@@ -4,6 +4,7 @@ Rules: the quota rules of docs/rules.md."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 from collections.abc import Callable
@@ -12,18 +13,22 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from app import create_app
+from app import create_app, lifecycle
 from app.quota import QuotaOff, QuotaUnavailable
-from app.quota.commit import KubeQuota
-from app.quota.ledger import LEDGER_ANNOTATION, MARK_ANNOTATION, MAX_LEDGER_BYTES, Entry, encode
+from app.quota.commit import LedgerQuota
+from app.quota.ledger import LEDGER_ANNOTATION, MARK_ANNOTATION, MAX_LEDGER_BYTES, LedgerEntry, encode
 from app.quota.startup import QuotaStartError, open_quota
 from app.review import QUOTA_RESERVATION_ANNOTATION
 from app.settings import Settings, SettingsError
+from certgen.local import write_local
 from tests.app.quota.conftest import GPU, MEM, Cluster, in_use, resource_quota, unique
 from tests.app.reviews import Outcome, admission_review, run
 from tests.realkube.cluster import RealKube
 from tests.support.pods import container, pod
 from tests.support.polling import eventually
+from tests.support.ports import free_port
+from tests.support.servers import gunicorn, stop, wait_ready
+from tests.support.tls import client_context
 
 Admit = Callable[..., Outcome]
 
@@ -33,11 +38,11 @@ def gpu_pod(memory: int, namespace: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def admitter(cluster: Cluster) -> Callable[[KubeQuota, Settings], Admit]:
+def admitter(cluster: Cluster) -> Callable[[LedgerQuota, Settings], Admit]:
     """``admit = admitter(port, settings)``, then ``admit(memory, uid, **review)``: one GPU Pod reviewed in the
     quota'd namespace."""
 
-    def bind(port: KubeQuota, settings: Settings) -> Admit:
+    def bind(port: LedgerQuota, settings: Settings) -> Admit:
         def admit(memory: int, uid: str, **review: Any) -> Outcome:
             return run(gpu_pod(memory, cluster.ns), settings, port, uid=uid, **review)
 
@@ -194,13 +199,58 @@ def test_ledger_failure_is_an_error_not_an_admission(cluster: Cluster, start_quo
     assert set(cluster.ledger()) == {"u-2"}
 
 
+def test_a_write_without_an_answer_is_read_again_not_sent_again(cluster: Cluster, start_quota, admitter) -> None:
+    """The compare-and-swap reaches the API server but its answer is lost: the commit reads the ledger, finds its
+    entry there, and admits, with one write; a write that never arrived is decided again on the read."""
+    cluster.quota({f"limits.{MEM}": "4000"})
+    port, settings = start_quota()
+    admit = admitter(port, settings)
+    assert admit(1000, "u-1").response["allowed"]  # the ledger Lease exists now
+    put = f"/leases/{cluster.ledger_name}$"
+    for uid, answer in (("u-2", True), ("u-3", False)):
+        before = len(cluster.ledger_requests())
+        cluster.proxy.hold_next("PUT", put, answer=answer)
+        started = time.monotonic()
+        outcome = admit(1000, uid)
+        assert outcome.response["allowed"], outcome.response
+        assert outcome.patched["metadata"]["annotations"][QUOTA_RESERVATION_ANNOTATION] == uid
+        assert time.monotonic() - started < 5  # one 2 s request, its re-read: within the admission's budget
+        methods = [r.split()[0] for r in cluster.ledger_requests()[before:]]
+        assert methods == (["PUT", "GET"] if answer else ["PUT", "GET", "PUT"]), methods
+    assert set(cluster.ledger()) == {"u-1", "u-2", "u-3"}
+
+
+def test_an_unanswered_ledger_says_so_within_the_budget(cluster: Cluster, start_quota, admitter) -> None:
+    """Every request is tried once within the time the admission has left (no hidden retries of the client's
+    pool): a ledger the API server never answers for is refused in time, naming the request that hung."""
+    cluster.quota({f"limits.{MEM}": "4000"})
+    port, settings = start_quota()
+    admit = admitter(port, settings)
+    assert admit(1000, "u-1").response["allowed"]
+    before = len(cluster.ledger_requests())
+    cluster.proxy.hold_next("PUT", f"/leases/{cluster.ledger_name}$", times=1000)
+    cluster.proxy.hold_next("GET", f"/leases/{cluster.ledger_name}$", times=1000)
+    started = time.monotonic()
+    with pytest.raises(QuotaUnavailable) as refused:
+        admit(1000, "u-2")
+    took = time.monotonic() - started
+    assert 1.9 < took < 5, took
+    assert f"quota ledger {cluster.home}/{cluster.ledger_name}: the API server did not answer within" in str(
+        refused.value
+    )
+    assert "grant" not in str(refused.value) and "contended" not in str(refused.value)
+    methods = [r.split()[0] for r in cluster.ledger_requests()[before:]]
+    assert methods == ["PUT", "GET"], methods  # the write once, then the read that would tell whether it landed
+    cluster.proxy.release()
+
+
 def test_a_worker_whose_feed_has_not_synced_admits_no_device_pod(cluster: Cluster, admitter) -> None:
     """Before its first ResourceQuota list a worker cannot know a namespace's quota: it must not admit."""
     cluster.quota({f"limits.{MEM}": "4000"})
     cluster.proxy.fail_next("GET", f"^/api/v1/namespaces/{cluster.ns}/pods$", 500, times=1000, message="etcd down")
     settings = cluster.settings()
     port = open_quota(settings)
-    assert isinstance(port, KubeQuota)
+    assert isinstance(port, LedgerQuota)
     try:
         assert not port.status()["ready"] and port.governs(cluster.ns) and port.governs("no-quota-here")
         with pytest.raises(QuotaUnavailable, match="the Pod and ResourceQuota lists have not synced yet"):
@@ -219,6 +269,36 @@ def test_readiness_follows_the_feed(cluster: Cluster, start_quota) -> None:
     cluster.proxy.stop()  # the API server is gone for this port
     eventually(lambda: not port.status()["ready"], 10, "/readyz to turn unready")
     assert port.status()["broken_seconds"] > 1
+
+
+def test_a_replica_cut_off_from_the_api_server_steps_aside(cluster: Cluster, start_quota, admitter) -> None:
+    """A black-holed network (nothing copied, nothing closed): within seconds the port says the API server is
+    lost, /readyz turns unready, the worker is told to shed its connections, and an admission into the quota'd
+    namespace is refused at once saying so (one elsewhere still fits). Healed by resuming what was held (the
+    partition test of tests/realkube/test_quota.py heals both ways), it is ready again once its streams
+    answered, and admits."""
+    cluster.quota({f"limits.{MEM}": "4000"})
+    port, settings = start_quota()
+    admit = admitter(port, settings)
+    assert admit(1000, "u-1").response["allowed"]
+    cluster.proxy.black_hole()
+    cut = time.monotonic()
+    eventually(lambda: not port.status()["ready"], 10, "/readyz to turn unready")
+    assert time.monotonic() - cut < 5 and lifecycle.shedding.is_set()
+    assert port.status()["api_server"].startswith("the API server has not answered this replica for")
+    started = time.monotonic()
+    with pytest.raises(QuotaUnavailable, match=f"namespace {cluster.ns}: the API server has not answered"):
+        admit(1000, "u-2")
+    assert time.monotonic() - started < 0.5
+    elsewhere = run(gpu_pod(1000, "no-quota-here"), settings, port, uid="u-3")
+    assert elsewhere.response["allowed"]
+    time.sleep(3)
+    cluster.proxy.heal()
+    healed = time.monotonic()
+    eventually(lambda: port.status()["ready"], 15, "/readyz to turn ready again")
+    assert not lifecycle.shedding.is_set()
+    print(f"\nhealed: ready again {time.monotonic() - healed:.1f} s after")
+    assert admit(1000, "u-4").response["allowed"]
 
 
 @pytest.mark.parametrize("mode", ["auto", "false"])
@@ -313,7 +393,7 @@ def test_a_full_ledger_refuses_clearly_and_is_counted(cluster: Cluster, start_qu
     cluster.quota({f"limits.{MEM}": str(10**9)})
     entries, expires = {}, time.time() + 600
     while len(encode(entries)) < MAX_LEDGER_BYTES - 60:  # room for no more than a few bytes
-        entries[f"lost-{len(entries):06d}-{'x' * 24}"] = Entry(expires, {MEM: 1})
+        entries[f"lost-{len(entries):06d}-{'x' * 24}"] = LedgerEntry(expires, {MEM: 1})
     lease = {
         "metadata": {"name": cluster.ledger_name, "labels": {"app.kubernetes.io/managed-by": "hami-webhook"},
                      "annotations": {LEDGER_ANNOTATION: encode(entries)}},
@@ -331,3 +411,39 @@ def test_a_full_ledger_refuses_clearly_and_is_counted(cluster: Cluster, start_qu
     )
     assert REGISTRY.get_sample_value("hami_webhook_quota_ledger_full_total", {"pod_namespace": cluster.ns}) == full + 1
     assert len(cluster.ledger()) == len(entries)
+
+
+def test_a_served_replica_cut_off_closes_its_kept_alive_connections(cluster: Cluster, tmp_path) -> None:
+    """The whole server (gunicorn, the project's worker): when its quota loses the API server, /readyz turns 503
+    and an idle kept-alive connection is closed by the server, as on SIGTERM, so the API server reconnects
+    through the Service to a ready replica; healed, it is ready again."""
+    cluster.quota({f"limits.{MEM}": "4000"})
+    pki = write_local(tmp_path, ["localhost", "127.0.0.1"])
+    context = client_context(pki.ca_cert)
+    port = free_port()
+    proc = gunicorn(port, pki.cert, pki.key, HAMI_QUOTA_ENABLED="true", HAMI_NAMESPACE=cluster.home)
+    try:
+        wait_ready(port, context, proc, timeout=30)
+        kept = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+        kept.request("GET", "/readyz")
+        answer = kept.getresponse()
+        assert answer.status == 200 and answer.getheader("Connection") != "close"
+        answer.read()
+        cluster.proxy.black_hole()
+        cut = time.monotonic()
+        assert kept.sock is not None
+        kept.sock.settimeout(10)
+        assert kept.sock.recv(1) == b""  # the server closed the idle connection
+        closed = time.monotonic() - cut
+        assert closed < 5, closed
+        fresh = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=5)
+        fresh.request("GET", "/readyz")
+        unready = fresh.getresponse()
+        assert unready.status == 503 and unready.getheader("Connection") == "close"
+        assert "has not answered" in json.loads(unready.read())["quota"]["api_server"]
+        kept.close()
+        fresh.close()
+        cluster.proxy.heal(reset=True)
+        wait_ready(port, context, proc, timeout=15)
+    finally:
+        stop(proc)

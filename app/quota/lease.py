@@ -1,0 +1,106 @@
+"""The ledger Leases' I/O: reads and compare-and-swap writes through the API server (the encoding is
+app/quota/ledger.py's)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, Protocol
+from urllib.parse import quote
+
+from kubernetes import client
+
+from app.kube import transport
+from app.kube.errors import NOT_FOUND, ApiError
+from app.quota.ledger import (
+    LEDGER_ANNOTATION,
+    LEDGER_PREFIX,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    MARK_ANNOTATION,
+    WANTED_ANNOTATION,
+    Snapshot,
+    snapshot,
+)
+
+
+class Send(Protocol):
+    """One request to the API server and its answer's JSON (raises ApiError for an answer other than 2xx)."""
+
+    def __call__(
+        self,
+        method: str,
+        path: str,
+        *,
+        timeout: float,
+        body: dict[str, Any] | None = None,
+        query: dict[str, str] | None = None,
+    ) -> Any: ...
+
+
+class Ledger:
+    """Reads and compare-and-swap writes of the ledger Leases in ``home`` (the webhook's namespace), as plain JSON
+    through app.kube.transport: on the admission path, the generated client's argument validation cost more
+    CPU than the request. ``send`` is that transport (``of``), or the protocol simulation's model of the API server."""
+
+    def __init__(self, send: Send, home: str, close: Callable[[], None] = lambda: None) -> None:
+        self._send = send
+        self.home = home
+        self.close = close
+        self._leases = f"/apis/coordination.k8s.io/v1/namespaces/{quote(home)}/leases"
+
+    @classmethod
+    def of(cls, api: client.ApiClient, home: str) -> Ledger:
+        """The ledger Leases through the API server ``api`` talks to."""
+        return cls(functools.partial(transport.request, api), home, api.close)
+
+    @staticmethod
+    def name(namespace: str) -> str:
+        return LEDGER_PREFIX + namespace
+
+    def where(self, namespace: str) -> str:
+        """The namespace's ledger Lease as messages name it: ``<home>/<name>``."""
+        return f"{self.home}/{self.name(namespace)}"
+
+    def _path(self, namespace: str) -> str:
+        """Where the namespace's ledger Lease is read and replaced."""
+        return f"{self._leases}/{quote(self.name(namespace))}"
+
+    def probe(self, timeout: float) -> None:
+        """One ledger Lease listed: the smallest request the webhook may make of its own namespace's Leases,
+        answered only when the API server is reachable and working."""
+        self._send("GET", self._leases, timeout=timeout, query={"limit": "1", "labelSelector": MANAGED_BY})
+
+    def read(self, namespace: str, timeout: float) -> Snapshot:
+        try:
+            lease = self._send("GET", self._path(namespace), timeout=timeout)
+        except ApiError as exc:
+            if exc.code == NOT_FOUND:
+                return Snapshot(namespace, {}, None)
+            raise
+        return snapshot(namespace, lease)
+
+    def write(self, found: Snapshot, text: str, mark: int, wanted: int, timeout: float) -> Snapshot:
+        """Replace the entries (``encode``d), mark and wanted count if the Lease is still the one read (create
+        it if it was absent); the ledger as now stored. ApiError CONFLICT if someone wrote first (a stale
+        resourceVersion, or created by someone else meanwhile)."""
+        annotations = {LEDGER_ANNOTATION: text, MARK_ANNOTATION: str(mark), WANTED_ANNOTATION: str(wanted)}
+        if found.lease is None:
+            body: dict[str, Any] = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": self.name(found.namespace),
+                    "namespace": self.home,
+                    "labels": dict(MANAGED_BY_LABEL),
+                    "annotations": annotations,
+                },
+                "spec": {},
+            }
+            stored = self._send("POST", self._leases, timeout=timeout, body=body)
+        else:
+            meta = found.lease["metadata"]  # keeps resourceVersion: the compare in compare-and-swap
+            merged = {**(meta.get("annotations") or {}), **annotations}
+            body = {**found.lease, "metadata": {**meta, "annotations": merged}}
+            stored = self._send("PUT", self._path(found.namespace), timeout=timeout, body=body)
+        return snapshot(found.namespace, stored)
