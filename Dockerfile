@@ -7,7 +7,7 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY constraints.txt pyproject.toml setup.cfg README.md ./
 COPY app ./app
-# app/mutatingwebhookconfiguration.yaml links to it: the wheel carries the configuration `review` evaluates.
+# app/preview/mutatingwebhookconfiguration.yaml links to it: the wheel carries the configuration `review` evaluates.
 COPY manifests/base/mutatingwebhookconfiguration.yaml ./manifests/base/
 COPY certgen ./certgen
 RUN pip wheel --constraint constraints.txt --wheel-dir /wheels .

@@ -1,3 +1,3 @@
 """gunicorn configuration: ``gunicorn -c gunicorn.conf.py wsgi:app``. Settings come from HAMI_* env vars."""
 
-from app.serving import *  # noqa: F403
+from app.serving.master import *  # noqa: F403

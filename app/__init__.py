@@ -21,8 +21,8 @@ def create_app(settings: Settings | None = None, quota: QuotaPort | None = None)
     """The WSGI app. Without arguments (gunicorn's entry, run in each worker after the fork) the settings
     come from the environment and quota from HAMI_QUOTA_ENABLED, with a feed per worker process; with
     settings given, quota defaults to off."""
-    from app.http import Webhook, WebhookApp, install
     from app.quota import QuotaOff
+    from app.serving.http import Webhook, WebhookApp, install
     from app.settings import Settings
 
     if settings is None:

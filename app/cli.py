@@ -17,12 +17,12 @@ from typing import Any
 
 import yaml
 
-from app.policies import HAMI_COMPONENTS, Inputs, PolicyError, render
-from app.preview import INVALID, DocumentReview, Options, admission_review, namespace_labels, preview
-from app.scope import ScopeError, load_scope
+from app.admission.policies import HAMI_COMPONENTS, Inputs, PolicyError, render
+from app.preview.documents import INVALID, DocumentReview, Options, admission_review, namespace_labels, preview
+from app.preview.scope import ScopeError, load_scope
+from app.preview.workloads import TEMPLATES
 from app.settings import Settings, SettingsError
 from app.untrusted import MAX_YAML_BYTES, UntrustedError, yaml_documents
-from app.workloads import TEMPLATES
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1")
 
@@ -120,7 +120,7 @@ def _parser() -> argparse.ArgumentParser:
 def _serve(args: argparse.Namespace) -> int:
     from gunicorn.app.wsgiapp import WSGIApplication
 
-    sys.argv = ["hami-webhook serve", "-c", "python:app.serving", "app:create_app()"]
+    sys.argv = ["hami-webhook serve", "-c", "python:app.serving.master", "app:create_app()"]
     WSGIApplication("%(prog)s").run()
     return 0
 

@@ -111,7 +111,7 @@ def collectors() -> Collectors:
 
 def expect_warnings(kinds: Iterable[str]) -> None:
     """Export a zero for each kind of warning from the start, not only after its first: the admission policy
-    names its kinds (app.http's install passes them), so this module depends on no concern."""
+    names its kinds (app.serving.http's install passes them), so this module depends on no concern."""
     for kind in kinds:
         collectors().warnings.labels(kind)
 
@@ -185,7 +185,7 @@ def serve(bind: str) -> tuple[str, int]:
     return str(address[0]), int(address[1])
 
 
-# --- per request (app.http) -----------------------------------------------------------------------
+# --- per request (app.serving.http) -----------------------------------------------------------------------
 
 
 @cache

@@ -13,10 +13,10 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
-from app.annotations import GPU_POLICY_ANNOTATION, NODE_POLICY_ANNOTATION, AnnotationRules
-from app.devices.base import ConfigError, Device
-from app.devices.config import load_device_config
-from app.devices.registry import build_devices, switched_off
+from app.admission.annotations import GPU_POLICY_ANNOTATION, NODE_POLICY_ANNOTATION, AnnotationRules
+from app.admission.devices.base import ConfigError, Device
+from app.admission.devices.config import load_device_config
+from app.admission.devices.registry import build_devices, switched_off
 from app.logs import FORMATS, LEVELS
 
 

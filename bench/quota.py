@@ -40,13 +40,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.edit import PodEdit
+from app.admission.edit import PodEdit
+from app.admission.review import review
 from app.quota import QuotaOff, demands
 from app.quota.commit import LedgerQuota
 from app.quota.lease import Ledger
 from app.quota.ledger import LEDGER_ANNOTATION
 from app.quota.startup import open_quota
-from app.review import review
 from app.settings import Settings
 from bench.inprocess import percentile
 from tests.app.reviews import admission_review

@@ -5,7 +5,7 @@ oldest end is tested here: a fresh virtualenv gets the package with each declare
 bound (the constraints are computed from setup.cfg, so they cannot drift from it), then serves a review over
 TLS with quota on against a real kube-apiserver (tests/realkube), answers /metrics, previews a Pod with the
 CLI, and runs certgen against the API. A lower bound that is too old fails here: gunicorn's is 23.0, the oldest
-whose base.Worker (app/worker.py's only gunicorn base) serves as app.worker uses it.
+whose base.Worker (app/serving/worker.py's only gunicorn base) serves as app.serving.worker uses it.
 """
 
 from __future__ import annotations

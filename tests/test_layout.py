@@ -73,7 +73,9 @@ def ignored(name: str) -> bool:
 
 def test_every_path_the_layout_names_exists() -> None:
     named = layout()
-    assert Path("app/framing.py") in named and Path("app/devices/amd.py") in named, "the parser reads the map"
+    assert Path("app/serving/framing.py") in named and Path("app/admission/devices/amd.py") in named, (
+        "the parser reads the map"
+    )
     assert sorted(str(p) for p in named if not (ROOT / p).exists()) == []
 
 
@@ -99,7 +101,85 @@ def test_every_top_level_entry_is_in_the_layout() -> None:
 def test_every_test_module_is_in_the_suite_table() -> None:
     named = suites()
     modules = sorted(p.relative_to(ROOT) for p in (ROOT / "tests").rglob("test_*.py"))
-    assert Path("tests/app/test_edit.py") in named, "the parser reads bare names in a path's directory"
+    assert Path("tests/app/admission/test_edit.py") in named, "the parser reads bare names in a path's directory"
     missing = [str(m) for m in modules if not any(m == n or n in m.parents for n in named)]
     assert missing == []
     assert sorted(str(n) for n in named if not (ROOT / n).exists()) == []
+
+
+ROOT_MODULES = 8
+"""At most this many modules at app/'s root: what every concern shares; the concerns are its folders."""
+LAYERS = {
+    "app.untrusted": ("app.untrusted",),
+    "app.lifecycle": ("app.lifecycle",),
+    "app.logs": ("app.logs", "app.untrusted"),
+    "app.metrics": ("app.metrics", "app.logs", "app.untrusted"),
+    "app.kube": ("app.kube",),
+    "app.admission": ("app.admission", "app.quota", "app.settings", "app.logs", "app.metrics", "app.untrusted"),
+    "app.quota": (
+        "app.quota",
+        "app.admission",
+        "app.kube",
+        "app.settings",
+        "app.metrics",
+        "app.untrusted",
+        "app.lifecycle",
+    ),
+    "app.preview": ("app.preview", "app.admission", "app.quota", "app.settings", "app.untrusted"),
+    "app.serving": (
+        "app.serving",
+        "app.admission",
+        "app.quota",
+        "app.settings",
+        "app.logs",
+        "app.metrics",
+        "app.untrusted",
+        "app.lifecycle",
+    ),
+}
+"""What each part may import from app/: shared modules import no concern, the concerns never the edges
+(serving, the command line) above them."""
+
+
+def imports(path: Path) -> set[str]:
+    """Every app module ``path`` imports, at its top or inside a function."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {f"{node.module}.{alias.name}" for alias in node.names} | {node.module}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+    return {name for name in found if name == "app" or name.startswith("app.")}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_app_root_holds_only_what_every_concern_shares() -> None:
+    modules = sorted(p.name for p in (ROOT / "app").glob("*.py"))
+    assert len(modules) <= ROOT_MODULES, modules
+
+
+def test_imports_point_down() -> None:
+    wrong = []
+    for path in sorted((ROOT / "app").rglob("*.py")):
+        name = module_name(path)
+        part = next((p for p in LAYERS if name == p or name.startswith(p + ".")), None)
+        if part is None:
+            continue
+        for imported in sorted(imports(path)):
+            if imported != "app" and not any(imported == a or imported.startswith(a + ".") for a in LAYERS[part]):
+                wrong.append(f"{name} imports {imported}")
+    assert wrong == []
+
+
+def test_no_two_classes_share_a_name() -> None:
+    where: dict[str, list[str]] = {}
+    for package in COMPLETE:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef):
+                    where.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in where.items() if len(paths) > 1} == {}

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.devices.base import Device
-from app.edit import ContainerEdit, PodEdit
+from app.admission.devices.base import Device
+from app.admission.edit import ContainerEdit, PodEdit
 from app.quota.amounts import Amounts
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from kubernetes import client
 
 from app import metrics
-from app.devices.base import Device
+from app.admission.devices.base import Device
 from app.quota.amounts import Amounts
 from app.quota.ledger import MANAGED_BY, Snapshot, resource_version
 from app.quota.stream import Stream, Streams, cut

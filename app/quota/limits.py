@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from app import quantity
-from app.devices.base import Device
+from app.admission import quantity
+from app.admission.devices.base import Device
 from app.quota.amounts import Amounts
 
 PREFIXES = ("limits.", "requests.", "")

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.annotations import QUOTA_RESERVATION_ANNOTATION
-from app.devices.base import Device
+from app.admission.annotations import QUOTA_RESERVATION_ANNOTATION
+from app.admission.devices.base import Device
 from app.quota.amounts import Amounts, accumulate
 from app.quota.demand import pod_amounts
 from app.quota.ledger import LEDGER_PREFIX, Snapshot, resource_version, snapshot

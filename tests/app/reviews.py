@@ -14,9 +14,9 @@ from typing import Any
 
 import jsonpatch
 
-from app.annotations import GPU_TYPE_ANNOTATION
+from app.admission.annotations import GPU_TYPE_ANNOTATION
+from app.admission.review import review
 from app.quota import QuotaOff, QuotaPort
-from app.review import review
 from app.settings import Settings
 
 

@@ -1,5 +1,5 @@
 """Importing app modules is cheap and has no side effect: no Flask or Kubernetes client for a leaf module,
-no environment read and no exit for any module (only the gunicorn configuration, app.serving, reads settings).
+no environment read and no exit for any module (only the gunicorn configuration, app.serving.master, reads settings).
 
 Each check runs in a fresh interpreter, where nothing is imported yet.
 """
@@ -73,11 +73,11 @@ CORE = [
     "app",
     "app.kube",
     "app.kube.backoff",
-    "app.quantity",
+    "app.admission.quantity",
     "app.untrusted",
-    "app.edit",
+    "app.admission.edit",
     "app.settings",
-    "app.review",
+    "app.admission.review",
     "app.metrics",
     "app.cli",
 ]
@@ -90,11 +90,21 @@ def test_core_modules_load_neither_flask_nor_kubernetes_nor_gunicorn(module: str
 
 
 def test_the_worker_does_not_load_the_kubernetes_client() -> None:
-    assert "kubernetes" not in imported("app.worker")["loaded"]
+    assert "kubernetes" not in imported("app.serving.worker")["loaded"]
 
 
 @pytest.mark.parametrize(
-    "module", ["app", "app.quantity", "app.settings", "app.review", "app.metrics", "app.cli", "app.http", "app.worker"]
+    "module",
+    [
+        "app",
+        "app.admission.quantity",
+        "app.settings",
+        "app.admission.review",
+        "app.metrics",
+        "app.cli",
+        "app.serving.http",
+        "app.serving.worker",
+    ],
 )
 def test_importing_reads_no_setting_and_survives_a_broken_environment(module: str) -> None:
     assert imported(module, BROKEN)["read"] == []

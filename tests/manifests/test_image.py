@@ -149,14 +149,14 @@ def test_entry_points_config_and_chart_defaults_come_from_the_wheel(image_venv: 
     run(bin_dir / "gunicorn", "--check-config", "-c", "gunicorn.conf.py", "wsgi:app", cwd=srv, env={**env, **tls})
 
     probe = (
-        "import json, app, app.serving; from app.devices.config import chart_defaults; "
-        "print(json.dumps({'file': app.__file__, 'worker_class': app.serving.worker_class, "
+        "import json, app, app.serving.master; from app.admission.devices.config import chart_defaults; "
+        "print(json.dumps({'file': app.__file__, 'worker_class': app.serving.master.worker_class, "
         "'defaults': chart_defaults()}))"
     )
     seen = json.loads(run(bin_dir / "python", "-c", probe, cwd=srv, env={**env, **tls}).stdout)
     assert Path(seen["file"]).is_relative_to(image_venv), "imported the source tree, not the wheel"
-    assert seen["worker_class"] == "app.worker.WebhookWorker"
-    assert seen["defaults"] == yaml.safe_load((ROOT / "app/devices/chart-defaults.yaml").read_text())
+    assert seen["worker_class"] == "app.serving.worker.WebhookWorker"
+    assert seen["defaults"] == yaml.safe_load((ROOT / "app/admission/devices/chart-defaults.yaml").read_text())
 
     pod = tmp_path / "pod.yaml"
     pod.write_text(

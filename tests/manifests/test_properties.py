@@ -163,7 +163,7 @@ def test_probes_use_the_real_tls_port(base: list[Obj]) -> None:
 
 
 def test_grace_period_outlasts_prestop_and_gunicorn_graceful_timeout(base: list[Obj]) -> None:
-    from app import serving  # gunicorn's real settings
+    from app.serving import master as serving  # gunicorn's real settings
 
     pod = deployment(base)["spec"]["template"]["spec"]
     command = webhook_container(base)["lifecycle"]["preStop"]["exec"]["command"]

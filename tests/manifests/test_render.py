@@ -8,8 +8,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from app.devices.config import chart_defaults, load_device_config
-from app.scope import load_scope
+from app.admission.devices.config import chart_defaults, load_device_config
+from app.preview.scope import load_scope
 from tests.manifests.conftest import MANIFESTS, Obj, one
 
 # The oldest supported minor (matchConditions are GA since 1.30), a recent one, and the newest the package ships.
@@ -50,7 +50,7 @@ def test_namespaced_objects_live_in_hami_system(rendered: dict[str, list[Obj]], 
 
 
 def test_device_config_is_the_packaged_chart_defaults(base: list[Obj]) -> None:
-    """kustomize cannot read app/devices/, so manifests/ keeps a copy; it must not drift."""
+    """kustomize cannot read app/admission/devices/, so manifests/ keeps a copy; it must not drift."""
     source = (MANIFESTS / "base" / "device-config.yaml").read_text()
     assert yaml.safe_load(source) == chart_defaults()
     config_map = one(base, "ConfigMap", "hami-device-config")

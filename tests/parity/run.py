@@ -10,7 +10,7 @@ from typing import Any
 
 from hypothesis.strategies import SearchStrategy
 
-from app.workloads import objects, template_pod
+from app.preview.workloads import objects, template_pod
 from tests.parity import generate
 from tests.parity.deviations import Outcome, compare
 from tests.parity.documented import documented

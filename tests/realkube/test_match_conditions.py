@@ -4,7 +4,7 @@ Pods of every shape go through `kubectl create --dry-run=server` (admission runs
 reached the webhook when the API server's own counter of calls to it went up and the Pod came back mutated;
 an expression that errors on some shape would refuse that Pod under `failurePolicy: Fail` and count in
 `apiserver_admission_match_condition_evaluation_errors_total`. The expected resource names come from
-app/devices with every vendor enabled, so a vendor added to the chart's config but not to the
+app/admission/devices with every vendor enabled, so a vendor added to the chart's config but not to the
 configuration fails here.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from app.devices.config import load_device_config
-from app.devices.registry import build_devices
+from app.admission.devices.config import load_device_config
+from app.admission.devices.registry import build_devices
 from tests.realkube.cluster import RealKube
 from tests.realkube.install import CONFIGURATION, WEBHOOK, Installed
 from tests.support.pods import pod as build_pod

@@ -1,4 +1,5 @@
-"""The admission policies the manifests install (app/policies.py), enforced by the API server itself on each pinned
+"""The admission policies the manifests install (app/admission/policies.py), enforced by the API server itself on each
+pinned
 version: the allocation guard and the webhook's denial of forged allocations, the routed and reviewed policies,
 the floor (1.36+), and the emergency switch with and without it.
 
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from app.policies import FLOOR, GUARD, REVIEWED, ROUTED
+from app.admission.policies import FLOOR, GUARD, REVIEWED, ROUTED
 from tests.realkube.cluster import RealKube, kubectl_binary
 from tests.realkube.install import IGNORE_LABEL, Installed, WebhookServer, apply, namespace, token
 from tests.realkube.pods import GPU, create, pod

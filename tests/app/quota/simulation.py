@@ -38,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from app.edit import PodEdit
+from app.admission.edit import PodEdit
 from app.kube.errors import ApiError
 from app.quota.amounts import Amounts, accumulate
 from app.quota.commit import LedgerQuota

@@ -8,8 +8,8 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
+from app.admission.review import QUOTA_RESERVATION_ANNOTATION
 from app.quota.ledger import WANTED_ANNOTATION
-from app.review import QUOTA_RESERVATION_ANNOTATION
 from tests.app.quota.conftest import GPU, MEM, Cluster
 from tests.app.reviews import Outcome, run
 from tests.support.pods import container, pod

@@ -14,11 +14,11 @@ import pytest
 from prometheus_client import REGISTRY
 
 from app import create_app, lifecycle
+from app.admission.review import QUOTA_RESERVATION_ANNOTATION
 from app.quota import QuotaOff, QuotaUnavailable
 from app.quota.commit import LedgerQuota
 from app.quota.ledger import LEDGER_ANNOTATION, MARK_ANNOTATION, MAX_LEDGER_BYTES, LedgerEntry, encode
 from app.quota.startup import QuotaStartError, open_quota
-from app.review import QUOTA_RESERVATION_ANNOTATION
 from app.settings import Settings, SettingsError
 from certgen.local import write_local
 from tests.app.quota.conftest import GPU, MEM, Cluster, in_use, resource_quota, unique
@@ -65,7 +65,9 @@ def test_namespace_without_quota_never_touches_the_ledger(cluster: Cluster, star
     assert not port.governs(cluster.ns)  # so the review does not even compute the Pod's demand
 
 
-def test_reserve_until_full_then_deny_with_q4_message(cluster: Cluster, start_quota, admitter) -> None:
+def test_reserves_until_full_then_denies_naming_used_requested_and_limit(
+    cluster: Cluster, start_quota, admitter
+) -> None:
     cluster.quota({f"limits.{MEM}": "10000"})
     port, settings = start_quota()
     admit = admitter(port, settings)

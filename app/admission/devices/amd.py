@@ -1,0 +1,47 @@
+"""AMD GPUs (backend ``AMD``, device-config section ``amd``): count, memory and a compute-unit percentage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.admission.devices.base import (
+    ConfigSection,
+    CountMemoryCore,
+    DeviceRequestError,
+    QuotaRequest,
+    whole_in_range,
+)
+from app.admission.edit import ContainerEdit, PodEdit
+from app.admission.quantity import INT32_MAX
+
+WHOLE_CARD_PERCENTAGE = 100
+
+
+@dataclass(frozen=True)
+class AMD(CountMemoryCore):
+    """HAMi's AMD rules: limits only; the percentage is checked when a count is asked for."""
+
+    key: str = "AMD"
+
+    def mutate(self, ctr: ContainerEdit, pod: PodEdit) -> bool:
+        if self.count_name in ctr.limits and self.core_name in ctr.limits:
+            if whole_in_range(ctr.limit(self.core_name), 1, 100) is None:
+                raise DeviceRequestError(f"{self.core_name} must be an integer percentage between 1 and 100")
+        return not self.resource_names.isdisjoint(ctr.limits)
+
+    def quota_request(self, ctr: ContainerEdit) -> QuotaRequest | None:
+        """Counted only with a device count in limits; a missing percentage means the whole card."""
+        nums = whole_in_range(ctr.limit(self.count_name), 1, INT32_MAX) if self.count_name else None
+        if nums is None:
+            return None
+        memory = ctr.limit(self.memory_name) if self.memory_name else None
+        percentage = ctr.limit_or_request(self.core_name) if self.core_name else None
+        cores = WHOLE_CARD_PERCENTAGE if percentage is None else whole_in_range(percentage, 1, 100)
+        if cores is None:
+            return None
+        return QuotaRequest(nums=nums, memory=0 if memory is None else memory.value, cores=cores)
+
+
+def build(root: ConfigSection) -> tuple[AMD, ...]:
+    """The AMD backend from the ``amd`` section."""
+    return (AMD.from_config(root.section("amd")),)

@@ -1,0 +1,131 @@
+"""Huawei Ascend NPUs (one backend per ``vnpus.configs[]`` entry, keyed by its ``commonWord``).
+
+Outside hami-core (soft split) mode an Ascend NPU is split by fixed templates, so a
+memory request is rounded up to a template and cores cannot be asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from app.admission.devices.base import (
+    ConfigSection,
+    DeviceRequestError,
+    OwnsItsQuotaNames,
+    QuotaNames,
+    QuotaRequest,
+    sliced_request,
+)
+from app.admission.edit import ContainerEdit, PodEdit, Why
+from app.admission.notices import ROUNDED
+
+VNPU_MODE_ANNOTATION = "huawei.com/vnpu-mode"
+HAMI_CORE_MODE = "hami-core"
+SUPER_POD_CHIP = "Ascend910C"
+"""The 910C is allocated by physical module (2 NPUs) when ``superPod`` is on."""
+VISIBLE_DEVICES_ENV = "ASCEND_VISIBLE_DEVICES"
+NOT_VISIBLE = Why("no Ascend NPU asked, overwriteEnv", filled=None)
+SUPER_POD_MODULES = Why(f"{SUPER_POD_CHIP} super pod: whole modules of 2 NPUs", replaced=ROUNDED)
+WHOLE_NPU = Why("no memory asked: the whole NPU")
+TEMPLATE = Why("the smallest vNPU template that fits", replaced=ROUNDED)
+WHOLE_NPU_MEMORY = Why("no vNPU template fits: the whole NPU", replaced=ROUNDED)
+AS_ASKED = Why("hami-core mode: whole units", replaced=ROUNDED)
+
+
+@dataclass(frozen=True)
+class Ascend(OwnsItsQuotaNames):
+    """HAMi's Ascend vNPU admission rules for one chip."""
+
+    key: str
+    count_name: str
+    memory_name: str
+    core_name: str
+    memory_allocatable: int
+    memory_capacity: int
+    memory_factor: int
+    runtime_class_name: str
+    overwrite_env: bool
+    super_pod: bool
+    template_memory: tuple[int, ...]
+    """The templates' memory sizes, ascending: a hard-split request rounds up to the first that fits."""
+    ascend_counts: frozenset[str] = frozenset()
+    """Every configured chip's count name: a container using any Ascend chip is not hidden from NPUs."""
+
+    @classmethod
+    def from_config(cls, entry: ConfigSection, ascend_counts: frozenset[str] = frozenset()) -> Ascend:
+        return cls(
+            key=entry.str("commonWord"),
+            count_name=entry.str("resourceName"),
+            memory_name=entry.str("resourceMemoryName"),
+            core_name=entry.str("resourceCoreName"),
+            memory_allocatable=entry.int("memoryAllocatable"),
+            memory_capacity=entry.int("memoryCapacity"),
+            memory_factor=entry.int("memoryFactor"),
+            runtime_class_name=entry.str("runtimeClassName"),
+            overwrite_env=entry.bool("overwriteEnv"),
+            super_pod=entry.bool("superPod"),
+            template_memory=tuple(sorted(t.int("memory") for t in entry.sections("templates"))),
+            ascend_counts=ascend_counts,
+        )
+
+    @cached_property
+    def quota_names(self) -> QuotaNames:
+        return QuotaNames(self.memory_name, self.core_name, self.count_name, max(self.memory_factor, 1))
+
+    def mutate(self, ctr: ContainerEdit, pod: PodEdit) -> bool:
+        if self.count_name not in ctr.limits:
+            if self.overwrite_env and not self.ascend_counts.intersection(ctr.limits):
+                ctr.set_env(VISIBLE_DEVICES_ENV, "", NOT_VISIBLE)
+            return False
+        count = ctr.limit_value(self.count_name)
+        self._round_super_pod_count(ctr, count)
+        soft_split = pod.annotations.get(VNPU_MODE_ANNOTATION) == HAMI_CORE_MODE
+        if not soft_split:
+            self._reject_hard_split_cores(ctr)
+        memory, why = self._memory(ctr, soft_split)
+        if count > 1 and not soft_split and memory != self.memory_allocatable:
+            raise DeviceRequestError("vNPU not supported for multiple devices")
+        if self.memory_name:
+            ctr.set_limit(self.memory_name, memory, why)
+        if self.runtime_class_name and not pod.spec("runtimeClassName"):
+            pod.set_spec("runtimeClassName", self.runtime_class_name)
+        return True
+
+    def _round_super_pod_count(self, ctr: ContainerEdit, count: int) -> None:
+        """A 910C super pod allocates whole modules: 1 becomes 2, other odd counts are refused."""
+        if self.key != SUPER_POD_CHIP or not self.super_pod:
+            return
+        if count == 1:
+            ctr.set_limit(self.count_name, 2, SUPER_POD_MODULES)
+        elif count % 2:
+            raise DeviceRequestError(f"{SUPER_POD_CHIP} device request must be 1 or 2*n, got {count}")
+
+    def _reject_hard_split_cores(self, ctr: ContainerEdit) -> None:
+        cores = ctr.limit_or_request(self.core_name) if self.core_name else None
+        if cores is not None and cores.value > 0:
+            raise DeviceRequestError(f"{self.core_name} is only supported in hami-core (soft split) mode")
+
+    def _memory(self, ctr: ContainerEdit, soft_split: bool) -> tuple[int, Why]:
+        """The memory to write, and why: as asked in hami-core mode, else rounded to a template or the whole card."""
+        if self.memory_name not in ctr.limits:
+            return self.memory_allocatable, WHOLE_NPU
+        asked = ctr.limit_value(self.memory_name)
+        if soft_split:
+            return asked, AS_ASKED
+        rounded, why = next((m for m in self.template_memory if asked <= m), None), TEMPLATE
+        if rounded is None and asked <= self.memory_capacity:
+            rounded, why = self.memory_allocatable, WHOLE_NPU_MEMORY
+        if rounded is None or rounded <= 0:
+            raise DeviceRequestError(f"{self.memory_name} {asked} is invalid")
+        return rounded, why
+
+    def quota_request(self, ctr: ContainerEdit) -> QuotaRequest | None:
+        return sliced_request(ctr, self.quota_names, default_cores=0)
+
+
+def build(root: ConfigSection) -> tuple[Ascend, ...]:
+    """One backend per ``vnpus.configs[]`` entry."""
+    entries = root.section("vnpus").sections("configs")
+    counts = frozenset(name for entry in entries if (name := entry.str("resourceName")))
+    return tuple(Ascend.from_config(entry, counts) for entry in entries)

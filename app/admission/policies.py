@@ -1,0 +1,349 @@
+"""The admission policies kube-apiserver runs in process beside the webhook, written from the webhook's own lists.
+
+Three ValidatingAdmissionPolicies and one MutatingAdmissionPolicy
+(docs/rules.md#the-api-server-checks-what-the-webhook-cannot):
+
+- the allocation guard: only HAMi's components write the annotations that hand a Pod its devices, on any
+  create or update, in every namespace (the webhook sees creates in its scope only);
+- routed: a device Pod in the webhook's scope is never stored on default-scheduler or with a node (what a
+  skipped or failed-open webhook leaves); out of scope it is a warning;
+- reviewed: a warning for a device Pod bound for HAMi's scheduler that the webhook never marked;
+- the floor (a kustomize component, Kubernetes 1.36+): device Pods routed to HAMi's scheduler in process.
+
+Every list in them comes from here: the resource names from the device config, the scheduler name from
+Settings, the owned annotations from app/admission/annotations.py, the scope from the MutatingWebhookConfiguration, so
+an overlay with its own device config runs ``hami-webhook policies`` instead of copying names by hand. The
+shipped manifests hold this module's output for the chart's defaults (a test keeps them equal). Pure: dicts in,
+YAML text out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from app.admission.annotations import GPU_TYPE_ANNOTATION
+from app.admission.review import DEFAULT_SCHEDULER, decide
+from app.quota import QuotaOff
+from app.settings import Settings
+
+Obj = dict[str, Any]
+API = "admissionregistration.k8s.io/v1"
+PREFIX = "hami-webhook-"
+GUARD = f"{PREFIX}allocation-guard"
+ROUTED = f"{PREFIX}routed"
+REVIEWED = f"{PREFIX}reviewed"
+FLOOR = f"{PREFIX}floor"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+HAMI_COMPONENTS = ("kube-system:hami-scheduler", "kube-system:hami-device-plugin")
+"""HAMi's chart's ServiceAccounts (release ``hami`` in kube-system): its scheduler and NVIDIA device plugin."""
+GENERATED = (
+    "# Written by `hami-webhook policies` from the device config, the settings and the webhook's scope;\n"
+    "# edit those and run it again (docs/rules.md#one-source-for-every-list), never this file.\n"
+)
+POD_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}
+NOT_MIRROR = {
+    "name": "not-mirror-pod",
+    "expression": f"!has(object.metadata.annotations) || !('{MIRROR_ANNOTATION}' in object.metadata.annotations)",
+}
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the policies are written from."""
+
+    settings: Settings
+    scope: Mapping[str, Any]
+    """The webhook of the MutatingWebhookConfiguration: its namespaceSelector and objectSelector."""
+    components: Sequence[str] = HAMI_COMPONENTS
+    """``namespace:name`` of each ServiceAccount that may write HAMi's allocation annotations."""
+    configuration: str = "hami-webhook-pods"
+    """The MutatingWebhookConfiguration's name, for the patch of its matchConditions."""
+
+
+def _quoted(names: Iterable[str]) -> str:
+    return ", ".join(f"'{name}'" for name in names)
+
+
+def _listed(names: Iterable[str], indent: str) -> str:
+    return ",\n".join(f"{indent}'{name}'" for name in names)
+
+
+def webhook_match_conditions(names: Iterable[str]) -> list[Obj]:
+    """The MutatingWebhookConfiguration's matchConditions: any container asking for any of ``names`` in limits
+    or requests (the webhook sees Pods before validation), and no mirror Pod."""
+    listed = _listed(sorted(names), "        ")
+    expression = (
+        "has(object.spec) &&\n"
+        "((has(object.spec.containers) ? object.spec.containers : []) +\n"
+        " (has(object.spec.initContainers) ? object.spec.initContainers : [])).exists(c,\n"
+        "  has(c.resources) &&\n"
+        "  [has(c.resources.limits) ? c.resources.limits : {},\n"
+        "   has(c.resources.requests) ? c.resources.requests : {}].exists(m,\n"
+        f"    m.exists(r, r in [\n{listed}\n      ])))"
+    )
+    return [{"name": "requests-accelerator", "expression": expression}, NOT_MIRROR]
+
+
+def _requests_device(names: Iterable[str]) -> Obj:
+    """A container or init container with a limit on one of ``names``. Limits only: validating policies see the
+    Pod after validation, which requires a limit for every extended resource requested, and mutating policies
+    see it after defaulting, which copies limits into requests."""
+    expression = (
+        "(has(object.spec.initContainers) ?\n"
+        "  object.spec.containers + object.spec.initContainers : object.spec.containers).exists(c,\n"
+        "  has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(r, r in [\n"
+        f"{_listed(sorted(names), '    ')}\n"
+        "  ]))"
+    )
+    return {"name": "requests-device", "expression": expression}
+
+
+def _policy(kind: str, name: str, spec: Obj) -> Obj:
+    return {"apiVersion": API, "kind": kind, "metadata": {"name": name}, "spec": spec}
+
+
+def _binding(kind: str, name: str, policy: str, actions: Sequence[str] = (), **match: Obj) -> Obj:
+    spec: Obj = {"policyName": policy}
+    if actions:
+        spec["validationActions"] = list(actions)
+    if match:
+        spec["matchResources"] = match
+    return _policy(kind, name, spec)
+
+
+def allocation_guard(owned: Sequence[str], components: Sequence[str]) -> list[Obj]:
+    """Creates and updates of Pods that add, change or remove an annotation of ``owned`` are refused, unless
+    made by one of ``components``. The status and binding subresources are matched too, since both can write a
+    Pod's annotations (a Binding's are copied onto its Pod); the kubelet's status updates and kube-scheduler's
+    bindings never touch these, so they stop at the matchConditions and are never refused."""
+    users = [f"system:serviceaccount:{account}" for account in components]
+    changed = (
+        "(k in variables.now) != (k in variables.before) ||\n"
+        "  (k in variables.now && variables.now[k] != variables.before[k])"
+    )
+    spec = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    **POD_RULE,
+                    "resources": ["pods", "pods/status", "pods/binding", "bindings"],
+                    "operations": ["CREATE", "UPDATE"],
+                }
+            ]
+        },
+        "matchConditions": [
+            {"name": "not-hami-component", "expression": f"!(request.userInfo.username in [{_quoted(users)}])"},
+            {
+                "name": "annotations-written",
+                "expression": "oldObject == null ? has(object.metadata.annotations) :\n"
+                "(has(object.metadata.annotations) ? object.metadata.annotations : {}) !=\n"
+                "(has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {})",
+            },
+        ],
+        "variables": [
+            {"name": "now", "expression": "has(object.metadata.annotations) ? object.metadata.annotations : {}"},
+            {
+                "name": "before",
+                "expression": "oldObject != null && has(oldObject.metadata.annotations) ?\n"
+                "oldObject.metadata.annotations : {}",
+            },
+            {"name": "written", "expression": f"[\n{_listed(owned, '  ')}\n].filter(k,\n  {changed})"},
+        ],
+        "validations": [
+            {
+                "expression": "size(variables.written) == 0",
+                "messageExpression": "'annotation ' + variables.written[0] +\n"
+                '" is written by HAMi\'s scheduler and device plugins only: " + request.userInfo.username +\n'
+                "(oldObject != null ? ' may not add, change or remove it' :\n"
+                " request.kind.kind == 'Binding' ? ' may not bind a Pod with it' : ' may not create a Pod with it')",
+                "reason": "Forbidden",
+            }
+        ],
+    }
+    binding = _binding("ValidatingAdmissionPolicyBinding", GUARD, GUARD, ["Deny"])
+    return [_policy("ValidatingAdmissionPolicy", GUARD, spec), binding]
+
+
+def _device_names(settings: Settings) -> list[str]:
+    """The resource names that alone make the webhook take a Pod for a device Pod, found by asking the vendors as
+    the webhook does (a one-container Pod asking for one of them): an enabled vendor's count, and its memory or
+    cores where a default count applies. A lone name that no vendor claims (Cambricon's vcore, NVIDIA's priority)
+    or a switched-off vendor's leaves the Pod unchanged on default-scheduler, so no policy may refuse or
+    reroute it."""
+    names = sorted({name for device in settings.devices for name in device.resource_names})
+    return [name for name in names if _claimed(name, settings)]
+
+
+def _claimed(name: str, settings: Settings) -> bool:
+    limits = {name: "1"}
+    ctr = {"name": "probe", "image": "probe", "resources": {"limits": limits, "requests": dict(limits)}}
+    spec = {"schedulerName": settings.scheduler_name, "containers": [ctr]}  # past the scheduler-name gate
+    probe = {"metadata": {"name": "probe"}, "spec": spec}
+    return bool(decide(probe, settings, QuotaOff(), namespace="probe", uid="probe", dry_run=True).devices)
+
+
+def routed(settings: Settings, scope: Mapping[str, Any]) -> list[Obj]:
+    """A device Pod stored on default-scheduler, or bound to a node while meant for HAMi's scheduler, is what a
+    webhook that was skipped or failed open leaves: denied in the webhook's scope, a warning outside it."""
+    scheduler = settings.scheduler_name
+    validations = []
+    if settings.force_overwrite_default_scheduler:
+        validations.append(
+            {
+                "expression": f"object.spec.schedulerName != '{DEFAULT_SCHEDULER}'",
+                "message": f"a device Pod would be stored on {DEFAULT_SCHEDULER}, not routed to {scheduler} by "
+                "hami-webhook (opted out, not called, failed under failurePolicy Ignore, or a later webhook added "
+                "the device): HAMi's device plugins refuse to start it",
+                "reason": "Forbidden",
+            }
+        )
+    validations.append(
+        {
+            "expression": f"!has(object.spec.nodeName) || object.spec.schedulerName != '{scheduler}'",
+            "message": f"a device Pod for {scheduler} has spec.nodeName set: it would skip HAMi's scheduler, which "
+            "allocates its devices (hami-webhook denies this: it was opted out, not called, or failed under "
+            "failurePolicy Ignore)",
+            "reason": "Forbidden",
+        }
+    )
+    spec = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": [{**POD_RULE, "operations": ["CREATE"]}]},
+        "matchConditions": [_requests_device(_device_names(settings)), NOT_MIRROR],
+        "validations": validations,
+    }
+    binding = "ValidatingAdmissionPolicyBinding"
+    namespaces, pods = scope.get("namespaceSelector") or {}, scope.get("objectSelector") or {}
+    outside = [
+        _binding(binding, f"{ROUTED}-outside-{index}", ROUTED, ["Warn", "Audit"], **{field: selector})
+        for index, (field, selector) in enumerate(
+            [("namespaceSelector", s) for s in _complement(namespaces)]
+            + [("objectSelector", s) for s in _complement(pods)],
+            1,
+        )
+    ]
+    inside = _binding(binding, ROUTED, ROUTED, ["Deny"], namespaceSelector=namespaces, objectSelector=pods)
+    return [_policy("ValidatingAdmissionPolicy", ROUTED, spec), inside, *outside]
+
+
+NEGATED = {"In": "NotIn", "NotIn": "In", "Exists": "DoesNotExist", "DoesNotExist": "Exists"}
+
+
+def _complement(selector: Mapping[str, Any]) -> list[Obj]:
+    """Selectors that together match what ``selector`` does not: one per requirement, each negated (a label
+    selector ANDs its requirements, and a binding cannot OR them)."""
+    requirements = [
+        {"key": key, "operator": "In", "values": [value]} for key, value in (selector.get("matchLabels") or {}).items()
+    ] + list(selector.get("matchExpressions") or [])
+    negated = []
+    for requirement in requirements:
+        opposite = {"key": requirement["key"], "operator": NEGATED[requirement["operator"]]}
+        if "values" in requirement and requirement["operator"] in ("In", "NotIn"):
+            opposite["values"] = list(requirement["values"])
+        negated.append({"matchExpressions": [opposite]})
+    return negated
+
+
+def reviewed(settings: Settings) -> list[Obj]:
+    """A warning, everywhere, for a device Pod bound for HAMi's scheduler that the webhook never marked: its
+    devices and quota were not checked (an opted-out Pod naming the scheduler itself, or a failed-open call)."""
+    scheduler = settings.scheduler_name
+    spec = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": [{**POD_RULE, "operations": ["CREATE"]}]},
+        "matchConditions": [
+            {"name": "for-hami-scheduler", "expression": f"object.spec.schedulerName == '{scheduler}'"},
+            _requests_device(_device_names(settings)),
+            NOT_MIRROR,
+        ],
+        "validations": [
+            {
+                "expression": f"has(object.metadata.annotations) && '{GPU_TYPE_ANNOTATION}' in "
+                "object.metadata.annotations",
+                "message": f"a device Pod for {scheduler} without hami-webhook's mark ({GPU_TYPE_ANNOTATION}): "
+                "the webhook did not review it, so its device requests and quota were not checked",
+            }
+        ],
+    }
+    binding = _binding("ValidatingAdmissionPolicyBinding", REVIEWED, REVIEWED, ["Warn", "Audit"])
+    return [_policy("ValidatingAdmissionPolicy", REVIEWED, spec), binding]
+
+
+def floor(settings: Settings, scope: Mapping[str, Any]) -> list[Obj]:
+    """In the webhook's scope, a device Pod on default-scheduler is routed to HAMi's scheduler in process, before
+    any webhook, and again after them (a later webhook that adds a device): under failurePolicy Ignore an outage
+    then leaves device Pods unmutated but routed. Only with HAMI_FORCE_OVERWRITE_DEFAULT_SCHEDULER on, the one
+    case where the webhook itself reroutes default-scheduler Pods."""
+    scheduler = settings.scheduler_name
+    spec = {
+        "failurePolicy": "Fail",
+        "reinvocationPolicy": "IfNeeded",
+        "matchConstraints": {"resourceRules": [{**POD_RULE, "operations": ["CREATE"]}]},
+        "matchConditions": [
+            {"name": "on-default-scheduler", "expression": f"object.spec.schedulerName == '{DEFAULT_SCHEDULER}'"},
+            _requests_device(_device_names(settings)),
+            NOT_MIRROR,
+        ],
+        "mutations": [
+            {
+                "patchType": "ApplyConfiguration",
+                "applyConfiguration": {"expression": f"Object{{spec: Object.spec{{schedulerName: '{scheduler}'}}}}"},
+            }
+        ],
+    }
+    namespaces: Obj = scope.get("namespaceSelector") or {}
+    pods: Obj = scope.get("objectSelector") or {}
+    binding = _binding(
+        "MutatingAdmissionPolicyBinding", FLOOR, FLOOR, namespaceSelector=namespaces, objectSelector=pods
+    )
+    return [_policy("MutatingAdmissionPolicy", FLOOR, spec), binding]
+
+
+class PolicyError(ValueError):
+    """The settings leave nothing for a policy to hold to; the message names the setting."""
+
+
+def render(inputs: Inputs) -> dict[str, str]:
+    """Each file's YAML text, by file name: the three validating policies, the floor (only written when the
+    webhook reroutes default-scheduler Pods), and the webhook's matchConditions as a patch of its configuration."""
+    settings = inputs.settings
+    if not settings.scheduler_name:
+        raise PolicyError("HAMI_SCHEDULER_NAME is empty: the webhook routes no Pod, so no policy can check routing")
+    every = sorted({name for device in settings.every_device for name in device.resource_names})
+    conditions = {
+        "apiVersion": API,
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": inputs.configuration},
+        "webhooks": [{"name": inputs.scope.get("name", ""), "matchConditions": webhook_match_conditions(every)}],
+    }
+    files = {
+        "allocation-guard.yaml": allocation_guard(settings.owned_annotations.owned, inputs.components),
+        "routed.yaml": [*routed(settings, inputs.scope), *reviewed(settings)],
+        "match-conditions.yaml": [conditions],
+    }
+    if settings.force_overwrite_default_scheduler:
+        files["floor.yaml"] = floor(settings, inputs.scope)
+    return {name: _yaml(objects) for name, objects in files.items()}
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style for multi-line expressions, never anchors."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _string(dumper: yaml.SafeDumper, text: str) -> yaml.Node:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None)
+
+
+_Dumper.add_representer(str, _string)
+
+
+def _yaml(objects: Sequence[Obj]) -> str:
+    return GENERATED + "---\n".join(yaml.dump(o, Dumper=_Dumper, sort_keys=False, width=120) for o in objects)

@@ -1,0 +1,228 @@
+"""HTTP transport: POST /webhook, GET /healthz and /readyz. Thin: all policy lives in review.
+
+Every request gets an answer a person can read: an AdmissionReview when a uid can
+be read from the body, otherwise an HTTP error status with a Kubernetes Status (a body
+over the limit too: its uid is never read). Rule: docs/rules.md#bad-input-gets-a-clear-answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from flask import Blueprint, Flask, Response, current_app, request
+from flask.sessions import NullSession, SessionInterface
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTooLarge
+
+from app import metrics
+from app.admission.notices import KINDS
+from app.admission.review import Decision, UnreadableReview, answer, decide_review, deny, read_uid, request_namespace
+from app.lifecycle import stopping
+from app.quota import QUOTA_REASON, QuotaPort, QuotaUnavailable
+from app.serving.framing import MAX_BODY, error_body
+from app.settings import Settings
+from app.untrusted import UntrustedError, json_document
+
+log = logging.getLogger("hami_webhook.review")
+blueprint = Blueprint("webhook", __name__)
+DOCUMENT = "hami_webhook.document"
+"""The environ key under which ``WebhookApp.may_block`` leaves the review it parsed, for the view to use."""
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """What the views need: the settings and the quota port."""
+
+    settings: Settings
+    quota: QuotaPort
+
+
+class NoSessions(SessionInterface):
+    """The webhook keeps no sessions. Flask's default interface, without a secret key, builds a new empty
+    NullSession for every request; this hands out one, which refuses every write as each of those would."""
+
+    session = NullSession()
+
+    def open_session(self, app: Flask, request: Any) -> NullSession:
+        return self.session
+
+
+class WebhookApp(Flask):
+    """The webhook's Flask app, which also tells app.serving.worker which requests may block."""
+
+    def may_block(self, environ: dict[str, Any]) -> bool:
+        """Whether serving this request may wait on the quota ledger (a Lease on the API server): a review of a
+        Pod in a namespace with a device quota (or while the quota feed cannot tell). app.serving.worker serves those in
+        a thread and every other request on its loop. The review is parsed here once: the view reads it back."""
+        if environ.get("REQUEST_METHOD") != "POST" or environ.get("PATH_INFO") != "/webhook":
+            return False
+        hook: Webhook = self.extensions["hami_webhook"]
+        stream = environ["wsgi.input"]
+        body = stream.read()
+        stream.seek(0)
+        try:
+            document = json_document(body)
+        except UntrustedError:
+            return False  # the view refuses it, without quota
+        environ[DOCUMENT] = document
+        review = document.get("request") if isinstance(document, dict) else None
+        return hook.quota.governs(request_namespace(review if isinstance(review, dict) else {}))
+
+
+def install(app: Flask, webhook: Webhook) -> None:
+    """Register the views, the body limit and JSON error pages on ``app``."""
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
+    app.session_interface = NoSessions()
+    app.extensions["hami_webhook"] = webhook
+    app.register_blueprint(blueprint)
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(Exception, _unexpected_error)
+    metrics.expect_warnings(KINDS)
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status=status, mimetype="application/json")
+
+
+def _error(status: int, message: str) -> Response:
+    return Response(error_body(status, message), status=status, mimetype="application/json")
+
+
+def _http_error(exc: HTTPException) -> Response:
+    """werkzeug's status and headers (``Allow`` on a 405) with our body; a 405 says which method to use."""
+    message = exc.description or exc.name
+    if isinstance(exc, MethodNotAllowed):
+        allowed = [m for m in exc.valid_methods or () if m not in ("HEAD", "OPTIONS")]
+        how = f"use {' or '.join(allowed)}"
+        if allowed == ["POST"]:
+            how += " with an AdmissionReview JSON body (Content-Type: application/json)"
+        message = f"method {request.method} is not allowed on {request.path}: {how}"
+    reply = _error(exc.code or 500, message)
+    for name, value in exc.get_headers():
+        if name.lower() != "content-type":
+            reply.headers[name] = value
+    return reply
+
+
+def _unexpected_error(exc: Exception) -> Response:
+    log.exception("unhandled error", extra={"fields": {"method": request.method, "path": request.path}})
+    return _error(500, "internal error; see the webhook's log")
+
+
+@blueprint.post("/webhook")
+def webhook() -> Response:
+    """The review, counted and timed under controller-runtime's metric names."""
+    started = time.perf_counter()
+    metrics.request_started()
+    code = 500  # what the error handler answers when the view raises
+    try:
+        reply = _webhook(started)
+        code = reply.status_code
+        return reply
+    finally:
+        metrics.request_finished(code, time.perf_counter() - started)
+
+
+def _webhook(started: float) -> Response:
+    hook: Webhook = current_app.extensions["hami_webhook"]
+    document = request.environ.get(DOCUMENT)
+    if document is None:
+        try:
+            body = request.get_data(cache=False)
+        except RequestEntityTooLarge:
+            return _error(413, f"request entity is too large; limit is {MAX_BODY} bytes")
+        if not body:
+            return _error(400, "request body is empty")
+        try:
+            document = json_document(body)
+        except UntrustedError as exc:
+            return _error(400, f"request body is {exc}")
+    try:
+        uid = read_uid(document)
+    except UnreadableReview as exc:
+        return _error(400, str(exc))
+    if request.mimetype != "application/json":
+        decision = deny(400, "BadRequest", f"contentType={request.content_type}, expected application/json")
+    else:
+        try:
+            decision = decide_review(document, hook.settings, hook.quota, uid)
+        except QuotaUnavailable as exc:  # not the Pod's fault: a non-200 lets failurePolicy decide (quota undecided)
+            log.error("quota undecided", extra={"fields": {"uid": uid, "error": str(exc)}})
+            return _error(500, f"namespace quota could not be decided: {exc}")
+        except Exception:
+            log.exception("review failed", extra={"fields": {"uid": uid}})
+            decision = deny(500, "InternalError", "internal error; see the webhook's log")
+    reply = _json(answer(document, uid, decision))
+    reply.call_on_close(lambda: _record(document, uid, decision, started))
+    return reply
+
+
+def _record(document: dict[str, Any], uid: str, decision: Decision, started: float) -> None:
+    """Count the decision and log one line for it: who, what was decided, how long it took. Run when the response
+    is closed, which app.serving.worker does once the answer has left: the line costs the Pod create nothing.
+
+    Never the Pod body; the patch only at debug. The formatter bounds and escapes every value. A record that
+    fails is logged, never raised: the answer has already gone.
+    """
+    try:
+        _log_and_count(document, uid, decision, started)
+    except Exception:
+        log.exception("review record failed", extra={"fields": {"uid": uid}})
+
+
+def _log_and_count(document: dict[str, Any], uid: str, decision: Decision, started: float) -> None:
+    req: dict[str, Any] = document["request"] if isinstance(document.get("request"), dict) else {}
+    obj: dict[str, Any] = req["object"] if isinstance(req.get("object"), dict) else {}
+    meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
+    namespace = request_namespace(req)
+    patch = decision.patch if decision.allowed else []
+    outcome = "denied" if not decision.allowed else "patched" if patch else "passed"
+    kinds = tuple(w.kind for w in decision.warnings)
+    quota_denied_in = namespace if decision.reason == QUOTA_REASON else None
+    metrics.decided(outcome, decision.reason, devices=decision.devices, warnings=kinds, quota_denied_in=quota_denied_in)
+    fields: dict[str, Any] = {
+        "uid": uid,
+        "namespace": namespace,
+        "pod": meta.get("name") or req.get("name") or "",
+        "generateName": meta.get("generateName") or "",
+        "operation": req.get("operation") or "",
+        "allowed": decision.allowed,
+        "code": decision.code,
+        "reason": decision.reason,
+        "message": decision.message,
+        "patch_ops": len(patch),
+        "warnings": len(kinds),
+        "ms": round((time.perf_counter() - started) * 1000, 3),
+    }
+    if decision.hint:
+        fields["hint"] = decision.hint
+    log.info("review", extra={"fields": fields})
+    if patch and log.isEnabledFor(logging.DEBUG):
+        log.debug("review patch", extra={"fields": {"uid": uid, "patch": patch}})
+
+
+@blueprint.get("/healthz")
+def healthz() -> Response:
+    """Liveness: the process answers."""
+    return _json({"status": "ok"})
+
+
+@blueprint.get("/readyz")
+def readyz() -> Response:
+    """Readiness: ready to admit; the quota port decides (it is not ready before its first sync).
+
+    Answered over the TLS listener itself, so 200 also proves the listener; unready once stopping.
+    """
+    hook: Webhook = current_app.extensions["hami_webhook"]
+    quota = hook.quota.status()
+    ready = bool(quota.get("ready")) and not stopping.is_set()
+    body = {
+        "ready": ready,
+        "stopping": stopping.is_set(),
+        "quota": quota,
+        "devices": [d.key for d in hook.settings.devices],
+    }
+    return _json(body, 200 if body["ready"] else 503)

@@ -1,0 +1,114 @@
+"""gunicorn settings for the webhook, derived from Settings.
+
+Our own worker (app.serving.worker, on gunicorn's base worker): the API server keeps HTTPS connections alive, and a sync
+worker would close each one, paying a TLS handshake per review (about 6x the CPU); app.serving.worker keeps them, does
+TLS itself (one cached, hot-reloaded SSLContext) and reads requests without holding a thread.
+The top-level gunicorn.conf.py re-exports this module; ``hami-webhook serve`` loads it directly.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from app import logs, metrics
+from app.serving.tls import server_context
+from app.settings import Settings, SettingsError
+
+__all__ = [
+    "accesslog",
+    "bind",
+    "certfile",
+    "child_exit",
+    "control_socket_disable",
+    "errorlog",
+    "graceful_timeout",
+    "keepalive",
+    "keyfile",
+    "logconfig_dict",
+    "loglevel",
+    "on_exit",
+    "on_starting",
+    "threads",
+    "timeout",
+    "when_ready",
+    "worker_class",
+    "worker_tmp_dir",
+    "workers",
+]
+
+
+def _settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except SettingsError as exc:
+        sys.stderr.write(f"hami-webhook: invalid setting: {exc}\n")
+        raise SystemExit(2) from None
+
+
+settings = _settings()
+bind = [settings.bind]
+certfile = settings.tls_cert
+keyfile = settings.tls_key
+worker_class = "app.serving.worker.WebhookWorker"
+workers = settings.workers
+threads = settings.threads
+timeout = settings.timeout
+# The Deployment's budget: preStop sleep 5 s + this 20 s (STOP_LINGER 5 s of it answering with
+# Connection: close, then in-flight requests) < terminationGracePeriodSeconds 40.
+graceful_timeout = 20
+keepalive = settings.keepalive
+# gunicorn 27's control socket would be created under $HOME: not wanted on a read-only root filesystem.
+control_socket_disable = True
+worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
+accesslog = None
+errorlog = "-"
+loglevel = settings.log_level
+logconfig_dict = logs.logconfig(settings.log_format, settings.log_level)
+
+
+def on_starting(server: Any) -> None:
+    """Refuse to start, with a clear message, when the serving certificate cannot be loaded; name once (here in
+    the master, not in every worker) each key of the device config that nothing reads."""
+    for warning in settings.config_warnings:
+        server.log.warning("HAMI_DEVICE_CONFIG: %s", warning)
+    try:
+        server_context(server.cfg.certfile, server.cfg.keyfile)
+    except ValueError as problem:
+        server.log.error(
+            "cannot serve TLS (HAMI_WEBHOOK_TLS_CERT=%s, HAMI_WEBHOOK_TLS_KEY=%s): %s",
+            server.cfg.certfile,
+            server.cfg.keyfile,
+            problem,
+        )
+        raise SystemExit(1) from None
+
+
+# --- metrics: one /metrics server in the master over every worker's files (docs/operations.md) ---
+
+
+def when_ready(server: Any) -> None:
+    """Before the workers fork: a fresh multiprocess directory on the tmpfs, and the /metrics server.
+
+    A taken address is logged, not fatal: admissions matter more than scrapes (Prometheus shows ``up 0``).
+    """
+    if not settings.metrics_bind:
+        return
+    directory = metrics.prepare_multiprocess(worker_tmp_dir)
+    try:
+        host, port = metrics.serve(settings.metrics_bind)
+    except OSError as exc:
+        server.log.error("metrics: cannot listen on %s: %s", settings.metrics_bind, exc)
+        return
+    server.log.info("metrics: serving http://%s:%s/metrics", host, port, extra={"fields": {"dir": directory}})
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """A dead worker's live gauges leave the sums; its counters stay (totals never go back)."""
+    if os.environ.get(metrics.MULTIPROC_ENV):
+        metrics.process_dead(worker.pid)
+
+
+def on_exit(server: Any) -> None:
+    metrics.remove_multiprocess()

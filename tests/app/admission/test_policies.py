@@ -1,0 +1,118 @@
+"""The admission policies are written from the webhook's own lists: the shipped ones are exactly what
+`hami-webhook policies` writes for the chart's defaults, and what it writes follows the device config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from app.admission.policies import GUARD, HAMI_COMPONENTS, ROUTED, Inputs, render
+from app.cli import main
+from app.preview.scope import load_scope
+from app.settings import Settings
+from tests.support import ROOT
+
+MANIFESTS = ROOT / "manifests"
+SHIPPED = {
+    "allocation-guard.yaml": MANIFESTS / "base" / "policies" / "allocation-guard.yaml",
+    "routed.yaml": MANIFESTS / "base" / "policies" / "routed.yaml",
+    "floor.yaml": MANIFESTS / "components" / "floor" / "floor.yaml",
+}
+WEBHOOK_CONFIGURATION = MANIFESTS / "base" / "mutatingwebhookconfiguration.yaml"
+
+
+def chart_defaults() -> dict[str, str]:
+    return render(Inputs(Settings.from_env({}), load_scope().webhook))
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_shipped_policies_are_the_commands_output_for_the_chart_defaults(name: str) -> None:
+    rerun = f"run `hami-webhook policies --out DIR` and copy DIR/{name} to {SHIPPED[name].relative_to(ROOT)}"
+    assert SHIPPED[name].read_text() == chart_defaults()[name], rerun
+
+
+def test_shipped_match_conditions_are_the_commands() -> None:
+    """Every resource name of every vendor (Ascend and Iluvatar too: the webhook says why it passes those)."""
+    (written,) = yaml.safe_load(chart_defaults()["match-conditions.yaml"])["webhooks"]
+    (shipped,) = yaml.safe_load(WEBHOOK_CONFIGURATION.read_text())["webhooks"]
+    assert written["name"] == shipped["name"]
+    assert shipped["matchConditions"] == written["matchConditions"]
+
+
+def test_command_writes_the_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["policies", "--out", str(tmp_path)]) == 0
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == chart_defaults()
+
+
+def test_guard_lists_every_owned_key_of_every_vendor_and_the_given_components(tmp_path: Path) -> None:
+    config = tmp_path / "devices.yaml"
+    config.write_text(
+        "vnpus:\n  configs:\n    - {chipName: 910X, commonWord: Ascend910X, resourceName: huawei.com/Ascend910X}\n"
+    )
+    out = tmp_path / "out"
+    assert main(["policies", "--config", str(config), "--hami-component", "gpu:my-scheduler", "--out", str(out)]) == 0
+    policy, binding = yaml.safe_load_all((out / "allocation-guard.yaml").read_text())
+    assert policy["metadata"]["name"] == binding["spec"]["policyName"] == GUARD
+    listed = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "written")
+    owned = Settings.from_env({"HAMI_DEVICE_CONFIG": str(config)}).owned_annotations.owned
+    assert "huawei.com/Ascend910X" in owned and "hami.io/Ascend910X-devices-to-allocate" in owned
+    assert all(f"'{key}'" in listed for key in owned)
+    users = policy["spec"]["matchConditions"][0]["expression"]
+    assert "'system:serviceaccount:gpu:my-scheduler'" in users
+    assert not any(account.split(":")[1] in users for account in HAMI_COMPONENTS)
+
+
+def test_a_malformed_component_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["policies", "--hami-component", "hami-scheduler"]) == 2
+    assert "--hami-component 'hami-scheduler': expected NAMESPACE:NAME" in capsys.readouterr().err
+
+
+def test_the_policies_follow_the_settings(tmp_path: Path) -> None:
+    """Another scheduler name everywhere, the enabled vendors' names only, and no floor and no default-scheduler
+    check when the webhook leaves default-scheduler Pods alone."""
+    env = {"HAMI_SCHEDULER_NAME": "gpu-scheduler", "HAMI_FORCE_OVERWRITE_DEFAULT_SCHEDULER": "false"}
+    files = render(Inputs(Settings.from_env(env), load_scope().webhook))
+    assert "floor.yaml" not in files
+    policy, deny, *outside = [
+        o for o in yaml.safe_load_all(files["routed.yaml"]) if o["metadata"]["name"].startswith(ROUTED)
+    ]
+    assert [v["expression"] for v in policy["spec"]["validations"]] == [
+        "!has(object.spec.nodeName) || object.spec.schedulerName != 'gpu-scheduler'"
+    ]
+    devices = policy["spec"]["matchConditions"][0]["expression"]
+    assert "'nvidia.com/gpu'" in devices and "huawei.com" not in devices  # Ascend is off by default
+    assert deny["spec"]["validationActions"] == ["Deny"] and len(outside) == 3
+
+
+def test_outside_the_scope_is_the_complement_of_each_requirement() -> None:
+    """The webhook's selectors AND their requirements; the warning bindings cover each one's opposite."""
+    scope = load_scope().webhook
+    objects = list(yaml.safe_load_all(chart_defaults()["routed.yaml"]))
+    outside = [o["spec"]["matchResources"] for o in objects if o["metadata"]["name"].startswith(f"{ROUTED}-outside")]
+    requirements = [
+        *(("namespaceSelector", r) for r in scope["namespaceSelector"]["matchExpressions"]),
+        *(("objectSelector", r) for r in scope["objectSelector"]["matchExpressions"]),
+    ]
+    assert len(outside) == len(requirements)
+    for match, (field, requirement) in zip(outside, requirements, strict=True):
+        (negated,) = match[field]["matchExpressions"]
+        assert requirement["operator"] == "NotIn"
+        assert negated == {**requirement, "operator": "In"}
+
+
+def test_no_scheduler_name_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HAMI_SCHEDULER_NAME", "")
+    assert main(["policies"]) == 2
+    assert "HAMI_SCHEDULER_NAME is empty" in capsys.readouterr().err
+
+
+def test_only_names_the_webhook_takes_for_a_device_pod_are_checked() -> None:
+    """A lone name no vendor claims leaves the Pod on default-scheduler in the webhook too: never refused."""
+    policy = next(yaml.safe_load_all(chart_defaults()["routed.yaml"]))
+    devices = policy["spec"]["matchConditions"][0]["expression"]
+    assert "'nvidia.com/gpu'" in devices and "'nvidia.com/gpumem'" in devices  # a default count applies
+    assert "'nvidia.com/priority'" not in devices and "'cambricon.com/mlu.smlu.vcore'" not in devices

@@ -1,0 +1,345 @@
+"""app.serving.worker's bond to gunicorn (only base.Worker, its documented extension point) and its loop in process.
+
+The gunicorn surface the worker relies on is listed here, and checked against the installed gunicorn: a release
+that changes one of these fails here, by name. tests/test_dependency_bounds.py serves a review with the oldest
+gunicorn setup.cfg allows; the rest of the suite runs the newest (constraints.txt).
+The loop tests drive the worker's own event loop over a socketpair, with the app from create_app, no gunicorn
+process and no TLS: what tests/app/serving/test_transport.py proves over TLS, here without a server.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import select
+import selectors
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pytest
+from gunicorn.config import Config
+from gunicorn.glogging import Logger
+from gunicorn.workers import base
+from werkzeug.wsgi import ClosingIterator
+
+from app import create_app
+from app.quota import Demand, Verdict
+from app.serving.framing import MAX_BODY
+from app.serving.worker import Connection, WebhookWorker
+from app.settings import Settings
+from tests.app.reviews import admission_review
+from tests.support.pods import container, pod
+
+REVIEW = json.dumps(admission_review(pod(container(limits={"nvidia.com/gpu": "1"})), uid="u1")).encode()
+HEAD = b"POST /webhook HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+
+# base.Worker's methods the worker calls or overrides, with their parameters.
+METHODS = {
+    "__init__": ["age", "ppid", "sockets", "app", "timeout", "cfg", "log"],
+    "init_process": [],
+    "load_wsgi": [],
+    "run": [],
+    "notify": [],
+    "handle_exit": ["sig", "frame"],
+}
+# base.Worker's state the worker reads: set by __init__ ...
+STATE = ("alive", "sockets", "cfg", "log", "timeout", "ppid", "nr", "max_requests")
+# ... and by init_process: PIPE (its non-blocking wake-up pipe, signals written to it), wsgi (by load_wsgi).
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_base_worker_still_has_the_methods_the_worker_relies_on(name: str) -> None:
+    method = getattr(base.Worker, name, None)
+    assert callable(method), f"gunicorn.workers.base.Worker.{name} is gone"
+    assert list(inspect.signature(method).parameters)[1:] == METHODS[name]
+    assert name in vars(base.Worker), f"{name} is no longer base.Worker's own"
+
+
+def test_the_worker_inherits_nothing_but_base_worker() -> None:
+    assert WebhookWorker.__mro__ == (WebhookWorker, base.Worker, object)
+
+
+def test_base_worker_still_has_the_state_the_worker_relies_on() -> None:
+    stock = base.Worker(0, os.getpid(), [], None, 30, Config(), Logger(Config()))
+    try:
+        missing = [name for name in STATE if not hasattr(stock, name)]
+        assert not missing, f"base.Worker no longer sets {missing}"
+        assert stock.alive is True and stock.nr == 0
+    finally:
+        stock.tmp.close()
+
+
+def test_base_worker_init_process_makes_the_pipe_routes_sigterm_loads_the_app_then_runs() -> None:
+    """In a forked child (init_process installs signal handlers): the order and state run() relies on."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        report: dict[str, Any] = {}
+        try:
+
+            class Probe(base.Worker):  # type: ignore[misc]
+                def load_wsgi(self) -> None:
+                    report["loaded_before_run"] = True
+                    super().load_wsgi()
+
+                def run(self) -> None:
+                    report["wsgi"] = self.wsgi()
+                    report["pipe"] = [os.get_blocking(fd) for fd in self.PIPE]
+                    report["sigterm"] = signal.getsignal(signal.SIGTERM) == self.handle_exit
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    report["alive_after_sigterm"] = self.alive
+                    report["woken"] = len(os.read(self.PIPE[0], 16)) > 0  # set_wakeup_fd wrote the signal
+
+            class App:
+                def wsgi(self) -> Callable[[], str]:
+                    return lambda: "the app"
+
+            Probe(0, os.getppid(), [], App(), 30, Config(), Logger(Config())).init_process()
+        except BaseException as exc:
+            report["error"] = repr(exc)
+        os.write(write_end, json.dumps(report).encode())
+        os._exit(0)
+    os.close(write_end)
+    data = b""
+    while chunk := os.read(read_end, 65536):
+        data += chunk
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    assert json.loads(data) == {
+        "loaded_before_run": True,
+        "wsgi": "the app",
+        "pipe": [False, False],
+        "sigterm": True,
+        "alive_after_sigterm": False,
+        "woken": True,
+    }
+
+
+# -- the worker's loop in process ---------------------------------------------------------------------
+
+
+class Governs:
+    """A quota port with a device quota in one namespace (its admit never waits: the ledger is not the point)."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+
+    def governs(self, namespace: str) -> bool:
+        return namespace == self.namespace
+
+    def admit(self, namespace: str, demands: Sequence[Demand], *, uid: str, dry_run: bool) -> Verdict:
+        return Verdict()
+
+    def status(self) -> dict[str, Any]:
+        return {"ready": True}
+
+    def stop(self) -> None:
+        pass
+
+
+def serve_with(worker: WebhookWorker, app: Any) -> None:
+    """What load_wsgi leaves: the app, and its may_block if it has one."""
+    worker.wsgi = app
+    worker.may_block = getattr(app, "may_block", None)
+
+
+@pytest.fixture
+def worker(settings: Settings) -> Iterator[WebhookWorker]:
+    """A WebhookWorker as init_process leaves it, less the certificate and the listener: no TLS, no gunicorn."""
+    cfg = Config()
+    worker = WebhookWorker(0, os.getpid(), [], None, 30, cfg, Logger(cfg))
+    worker.prepare(settings)
+    worker.PIPE = os.pipe()
+    for fd in worker.PIPE:
+        os.set_blocking(fd, False)
+    worker.poller.register(worker.PIPE[0], selectors.EVENT_READ, worker._woken)
+    serve_with(worker, create_app(settings))
+    yield worker
+    for conn in list(worker.watched):  # kept alive, or draining after Connection: close
+        worker._close(conn)
+    worker.pool.shutdown()
+    worker.poller.close()
+    for fd in worker.PIPE:
+        os.close(fd)
+    worker.tmp.close()
+
+
+def connect(worker: WebhookWorker) -> tuple[Connection, socket.socket]:
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    conn = Connection(ours, ("127.0.0.1", 40000), ("127.0.0.1", 8443), time.monotonic() + 10, worker.limits)
+    worker.connections += 1
+    worker._watch(conn, worker._read)
+    return conn, theirs
+
+
+def answers(worker: WebhookWorker, data: bytes, count: int = 1) -> list[tuple[int, dict[str, str], dict]]:
+    """Send ``data`` on a new connection to the worker's loop; the first ``count`` answers, parsed."""
+    conn, theirs = connect(worker)
+    with theirs:
+        theirs.sendall(data)
+        theirs.setblocking(False)
+        received, found = b"", list[tuple[int, dict[str, str], dict]]()
+        deadline = time.monotonic() + 20
+        while len(found) < count:
+            assert time.monotonic() < deadline, f"no complete answer; received {received[:300]!r}"
+            worker.wait(0.05)
+            try:
+                received += theirs.recv(1 << 20)
+            except BlockingIOError:
+                pass
+            while b"\r\n\r\n" in received:
+                head, rest = received.split(b"\r\n\r\n", 1)
+                lines = head.decode("latin-1").split("\r\n")
+                headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+                length = int(headers["content-length"])
+                if len(rest) < length:
+                    break
+                found.append((int(lines[0].split()[1]), headers, json.loads(rest[:length])))
+                received = rest[length:]
+        while conn not in worker.watched:  # back on the loop: kept alive, or draining
+            assert time.monotonic() < deadline, "the connection never came back to the loop"
+            worker.wait(0.05)
+        return found
+
+
+def sized(body: bytes, path: bytes = b"/webhook") -> bytes:
+    return HEAD.replace(b"/webhook", path) + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def test_a_review_is_answered(worker: WebhookWorker) -> None:
+    [(status, headers, body)] = answers(worker, sized(REVIEW))
+    assert (status, body["response"]["uid"]) == (200, "u1")
+    assert headers.get("connection", "keep-alive").lower() != "close"
+    assert headers["content-type"] == "application/json" and "date" in headers
+
+
+def test_pipelined_reviews_chunked_or_not_are_all_answered(worker: WebhookWorker) -> None:
+    chunked = HEAD + b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(REVIEW), REVIEW)
+    replies = answers(worker, sized(REVIEW) + chunked + sized(REVIEW), count=3)
+    assert [(status, body["response"]["uid"]) for status, _, body in replies] == [(200, "u1")] * 3
+
+
+def test_a_body_over_the_limit_gets_a_413_status_before_it_is_sent(worker: WebhookWorker) -> None:
+    """Answered by the worker from the announced length alone: the app never sees the request."""
+    [(status, headers, body)] = answers(worker, HEAD + b"Content-Length: %d\r\n\r\n{" % (MAX_BODY + 1))
+    assert (status, headers["connection"].lower()) == (413, "close")
+    assert (body["kind"], body["code"]) == ("Status", 413)
+    assert body["message"] == f"request entity is too large; limit is {MAX_BODY} bytes"
+
+
+def test_a_refused_request_gets_a_json_status(worker: WebhookWorker) -> None:
+    bad = HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n"
+    [(status, headers, body)] = answers(worker, bad)
+    assert (status, headers["content-type"], headers["connection"].lower()) == (400, "application/json", "close")
+    assert (body["kind"], body["code"]) == ("Status", 400) and "Invalid chunk size" in body["message"]
+
+
+def test_a_fault_in_the_app_is_a_500_status_and_closes(worker: WebhookWorker) -> None:
+    def app(environ: dict, start_response: Callable) -> list[bytes]:
+        raise RuntimeError("a bug")
+
+    serve_with(worker, app)
+    [(status, headers, body)] = answers(worker, sized(b"{}"))
+    assert (status, headers["connection"].lower(), body["kind"]) == (500, "close", "Status")
+
+
+def test_the_app_gets_pep_3333s_environ(worker: WebhookWorker) -> None:
+    seen: dict[str, Any] = {}
+
+    def app(environ: dict, start_response: Callable) -> list[bytes]:
+        seen.update(environ, body=environ["wsgi.input"].read())
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [b"{}"]
+
+    serve_with(worker, app)
+    data = b"POST /a%20b?x=1 HTTP/1.1\r\nHost: h\r\nX-One: 1\r\nX-One: 2\r\nX_Spoof: 1\r\n"
+    answers(worker, data + b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n")
+    assert {k: seen[k] for k in ("REQUEST_METHOD", "PATH_INFO", "QUERY_STRING", "RAW_URI", "SERVER_PROTOCOL")} == {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/a b",
+        "QUERY_STRING": "x=1",
+        "RAW_URI": "/a%20b?x=1",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+    }
+    assert (seen["CONTENT_TYPE"], seen["CONTENT_LENGTH"], seen["body"]) == ("application/json", "2", b"{}")
+    assert (seen["HTTP_HOST"], seen["HTTP_X_ONE"]) == ("h", "1,2")
+    assert "HTTP_TRANSFER_ENCODING" not in seen and "HTTP_X_SPOOF" not in seen  # "_" would forge "-"
+    assert (seen["wsgi.url_scheme"], seen["REMOTE_ADDR"], seen["SERVER_PORT"]) == ("https", "127.0.0.1", "8443")
+
+
+def test_the_answer_leaves_before_the_apps_close_runs(worker: WebhookWorker) -> None:
+    """What an app defers to close() (app/serving/http.py's record of a review: its log line and metrics) runs once
+    the client can read the whole answer, not before it is sent."""
+    readable_at_close: list[bytes] = []
+    conn, theirs = connect(worker)
+
+    def peek() -> None:
+        ready, _, _ = select.select([theirs], [], [], 0)
+        readable_at_close.append(theirs.recv(1 << 16, socket.MSG_PEEK) if ready else b"")
+
+    def app(environ: dict, start_response: Callable) -> ClosingIterator:
+        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", "2")])
+        return ClosingIterator([b"{}"], peek)
+
+    serve_with(worker, app)
+    with theirs:
+        theirs.sendall(HEAD + b"Content-Length: 2\r\n\r\n{}")
+        deadline = time.monotonic() + 20
+        while not readable_at_close or conn not in worker.watched:  # served, and back on the loop
+            assert time.monotonic() < deadline, "the request was never served"
+            worker.wait(0.05)
+        [at_close] = readable_at_close
+        assert at_close.startswith(b"HTTP/1.1 200 OK\r\n") and at_close.endswith(b"\r\n\r\n{}")
+
+
+def test_only_a_request_that_may_block_is_served_in_a_thread(worker: WebhookWorker) -> None:
+    served_in: dict[str, int] = {}
+
+    class App:
+        def may_block(self, environ: dict) -> bool:
+            return bool(environ["PATH_INFO"] == "/slow")
+
+        def __call__(self, environ: dict, start_response: Callable) -> list[bytes]:
+            served_in[environ["PATH_INFO"]] = threading.get_ident()
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [b"{}"]
+
+    serve_with(worker, App())
+    answers(worker, sized(b"{}", b"/slow") + sized(b"{}", b"/fast"), count=2)
+    assert served_in["/fast"] == threading.get_ident() != served_in["/slow"]
+
+
+def test_the_webhook_app_says_a_review_may_block_only_where_a_quota_governs(settings: Settings) -> None:
+    """Parsed once: the view reads the review may_block parsed."""
+    app = create_app(settings, Governs("ai"))
+    for namespace, blocks in (("ai", True), ("web", False)):
+        review = json.dumps(admission_review(pod(container(limits={"nvidia.com/gpu": "1"}), namespace=namespace)))
+        with app.test_request_context("/webhook", method="POST", data=review, content_type="application/json") as ctx:
+            assert app.may_block(ctx.request.environ) is blocks
+            assert ctx.request.environ["hami_webhook.document"]["request"]["namespace"] == namespace
+    with app.test_request_context("/webhook", method="POST", data=b"{not json") as ctx:
+        assert app.may_block(ctx.request.environ) is False
+    with app.test_request_context("/readyz") as ctx:
+        assert app.may_block(ctx.request.environ) is False
+
+
+def test_a_review_in_a_governed_namespace_is_answered_from_a_thread(settings: Settings, worker: WebhookWorker) -> None:
+    app = create_app(settings, Governs("default"))
+    threads: list[int] = []
+    wrapped = app.wsgi_app
+
+    def recording(environ: dict, start_response: Callable) -> Any:
+        threads.append(threading.get_ident())
+        return wrapped(environ, start_response)
+
+    app.wsgi_app = recording  # type: ignore[method-assign]
+    serve_with(worker, app)
+    [(status, _, body)] = answers(worker, sized(REVIEW))
+    assert (status, body["response"]["uid"]) == (200, "u1")
+    assert threads and threads[0] != threading.get_ident()
