@@ -244,6 +244,7 @@ WEBHOOK_TIMEOUT = 10  # the MutatingWebhookConfiguration's timeoutSeconds
 PARTITION = 30  # seconds the replica stays cut off
 BURST_AFTER = 20  # seconds into the partition the second burst starts
 BURST_PODS, BURST_CLIENTS = 90, 16
+BURSTS = 3  # bursts on each side of the rate comparison, the best of each compared
 
 
 @dataclass
@@ -273,10 +274,16 @@ def partitionable(installed: Installed, webhook: WebhookServer, tmp_path: Path) 
             proxy.stop()
 
 
-def burst_rate(kube: RealKube, ns: str, what: str) -> tuple[float, list[Created]]:
-    """BURST_PODS creates at once into room for all of them: Pods created per second, and the calls."""
-    started, calls = create_at_once(kube, ns, pod(what, ONE_GPU), BURST_PODS, BURST_CLIENTS)
-    return sum(c.status == 201 for c in calls) / (max(c.ended for c in calls) - started), calls
+def burst_rate(kube: RealKube, namespaces: list[str], what: str) -> tuple[float, list[Created]]:
+    """BURST_PODS creates at once into room for all of them, once per namespace: the best rate (Pods created per
+    second; a burst takes well under a second, so one burst alone measures the shared machine's load as much as
+    the webhook), and every call."""
+    rates, every = [], []
+    for ns in namespaces:
+        started, calls = create_at_once(kube, ns, pod(what, ONE_GPU), BURST_PODS, BURST_CLIENTS)
+        rates.append(sum(c.status == 201 for c in calls) / (max(c.ended for c in calls) - started))
+        every += calls
+    return max(rates), every
 
 
 def answered_in_time(calls: list[Created]) -> None:
@@ -291,15 +298,15 @@ def answered_in_time(calls: list[Created]) -> None:
 def test_a_replica_cut_off_mid_burst(installed: Installed, partitionable: Partition, heal: str) -> None:
     """Replica 0 loses the API server (a black hole: nothing copied, nothing closed) a third into a burst into
     room for CRASH_ROOM: nothing over-admitted, every refusal says why and comes before the webhook timeout; the
-    replica leaves the endpoints within 15 s; a burst BURST_AFTER s into the partition runs at 0.8x the rate of
-    one before it at least; healed after PARTITION s (held connections resumed, or reset), all the room is
-    usable again within the reservation TTL."""
+    replica leaves the endpoints within 15 s; bursts BURST_AFTER s into the partition run at 0.8x the rate of
+    those before it at least (the best of BURSTS each); healed after PARTITION s (held connections resumed, or
+    reset), all the room is usable again within the reservation TTL."""
     kube, service = installed.kube, partitionable.service
-    spare = [quota_namespace(kube, BURST_PODS, f"limits.{MEM}") for _ in range(3)]
+    spare = [quota_namespace(kube, BURST_PODS, f"limits.{MEM}") for _ in range(1 + 2 * BURSTS)]
     ns = quota_namespace(kube, CRASH_ROOM, f"limits.{MEM}")
     try:
-        burst_rate(kube, spare[0], "warm-")  # the first burst of fresh processes is slower: not the reference
-        before, calls = burst_rate(kube, spare[1], "before-")
+        burst_rate(kube, spare[:1], "warm-")  # the first burst of fresh processes is slower: not the reference
+        before, calls = burst_rate(kube, spare[1 : 1 + BURSTS], "before-")
         assert refusals(calls) == []
         cut_at: list[float] = []
 
@@ -322,7 +329,7 @@ def test_a_replica_cut_off_mid_burst(installed: Installed, partitionable: Partit
         time.sleep(max(cut_at[0] + BURST_AFTER - time.monotonic(), 0))
         left = service.left_at(0, cut_at[0])
         assert left is not None and left - cut_at[0] <= 15, service.changes
-        during, calls = burst_rate(kube, spare[2], "during-")
+        during, calls = burst_rate(kube, spare[1 + BURSTS :], "during-")
         answered_in_time(calls)
         assert refusals(calls) == []
         assert during >= 0.8 * before, (during, before)
