@@ -232,7 +232,7 @@ def warm_up(kube: RealKube, names: dict[str, str], timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     try:
         for case, ns in names.items():
-            while scheduler_of(api, ns) != expected_scheduler(case):
+            while settled_scheduler_of(api, ns) != expected_scheduler(case):
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"namespace {ns} never got {case}'s webhook")
                 time.sleep(0.2)
@@ -242,12 +242,27 @@ def warm_up(kube: RealKube, names: dict[str, str], timeout: float = 60) -> None:
         api.close()
 
 
+def settled_scheduler_of(api: Api, ns: str) -> str:
+    """scheduler_of, or "" while the API server still applies the admission policies deleted a moment ago
+    (it drops them as its informer catches up, as it picks up webhook configurations)."""
+    try:
+        return scheduler_of(api, ns)
+    except PolicyRefusal:
+        return ""
+
+
+class PolicyRefusal(RuntimeError):
+    """A create refused by an admission policy the bench deleted."""
+
+
 def expected_scheduler(case: str) -> str:
     return "default-scheduler" if case == "none" else SCHEDULER
 
 
 def scheduler_of(api: Api, ns: str) -> str:
     status, data = api.call("POST", f"/api/v1/namespaces/{ns}/pods", json.dumps(device_pod()).encode())
+    if status == 403 and b"ValidatingAdmissionPolicy" in data:
+        raise PolicyRefusal(f"create in {ns}: {data[:300]!r}")
     if status != 201:
         raise RuntimeError(f"create in {ns}: HTTP {status}: {data[:300]!r}")
     return str(json.loads(data)["spec"].get("schedulerName"))
