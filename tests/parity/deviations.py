@@ -151,9 +151,11 @@ def _core_policy(theirs: Form, mine: Form, ctx: Context, hami: Answer, ours: Ans
     def drop(ctr: dict, original: dict | None) -> None:
         if _uses_nvidia(ctr, original, ctx.facts) and not annotated:
             return
-        kept = len((original or {}).get("env") or [])
+        sent = (original or {}).get("env") or []
         env = ctr.get("env") or []
-        ctr["env"] = env[:kept] + [entry for entry in env[kept:] if entry.get("name") != CORE_POLICY]
+        # The author's own entry, which the Pod's policy overwrote in place, reads as the author wrote it.
+        authored = [sent[i] if entry.get("name") == CORE_POLICY else entry for i, entry in enumerate(env[: len(sent)])]
+        ctr["env"] = authored + [entry for entry in env[len(sent) :] if entry.get("name") != CORE_POLICY]
 
     return edited(theirs, ctx, drop), (edited(mine, ctx, drop) if annotated else mine)
 
