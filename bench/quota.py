@@ -43,9 +43,9 @@ from typing import Any
 from app.admission.edit import PodEdit
 from app.admission.review import review
 from app.quota import QuotaOff, demands
-from app.quota.commit import LedgerQuota
 from app.quota.lease import Ledger
 from app.quota.ledger import LEDGER_ANNOTATION
+from app.quota.ledger_quota import LedgerQuota
 from app.quota.startup import open_quota
 from app.settings import Settings
 from bench.inprocess import percentile

@@ -4,10 +4,11 @@ the Lease ledger and the port the review asks through.
 Modules: ``amounts`` (the resource arithmetic), ``demand`` (a Pod's demand per vendor), ``limits`` (ResourceQuota
 keys, the fit check), ``ledger`` (the ledger's encoding), ``decision`` (the pure decision); ``feed`` (the Feed:
 list + watch, per process), ``stream`` (the list + watch machinery), ``tables`` (what the streams keep),
-``lease`` (the ledger Leases' compare-and-swap reads and writes), ``commit`` (LedgerQuota: batching,
-compare-and-swap, grants), ``closer`` (the closing of grants when due), ``contact`` (the API server probe:
-unready and shedding connections when it is lost), ``state`` (what a worker keeps per namespace), ``seams``
-(LedgerQuota's ports: feed, ledger, clock), ``startup`` (the port built from settings), ``port`` (the seam, the
+``lease`` (the ledger Leases' compare-and-swap reads and writes), ``committer`` (the Committer: a process's
+tickets decided and written per namespace, grants closed when due), ``ledger_quota`` (LedgerQuota, the real
+port: what an admission answers alone, the ticket it queues otherwise), ``contact`` (the API server probe:
+unready and shedding connections when it is lost), ``state`` (what a process keeps per namespace), ``seams``
+(the ports: feed, ledger, clock), ``startup`` (the port built from settings), ``port`` (the seam, the
 refusal messages, and QuotaOff).
 """
 

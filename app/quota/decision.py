@@ -1,5 +1,5 @@
 """The quota decision as a pure function: one snapshot of what a worker knows in, verdicts and the ledger to
-write out. No locks, no clock, no I/O: app/quota/commit.py gathers the snapshot and writes the result.
+write out. No locks, no clock, no I/O: app/quota/committer.py gathers the snapshot and writes the result.
 
 Rules: docs/rules.md#no-over-admission-under-concurrency; why they hold: docs/quota.md ("Deciding").
 

@@ -1,14 +1,16 @@
-"""What LedgerQuota needs of the world, as ports: the feed's view, the ledger Lease, and the clock.
+"""What LedgerQuota and its Committer need of the world, as ports: the feed's view, the ledger Lease, and the clock
+(time, sleeping and waiting).
 
-The server plugs in Feed (app/quota/feed.py), Ledger (app/quota/ledger.py) and the system clock; the protocol
+The server plugs in Feed (app/quota/feed.py), Ledger (app/quota/lease.py) and the system clock; the protocol
 simulation (tests/app/quota/simulation.py) plugs in a model of the API server and a simulated clock, and so runs
 the real batching, compare-and-swap and grant code on schedules a real cluster rarely produces.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from app.quota.amounts import Amounts
@@ -25,6 +27,12 @@ class Clock(Protocol):
 
     def sleep(self, seconds: float) -> None: ...
 
+    def wait_for(self, cond: threading.Condition, predicate: Callable[[], bool], timeout: float | None) -> bool:
+        """``cond.wait_for``: held, release ``cond`` until ``predicate()`` holds or ``timeout`` (None: no limit)
+        has passed; the predicate's last value. Every wait of the Committer goes through here, so the
+        simulation decides when a waiting thread runs again."""
+        ...
+
 
 class SystemClock:
     def monotonic(self) -> float:
@@ -35,6 +43,9 @@ class SystemClock:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
+
+    def wait_for(self, cond: threading.Condition, predicate: Callable[[], bool], timeout: float | None) -> bool:
+        return cond.wait_for(predicate, timeout)
 
 
 SYSTEM_CLOCK = SystemClock()

@@ -8,9 +8,9 @@ from kubernetes import client
 
 from app.kube.config import LOAD_ERRORS, load_configuration
 from app.kube.errors import describe
-from app.quota.commit import LedgerQuota
 from app.quota.feed import Feed
 from app.quota.lease import Ledger
+from app.quota.ledger_quota import LedgerQuota
 from app.quota.port import QuotaOff, QuotaPort
 from app.settings import QuotaMode, Settings
 

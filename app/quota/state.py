@@ -1,12 +1,11 @@
 """What one worker process keeps per quota'd namespace between admissions: the admissions queued for the next
 group commit, the grants it holds (room taken ahead, admitted into without the API server), its recent pace,
-the request uids it reserved, and when it first saw other workers' grants. app/quota/commit.py holds the lock
-(``cond``) around every method here; none of them does I/O.
+the request uids it reserved, and when it first saw other workers' grants. The Committer
+(app/quota/committer.py) holds its lock around every method here; none of them does I/O.
 """
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,15 +56,14 @@ class Grant:
 
 @dataclass(eq=False)
 class NamespaceState:
-    """One namespace's admissions in this process: one thread commits, the others wait for it."""
+    """One namespace's admissions and grants in this process."""
 
-    cond: threading.Condition = field(default_factory=threading.Condition)
-    waiting: list[Ticket] = field(default_factory=list)
-    busy: bool = False
+    waiting: list[Ticket] = field(default_factory=list)  # queued for the next commit
     grants: dict[str, Grant] = field(default_factory=dict)
     admitted: deque[float] = field(default_factory=deque)  # when recent admissions were made (their rate)
     reserved: dict[str, str] = field(default_factory=dict)  # request uid -> the entry that holds its room
     first_seen: dict[str, float] = field(default_factory=dict)  # others' open grants: when first seen here
+    retry_at: float = 0.0  # monotonic: a closing of grants that failed is not tried again before
 
     def from_grant(self, ask: Ask, now: float) -> Verdict | None:
         """The verdict this worker can give on its own: the same request again, or room left in one of its
@@ -98,25 +96,24 @@ class NamespaceState:
             self.admitted.popleft()
         return Burst(len(self.admitted), contended)
 
-    def written(self, write: Write, reserved: Sequence[Ask], sent: float, now: float) -> bool:
+    def written(self, write: Write, reserved: Sequence[Ask], sent: float, now: float) -> None:
         """After ``write`` was stored: the grants it closed go, the grant it made (if any) opens, its asks are
-        remembered. True when a grant opened."""
+        remembered."""
         for grant in [g for g in self.grants.values() if g.frozen]:
             del self.grants[grant.id]
         for one in reserved:
             self.remember(one.uid, write.entry, now)
         if not write.ahead:
-            return False
+            return
         taking: Amounts = {}
         for one in reserved:
             accumulate(taking, one.requested)
         amounts = write.entries[write.entry].amounts
         self.grants[write.entry] = Grant(write.entry, amounts, taking, sent + WINDOW, write.wanted)
-        return True
 
     def forget_closed(self) -> None:
         """A decision found no write needed to close the frozen grants: the ledger holds them closed already (a
-        write whose answer was lost), or they expired. Kept, the closer would find them due every few ms."""
+        write whose answer was lost), or they expired. Kept, they would be found due every few ms."""
         for grant in [g for g in self.grants.values() if g.frozen]:
             del self.grants[grant.id]
 

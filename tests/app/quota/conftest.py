@@ -19,9 +19,9 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from app.quota.amounts import Amounts, accumulate, unseen
-from app.quota.commit import LedgerQuota
 from app.quota.feed import Feed
 from app.quota.ledger import LEDGER_ANNOTATION, LEDGER_PREFIX
+from app.quota.ledger_quota import LedgerQuota
 from app.quota.startup import open_quota
 from app.settings import Settings
 from tests.realkube.cluster import RealKube

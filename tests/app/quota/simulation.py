@@ -15,12 +15,14 @@ never lands (another admission plugin refused it), replicas' wall clocks skewed 
 tests/app/quota tests that use a real kube-apiserver remain the authority; this explores interleavings those
 tests happen not to produce, thousands per minute, replayable from a seed.
 
-Determinism: each worker runs in a thread of its own, but only one thread runs at a time: the baton is a pair of
-locks (released by one thread, acquired by the other), so a hand-over wakes exactly the thread that takes it. A
-worker gives the baton back to the scheduler at every port call (each ledger request, before and after it reaches
-the server; each wait on the feed; each sleep), and the scheduler, drawing from one seeded Random, picks what
-happens next. Time is simulated; LedgerQuota reads it through the Clock seam. The global ``random`` module (the
-back-off's jitter) is seeded too.
+Determinism: each thread of a worker process (its committers, up to MAX_ADMITTING admissions, the contact probe)
+is a greenlet, so only one runs at a time and a hand-over costs about a microsecond, not a thread switch. A thread
+switches back to the scheduler at every port call (each ledger request, before and after it reaches the server;
+each wait on the feed or on the Committer's conditions, with the lock released as Condition.wait releases it;
+each sleep), and the scheduler, drawing from one seeded Random, picks what happens next. Time is simulated;
+LedgerQuota and the Committer read it, and wait, through the Clock seam. The global ``random`` module (the
+back-off's jitter) is seeded too. The Committer's locks are real: the port never holds one across a port call,
+or a schedule would hang here.
 
 Partitions: a worker cut off from the API server (a black hole: nothing copied, nothing closed) gets no watch
 events, and its requests hang until their timeout or the heal; a request it gave up on reaches the server when the
@@ -29,6 +31,7 @@ network resumes, or never when the partition ends by resetting connections. Its 
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 from collections import deque
@@ -36,16 +39,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import greenlet
 import orjson
 
 from app.admission.edit import PodEdit
 from app.kube.errors import ApiError
 from app.quota.amounts import Amounts, accumulate
-from app.quota.commit import LedgerQuota
 from app.quota.decision import WINDOW
 from app.quota.demand import demands
 from app.quota.lease import Ledger
 from app.quota.ledger import Snapshot, snapshot
+from app.quota.ledger_quota import LedgerQuota
 from app.quota.port import QuotaUnavailable, Verdict
 from app.quota.tables import Held, LedgerTable, PodTable, QuotaTable
 from app.settings import Settings
@@ -56,19 +60,14 @@ MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
 TTL = 60.0
 SKEW = 0.5  # the most a replica's wall clock is off, either way
 LAND_WITHIN = 3.0  # an admitted Pod is stored within this many seconds of its admission, or never
+MAX_ADMITTING = 3  # admission threads of one worker at a time
+SPIN = 10_000  # clock reads in one step that mean a thread loops without ever waiting
 DEVICES = Settings.from_env({}).devices
 
 
 def _copy(obj: Any) -> Any:
     """A deep copy of JSON (what the API server stores and sends), at a fraction of copy.deepcopy's cost."""
     return orjson.loads(orjson.dumps(obj))
-
-
-def _baton() -> threading.Lock:
-    """A lock held from the start: whoever waits acquires it, whoever hands over releases it (any thread may)."""
-    lock = threading.Lock()
-    lock.acquire()
-    return lock
 
 
 class Killed(BaseException):
@@ -243,9 +242,46 @@ class Admission:
     result: Verdict | QuotaUnavailable | None = None
 
 
+class Task:
+    """One thread of a worker process (an admission, a committer, the contact probe), as a greenlet the scheduler
+    switches to. Idle between operations, it is reused."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.kind = ""
+        self.op: Callable[[], object] | None = None  # None: idle
+        self.ready: Callable[[], bool] = lambda: False  # when the scheduler may resume it
+        self.dead = False
+        self.glet = greenlet.greenlet(self._loop, parent=worker.sim.scheduler)
+
+    @property
+    def done(self) -> bool:
+        return self.op is None
+
+    def pause(self, ready: Callable[[], bool]) -> None:
+        self.ready = ready
+        self.worker.sim.scheduler.switch()
+        if self.worker.killed:
+            raise Killed()
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                assert self.op is not None
+                self.op()
+                self.op = None
+                self.pause(lambda: False)
+        except Killed:
+            pass
+        except BaseException as exc:  # a bug in the port: the scheduler raises it
+            self.worker.sim.problems.append(f"worker {self.worker.index} {self.kind} crashed: {exc!r}")
+        finally:
+            self.dead = True
+
+
 class Worker:
-    """One webhook process: a LedgerQuota on its own feed and clock, run one operation at a time in a thread that
-    runs only when the scheduler hands it the baton."""
+    """One webhook process: a LedgerQuota on its own feed and clock, its committer threads, and up to MAX_ADMITTING
+    admission threads, each a Task."""
 
     def __init__(self, sim: Simulation, index: int) -> None:
         self.sim, self.index = sim, index
@@ -253,23 +289,38 @@ class Worker:
         self.offset = sim.rng.uniform(0, 1000)  # monotonic clocks start anywhere
         self.feed = SimFeed(self, sim.server, sim.limit)
         ledger = Ledger(self._send, HOME)
-        self.port = LedgerQuota(
-            self.feed, ledger, ttl=TTL, stale_after=30, clock=self, new_id=sim.new_id, closer=False
-        )  # fmt: skip
+        self.port = LedgerQuota(self.feed, ledger, ttl=TTL, stale_after=30, clock=self, new_id=sim.new_id)
         self.port.contact.shedding = threading.Event()  # this process's worker is not the simulated one's
-        self.op: Callable[[], object] | None = None
-        self.ready: Callable[[], bool] = lambda: False  # when the scheduler may resume it
         self.killed = False
         self.cut = False  # cut off from the API server: its requests and watches hang
         self.held: list[tuple[str, str, dict[str, Any] | None]] = []  # requests given up on, still in the black hole
-        self.go = _baton()  # released: the baton is handed to this worker
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-        sim.back.acquire()  # its thread runs until its first pause
+        self.tasks: list[Task] = []
+        self.current: Task | None = None  # the task running now (one at a time)
+        for _ in range(sim.rng.choice([1, 1, 2])):
+            self.spawn("committer", self.port.committer.run)
+
+    def spawn(self, kind: str, op: Callable[[], object]) -> Task:
+        """Run ``op`` in an idle thread of this worker (a new one if none is idle), until its first pause."""
+        task = next((t for t in self.tasks if t.done and not t.dead), None)
+        if task is None:
+            task = Task(self)
+            self.tasks.append(task)
+        task.kind, task.op = kind, op
+        self.sim.resume(task)
+        return task
+
+    def busy(self, kind: str) -> int:
+        """Tasks of ``kind`` still running."""
+        return sum(task.kind == kind and not task.done for task in self.tasks)
 
     # --- Clock -----------------------------------------------------------------------------------
 
     def monotonic(self) -> float:
+        self.sim.reads += 1
+        if self.sim.reads > SPIN:  # time never passes inside a step: a thread that reads it this often spins
+            raise Violation(
+                f"worker {self.index}'s {self.current and self.current.kind} ran {SPIN} clock reads without a pause"
+            )
         return self.sim.now + self.offset
 
     def time(self) -> float:
@@ -277,6 +328,17 @@ class Worker:
 
     def sleep(self, seconds: float) -> None:
         self.wait(seconds, lambda: False)
+
+    def wait_for(self, cond: threading.Condition, predicate: Callable[[], bool], timeout: float | None) -> bool:
+        """The Committer's waits: the lock released, the baton given back until ``predicate()`` or the timeout."""
+        if predicate():
+            return True
+        cond.release()
+        try:
+            self.wait(math.inf if timeout is None else timeout, predicate)
+        finally:
+            cond.acquire()
+        return predicate()
 
     # --- the baton -------------------------------------------------------------------------------
 
@@ -286,26 +348,8 @@ class Worker:
         self._pause(lambda: until() or self.monotonic() >= deadline)
 
     def _pause(self, ready: Callable[[], bool]) -> None:
-        self.ready = ready
-        self.sim.back.release()
-        self.go.acquire()
-        if self.killed:
-            raise Killed()
-
-    def _loop(self) -> None:
-        try:
-            self._pause(lambda: self.op is not None)
-            while True:
-                assert self.op is not None
-                self.op()
-                self.op = None
-                self._pause(lambda: self.op is not None)
-        except Killed:
-            pass
-        except BaseException as exc:  # a bug in the port: the scheduler raises it
-            self.sim.problems.append(f"worker {self.index} crashed: {exc!r}")
-        finally:
-            self.sim.back.release()
+        assert self.current is not None
+        self.current.pause(ready)
 
     def _send(
         self, method: str, path: str, *, timeout: float, body: dict[str, Any] | None = None, query: Any = None
@@ -331,9 +375,6 @@ class Worker:
             raise OSError("connection reset by peer (simulated: the write was applied, its answer lost)")
         self._pause(lambda: True)
         return answer
-
-    def start(self, op: Callable[[], object]) -> None:
-        self.op = op
 
     def admit(self, admission: Admission) -> None:
         obj = self.sim.pod_object(admission)
@@ -365,7 +406,8 @@ class Simulation:
         self.now = 0.0
         self.limit = room * 1000
         self.server = ApiServer()
-        self.back = _baton()  # released: the baton is handed back to the scheduler
+        self.scheduler = greenlet.getcurrent()  # where every task switches back to
+        self.reads = 0  # clock reads since the running task was resumed
         self.ids = 0
         self.lost_answers = self.rng.choice([0.0, 0.0, 0.05])
         self.admissions_left = admissions
@@ -420,33 +462,39 @@ class Simulation:
             obj["metadata"]["annotations"]["hami.io/quota-reservation"] = result.reservation
             self.landing[admission.uid] = (self.now + self.rng.uniform(0, LAND_WITHIN), obj)
 
-    def resume(self, worker: Worker) -> None:
-        if not worker.thread.is_alive():  # crashed: the scheduler raises what it left in ``problems``
+    def resume(self, task: Task) -> None:
+        if task.dead:  # crashed: the scheduler raises what it left in ``problems``
             return
-        worker.go.release()
-        self.back.acquire()
+        task.worker.current = task
+        self.reads = 0
+        task.glet.switch()  # back here when it pauses or ends
 
     def kill(self, worker: Worker) -> None:
         """SIGKILL: wherever it is, the process is gone (a write it sent may have landed); a new one starts."""
         self.trace.append(f"{self.now:.3f} worker {worker.index} killed")
         self.kills_left -= 1
-        worker.killed = True
-        self.resume(worker)
-        worker.thread.join()
+        self.stop(worker)
         for kind, watch in worker.feed.watches.items():
             self.server.watches[kind].remove(watch)
         self.workers[worker.index] = Worker(self, worker.index)
 
+    def stop(self, worker: Worker) -> None:
+        """Every thread of the worker unwinds (Killed) where it waits."""
+        worker.killed = True
+        for task in list(worker.tasks):
+            if task.glet:  # started and not ended
+                self.resume(task)
+
     def choices(self) -> list[tuple[float, Callable[[], None]]]:
         out: list[tuple[float, Callable[[], None]]] = []
         for worker in self.workers:
-            if worker.op is not None and worker.ready():
-                out.append((6, lambda w=worker: self.resume(w)))
-            if worker.op is None:
-                if self.admissions_left:
-                    out.append((3, lambda w=worker: self.start_admission(w)))
-                out.append((0.5, lambda w=worker: self.start(w, w.port.closer.close_due)))
-                out.append((0.5, lambda w=worker: self.start(w, lambda: w.port.contact.check(w.monotonic()))))
+            for task in worker.tasks:
+                if not task.done and not task.dead and task.ready():
+                    out.append((6, lambda t=task: self.resume(t)))
+            if self.admissions_left and worker.busy("admission") < MAX_ADMITTING:
+                out.append((3, lambda w=worker: self.start_admission(w)))
+            if not worker.busy("contact"):
+                out.append((0.5, lambda w=worker: w.spawn("contact", lambda: w.port.contact.check(w.monotonic()))))
             if worker.cut:
                 out.append((0.3, lambda w=worker: self.heal(w)))
                 continue  # nothing reaches it: no events, no bookmarks
@@ -486,17 +534,12 @@ class Simulation:
             except ApiError:
                 pass
 
-    def start(self, worker: Worker, op: Callable[[], object]) -> None:
-        worker.start(op)
-        self.resume(worker)
-
     def start_admission(self, worker: Worker) -> None:
         self.admissions_left -= 1
         admission = Admission(
             f"pod-{self.admissions_left}", self.rng.choice([1000, 1000, 2000]), self.rng.random() < 0.1
         )
-        worker.start(lambda: worker.admit(admission))
-        self.resume(worker)
+        worker.spawn("admission", lambda: worker.admit(admission))
 
     def land(self, uid: str) -> None:
         _, obj = self.landing.pop(uid)
@@ -540,7 +583,7 @@ class Simulation:
         before = random.getstate()
         random.seed(self.seed)  # the back-off's jitter: drawn in the one running thread, so in a fixed order
         try:
-            while self.admissions_left or any(w.op is not None for w in self.workers) or self.landing:
+            while self.admissions_left or self.landing or any(w.busy("admission") for w in self.workers):
                 self.step += 1
                 weights, actions = zip(*self.choices(), strict=True)
                 self.rng.choices(actions, weights)[0]()
@@ -549,16 +592,20 @@ class Simulation:
         finally:
             random.setstate(before)
             for worker in self.workers:
-                worker.killed = True
-                self.resume(worker)
+                self.stop(worker)
         return Outcome(self.seed, self.step, self.admitted, self.denied, self.unavailable, free)
 
-    def finish(self, worker: Worker, op: Callable[[], object]) -> None:
-        """Run ``op`` on ``worker`` to its end, time passing in small steps."""
-        self.start(worker, op)
-        while worker.op is not None:
+    def finish(self, worker: Worker, kind: str, op: Callable[[], object]) -> None:
+        """Run ``op`` on ``worker`` to its end (its other threads running as they can), time passing in small
+        steps."""
+        task = worker.spawn(kind, op)
+        for _ in range(100_000):
+            if task.done:
+                return
             self.advance(0.01)
-            self.resume(worker)
+            for other in [t for t in worker.tasks if not t.done and not t.dead and t.ready()]:
+                self.resume(other)
+        raise self.violation(f"worker {worker.index}'s {kind} did not end")
 
     def settle(self) -> int:
         """After the burst, once every TTL has run out: a worker admits exactly the room Pods do not hold."""
@@ -575,10 +622,11 @@ class Simulation:
         used = sum(int(o["spec"]["containers"][0]["resources"]["limits"][MEM]) for o in self.server.pods.values())
         free = (self.limit - used) // 1000
         worker = self.workers[0]
-        self.finish(worker, lambda: worker.port.contact.check(worker.monotonic()))  # it hears the API server again
+        # it hears the API server again
+        self.finish(worker, "contact", lambda: worker.port.contact.check(worker.monotonic()))
         for i in range(free + 1):
             admission = Admission(f"after-{i}", 1000, False)
-            self.finish(worker, lambda a=admission: worker.admit(a))
+            self.finish(worker, "admission", lambda a=admission: worker.admit(a))
             self.check()
             result = admission.result
             if i < free and not (isinstance(result, Verdict) and result.reservation):

@@ -1,0 +1,124 @@
+"""LedgerQuota, the real QuotaPort: a namespace's device quota enforced across every worker of every replica
+through a ledger Lease (app/quota/committer.py writes it), a Pod/ResourceQuota feed (app/quota/feed.py) and a
+probe of the API server (app/quota/contact.py).
+
+Rules: docs/rules.md#no-over-admission-under-concurrency, #undecided-quota-is-an-error-never-an-admission.
+How it stays exact: docs/quota.md. An admission here only answers what needs no ledger (no device quota, room in
+this process's open grant, a denial on the cached ledger) and otherwise queues a ticket for the Committer and
+waits on it within its budget.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from app.quota.committer import ADMIT_BUDGET, Committer
+from app.quota.contact import Contact
+from app.quota.decision import Ask, denial
+from app.quota.demand import Demand, amounts
+from app.quota.limits import limited
+from app.quota.port import FITS, QuotaUnavailable, Verdict
+from app.quota.seams import SYSTEM_CLOCK, Clock, FeedView, LedgerStore
+from app.quota.state import Ticket
+
+SYNC_WAIT = 3.0  # seconds an admission waits for a just-started worker's (or a new quota's) first lists
+# Committer threads per process: each works on one namespace at a time, so a namespace whose request hangs holds
+# up only itself (Kubernetes' quota admission runs 5 evaluators; one namespace's burst needs one).
+COMMITTERS = 4
+
+
+class LedgerQuota:
+    """Namespace device quota enforced across workers and replicas."""
+
+    def __init__(
+        self,
+        feed: FeedView,
+        ledger: LedgerStore,
+        *,
+        ttl: float,
+        stale_after: float,
+        clock: Clock = SYSTEM_CLOCK,
+        new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+    ) -> None:
+        self.feed = feed
+        self.ledger = ledger
+        self._stale_after = stale_after
+        self._clock = clock
+        self.committer = Committer(feed, ledger, ttl=ttl, clock=clock, new_id=new_id)
+        self.contact = Contact(ledger.probe, feed.quota_in_play, feed.nudge, clock)
+
+    def governs(self, namespace: str) -> bool:
+        """Also true while the feed cannot tell (not synced, broken too long): admit() must then refuse,
+        or a fresh worker would admit everything before its first ResourceQuota list arrives."""
+        return bool(self._unfit()) or bool(self.feed.limits(namespace))
+
+    def admit(self, namespace: str, demands: Sequence[Demand], *, uid: str, dry_run: bool) -> Verdict:
+        requested = amounts(demands)
+        if not requested:
+            return FITS  # no device resource: nothing to count
+        deadline = self._clock.monotonic() + ADMIT_BUDGET
+        unfit = self._unfit(wait=SYNC_WAIT)  # before reading limits: an unsynced feed knows of no quota at all
+        if unfit:
+            raise QuotaUnavailable(unfit)
+        if not limited(self.feed.limits(namespace), requested):
+            return FITS  # no device quota here: the ledger is never touched
+        lost = self.contact.lost()
+        if lost:  # this replica is cut off (and unready): say so now, not after a request's timeout
+            raise QuotaUnavailable(f"namespace {namespace}: {lost}")
+        if not self.feed.namespace_synced(namespace, wait=max(min(SYNC_WAIT, deadline - self._clock.monotonic()), 0)):
+            raise QuotaUnavailable(f"the Pods of namespace {namespace} have not been listed yet")
+        ask = Ask(uid, requested, dry_run)
+        verdict = self.committer.from_grant(namespace, ask)
+        if verdict is None:
+            verdict = self._denied_at_once(namespace, ask)
+        if verdict is not None:
+            return verdict
+        ticket = Ticket(ask, deadline)
+        self.committer.settle(namespace, ticket)
+        if ticket.error is not None:
+            raise ticket.error
+        assert ticket.verdict is not None
+        return ticket.verdict
+
+    def _denied_at_once(self, namespace: str, ask: Ask) -> Verdict | None:
+        """A denial from the cached ledger, without waiting for a commit in flight: what does not fit even
+        counting only what is certainly taken does not fit the newest ledger either. None: the ledger decides."""
+        found = self.feed.ledger(namespace)
+        if found is None or ask.uid in found.entries or not self.feed.caught_up(namespace, found.mark, 0):
+            return None  # (a request sent again whose entry is there: the commit says it is reserved)
+        refused = denial(self.committer.scene(namespace, found), ask.requested)
+        return Verdict(refused) if refused else None
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    def _unfit(self, wait: float = 0) -> str:
+        """Why the feed cannot be trusted now ("" when it can); waits up to ``wait`` s for a first sync."""
+        if not self.feed.synced(wait=wait):
+            return "the Pod and ResourceQuota lists have not synced yet"
+        broken = self.feed.broken_for()
+        if broken > self._stale_after:
+            return f"the Pod/ResourceQuota watch has been broken for {broken:.0f} s"
+        return ""
+
+    def status(self) -> dict[str, Any]:
+        """Ready: the feed synced and not broken too long, the API server answering, and every stream answered
+        since it last came back (a watch from before a partition may be a silent socket)."""
+        feed = self.feed.status()
+        synced = all(feed["synced"].values())
+        lost = self.contact.lost()
+        caught_up = self.feed.answered_since(self.contact.regained_at)
+        ready = synced and feed["broken_seconds"] <= self._stale_after and not lost and caught_up
+        return {"ready": ready, "quota": "on", **feed, "api_server": lost or "answers", "caught_up": caught_up}
+
+    def start(self) -> None:
+        self.feed.start()
+        self.contact.start()
+        self.committer.start(COMMITTERS)
+
+    def stop(self) -> None:
+        self.contact.stop()
+        self.committer.stop()
+        self.feed.stop()
+        self.ledger.close()
