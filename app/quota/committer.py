@@ -48,6 +48,7 @@ UNDECIDED_STEP = 0.05  # seconds between decisions while a grant of another work
 # their room (a raised wanted count arrives by the feed's Lease watch, which does not wake it).
 GRANT_LOOK = 0.02
 CLOSE_RETRY = 0.02  # seconds before a grant whose closing failed is tried again
+COMMIT_FAILED = "the quota commit failed"
 log = logging.getLogger("hami_webhook.quota")
 
 
@@ -234,14 +235,21 @@ class Committer:
                 if not batch:
                     return
         except QuotaUnavailable as exc:  # the batch was decided together: none of its verdicts stands alone
-            with self._work:
-                for ticket in batch:
-                    if not ticket.settled:
-                        ticket.error = exc
-                state = self._state(namespace)
-                if state.grants:  # a closing that failed: not again at once
-                    state.retry_at = self._clock.monotonic() + CLOSE_RETRY
-                self._settled.notify_all()
+            self._failed(namespace, batch, exc)
+        except Exception as exc:  # a bug: its tickets still get an answer, and the committer thread lives on
+            log.exception("quota commit failed", extra={"fields": {"namespace": namespace}})
+            self._failed(namespace, batch, QuotaUnavailable(f"namespace {namespace}: {COMMIT_FAILED}: {exc!r}"))
+
+    def _failed(self, namespace: str, batch: list[Ticket], error: QuotaUnavailable) -> None:
+        """The batch's tickets refused with ``error``; a closing of grants that failed is not tried again at once."""
+        with self._work:
+            for ticket in batch:
+                if not ticket.settled:
+                    ticket.error = error
+            state = self._state(namespace)
+            if state.grants:
+                state.retry_at = self._clock.monotonic() + CLOSE_RETRY
+            self._settled.notify_all()
 
     def _gather(self, namespace: str, batch: list[Ticket]) -> list[Ticket] | None:
         """The batch to decide now: what queued meanwhile joins; what this process's new grant can take, it takes.

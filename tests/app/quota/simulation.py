@@ -45,6 +45,7 @@ import orjson
 from app.admission.edit import PodEdit
 from app.kube.errors import ApiError
 from app.quota.amounts import Amounts, accumulate
+from app.quota.committer import COMMIT_FAILED
 from app.quota.decision import WINDOW
 from app.quota.demand import demands
 from app.quota.lease import Ledger
@@ -444,6 +445,8 @@ class Simulation:
             reason = str(result)
             if not reason:
                 self.problems.append("a refusal without a reason")
+            if COMMIT_FAILED in reason:  # the committer caught a bug of its own
+                self.problems.append(reason)
             self.unavailable[reason[:60]] = self.unavailable.get(reason[:60], 0) + 1
             return
         assert result is not None
