@@ -1,7 +1,9 @@
-"""Print the transport figures for a gunicorn serving the webhook on 127.0.0.1.
+"""Print the transport figures for the webhook served on 127.0.0.1 by its own worker under gunicorn.
 
-    .venv/bin/python -m scripts.transport_figures [framing,large,slow,sigterm] [gunicorn args, e.g. -k gthread]
+    .venv/bin/python -m scripts.transport_figures [framing,large,slow,sigterm] [gunicorn args, e.g. -k sync]
 
+The server is gunicorn.conf.py's: app.serving.worker.WebhookWorker (an event loop on gunicorn's base worker).
+Extra gunicorn arguments change it for a comparison, e.g. ``-k sync`` for gunicorn's own sync worker.
 Starts its own server (1 worker) with a throw-away PKI and measures, each bounded in time:
 slow clients holding connections vs a well-behaved client's answers and p99; the answers to framing
 errors and oversized bodies as a Python client sees them; requests lost on SIGTERM under keep-alive load.
