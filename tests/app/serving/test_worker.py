@@ -27,10 +27,10 @@ from gunicorn.glogging import Logger
 from gunicorn.workers import base
 from werkzeug.wsgi import ClosingIterator
 
-from app import create_app
+from app import create_app, lifecycle
 from app.quota import Demand, Verdict
 from app.serving.framing import MAX_BODY
-from app.serving.worker import Connection, WebhookWorker
+from app.serving.worker import FIRST_REQUEST_WAIT, Connection, WebhookWorker
 from app.settings import Settings
 from tests.app.reviews import admission_review
 from tests.support.pods import container, pod
@@ -343,3 +343,61 @@ def test_a_review_in_a_governed_namespace_is_answered_from_a_thread(settings: Se
     [(status, _, body)] = answers(worker, sized(REVIEW))
     assert (status, body["response"]["uid"]) == (200, "u1")
     assert threads and threads[0] != threading.get_ident()
+
+
+def wait_for(worker: WebhookWorker, done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 20
+    while not done():
+        assert time.monotonic() < deadline, what
+        worker.wait(0.05)
+
+
+def test_an_unready_worker_lets_go_of_idle_connections_as_it_turns_unready_and_as_they_go_idle(
+    worker: WebhookWorker,
+) -> None:
+    """As shedding starts (app.lifecycle: the quota lost the API server), the kept-alive connection idle after an
+    answer is half-closed (the client reconnects through the Service, to a ready replica), the one not used yet
+    gets FIRST_REQUEST_WAIT and the one a request is arriving on is left alone. From then on a connection is let
+    go as it goes idle: here one whose answer, made keep-alive before shedding began, leaves afterwards."""
+
+    class App:
+        def may_block(self, environ: dict) -> bool:
+            return bool(environ["PATH_INFO"] == "/slow")
+
+        def __call__(self, environ: dict, start_response: Callable) -> list[bytes]:
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [b"{}"]
+
+    serve_with(worker, App())
+    served, served_peer = connect(worker)
+    fresh, fresh_peer = connect(worker)
+    busy, busy_peer = connect(worker)
+    late, late_peer = connect(worker)
+    with served_peer, fresh_peer, busy_peer, late_peer:
+        served_peer.sendall(sized(b"{}", b"/fast"))
+        wait_for(worker, lambda: served.served and worker.watched.get(served) == worker._read, "the answer")
+        busy_peer.sendall(HEAD)  # a request begun, not whole
+        wait_for(worker, lambda: busy.reader.started, "the request's first bytes")
+        late_peer.sendall(sized(b"{}", b"/slow"))
+        wait_for(worker, lambda: late not in worker.watched, "the request handed to a thread")
+        deadline = time.monotonic() + 20
+        while not worker.finished:  # the thread's answer, made keep-alive, waits for the loop
+            assert time.monotonic() < deadline, "the thread never answered"
+            time.sleep(0.01)
+        busy_deadline, fresh_deadline = busy.deadline, fresh.deadline
+        lifecycle.shedding.set()
+        try:
+            worker._follow_shedding()
+            assert worker.watched[served] == worker._discard  # half-closed
+            assert fresh.deadline <= time.monotonic() + FIRST_REQUEST_WAIT < fresh_deadline
+            assert (worker.watched[busy], busy.deadline) == (worker._read, busy_deadline)
+            worker.wait(0.05)  # the thread's answer leaves; its connection goes idle and is let go at once
+            assert worker.watched[late] == worker._discard
+        finally:
+            lifecycle.shedding.clear()
+        for peer in (served_peer, late_peer):
+            peer.settimeout(5)
+            received = b""
+            while chunk := peer.recv(65536):  # the answer, then the server's half-close
+                received += chunk
+            assert received.startswith(b"HTTP/1.1 200 OK\r\n") and b"Connection: close" not in received
