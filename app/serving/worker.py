@@ -205,12 +205,7 @@ class WebhookWorker(base.Worker):
         linger = time.monotonic() + STOP_LINGER
         while time.monotonic() < linger and self._parent_alive():
             self._tick(accepting=True)
-        self._listen(False)
-        for listener in self.sockets:
-            self._accept_all(listener)  # already connected clients are served, not reset
-            listener.close()
-        self.closing = True
-        self._shed_idle()
+        self._close_listeners()
         deadline = time.monotonic() + self.cfg.graceful_timeout - STOP_LINGER
         while self.connections > 0 and time.monotonic() < deadline and self._parent_alive():
             self._tick(accepting=False)
@@ -218,6 +213,16 @@ class WebhookWorker(base.Worker):
             self._close(conn)
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.poller.close()
+
+    def _close_listeners(self) -> None:
+        """Stop accepting: what the kernel has already queued is accepted and served (closing a listener resets the
+        connections still in its queue), then the listeners close; from now on idle connections are let go."""
+        self._listen(False)
+        for listener in self.sockets:
+            self._accept_all(listener)
+            listener.close()
+        self.closing = True
+        self._shed_idle()
 
     def _parent_alive(self) -> bool:
         if self.ppid == os.getppid():

@@ -19,6 +19,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,10 +31,13 @@ from werkzeug.wsgi import ClosingIterator
 from app import create_app, lifecycle
 from app.quota import Demand, Verdict
 from app.serving.framing import MAX_BODY
+from app.serving.tls import ServingCertificate
 from app.serving.worker import FIRST_REQUEST_WAIT, Connection, WebhookWorker
 from app.settings import Settings
+from certgen.local import write_local
 from tests.app.reviews import admission_review
 from tests.support.pods import container, pod
+from tests.support.tls import client_context
 
 REVIEW = json.dumps(admission_review(pod(container(limits={"nvidia.com/gpu": "1"})), uid="u1")).encode()
 HEAD = b"POST /webhook HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
@@ -401,3 +405,36 @@ def test_an_unready_worker_lets_go_of_idle_connections_as_it_turns_unready_and_a
             while chunk := peer.recv(65536):  # the answer, then the server's half-close
                 received += chunk
             assert received.startswith(b"HTTP/1.1 200 OK\r\n") and b"Connection: close" not in received
+
+
+def test_connections_queued_when_the_listener_closes_are_served_not_reset(
+    worker: WebhookWorker, tmp_path: Path
+) -> None:
+    """Past STOP_LINGER the worker closes its listener; the connections the kernel had already queued on it are
+    accepted first and answered (closing a listener resets what is still in its queue)."""
+    pki = write_local(tmp_path, ["localhost", "127.0.0.1"])
+    worker.certificate = ServingCertificate(str(pki.cert), str(pki.key), lambda _: None, lambda _: None)
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)  # as run() leaves it
+    worker.sockets = [listener]
+    queued = [socket.create_connection(listener.getsockname(), timeout=10) for _ in range(3)]
+    worker._close_listeners()
+    assert listener.fileno() == -1 and worker.connections == 3
+    context = client_context(pki.ca_cert)
+    replies: list[bytes] = []
+
+    def client(raw: socket.socket) -> None:
+        with context.wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            received = b""
+            while chunk := tls.recv(65536):  # the answer, then the worker lets go of the idle connection
+                received += chunk
+            replies.append(received)
+
+    threads = [threading.Thread(target=client, args=(raw,)) for raw in queued]
+    for thread in threads:
+        thread.start()
+    wait_for(worker, lambda: len(replies) == 3, "the queued connections' answers")
+    for thread in threads:
+        thread.join(10)
+    assert all(reply.startswith(b"HTTP/1.1 200 OK\r\n") for reply in replies), replies
