@@ -8,6 +8,8 @@ import signal
 import threading
 import time
 
+import pytest
+
 from app.serving.worker import STOP_LINGER
 from certgen.local import write_local
 from tests.app.serving.test_transport import REVIEW
@@ -16,6 +18,9 @@ from tests.support.servers import gunicorn, wait_ready
 from tests.support.tls import client_context
 
 
+# CPython's wrap_socket leaks the SSLSocket it made when the connection was reset before it (its check for data
+# sent before the handshake re-raises ECONNRESET without closing it): the reset this test counts apart.
+@pytest.mark.filterwarnings("ignore:unclosed <ssl.SSLSocket:ResourceWarning")
 def test_sigterm_under_load_answers_every_request(tmp_path) -> None:
     """Four keep-alive clients through SIGTERM: every request sent is answered (with Connection: close once
     stopping), and after the listener closed new connections are refused. A connection is the server's once its
