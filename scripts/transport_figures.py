@@ -1,7 +1,9 @@
-"""Print the transport figures for a gunicorn serving the webhook on 127.0.0.1.
+"""Print the transport figures for the webhook served on 127.0.0.1 by its own worker under gunicorn.
 
-    .venv/bin/python -m scripts.transport_figures [framing,large,slow,sigterm] [gunicorn args, e.g. -k gthread]
+    .venv/bin/python -m scripts.transport_figures [framing,large,slow,sigterm] [gunicorn args, e.g. -k sync]
 
+The server is gunicorn.conf.py's: app.serving.worker.WebhookWorker (an event loop on gunicorn's base worker).
+Extra gunicorn arguments change it for a comparison, e.g. ``-k sync`` for gunicorn's own sync worker.
 Starts its own server (1 worker) with a throw-away PKI and measures, each bounded in time:
 slow clients holding connections vs a well-behaved client's answers and p99; the answers to framing
 errors and oversized bodies as a Python client sees them; requests lost on SIGTERM under keep-alive load.
@@ -191,19 +193,24 @@ def figure_too_large(server: Server) -> None:
 def figure_sigterm(args: list[str], pki_dir: Path, trials: int = 3, clients: int = 4) -> None:
     for trial in range(trials):
         server = Server(pki_dir, args)
-        counts = {"ok": 0, "failed": 0, "refused": 0}
+        counts = {"ok": 0, "failed": 0, "refused": 0, "reset unaccepted": 0}
         stop_at = time.monotonic() + 9
 
         def load(server: Server = server, counts: dict[str, int] = counts, stop_at: float = stop_at) -> None:
             conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=server.context, timeout=10)
             while time.monotonic() < stop_at:
+                if conn.sock is None:  # connect first: TCP, then the TLS handshake the server must do
+                    try:
+                        conn.connect()
+                    except (ConnectionRefusedError, ConnectionResetError) as exc:
+                        # not accepted: refused, or reset in the closing listener's queue before the handshake
+                        # (docs/operations.md); no request was sent, in a cluster it goes to another Pod
+                        counts["refused" if isinstance(exc, ConnectionRefusedError) else "reset unaccepted"] += 1
+                        conn.close()
+                        time.sleep(0.05)
+                        continue
                 try:
                     conn.request("POST", "/webhook", REVIEW, {"Content-Type": "application/json"})
-                except ConnectionRefusedError:
-                    counts["refused"] += 1  # not accepted: in a cluster it goes to another Pod
-                    time.sleep(0.05)
-                    conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=server.context, timeout=10)
-                    continue
                 except (OSError, http.client.HTTPException):
                     counts["failed"] += 1  # accepted, then reset under the request
                     conn.close()

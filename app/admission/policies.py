@@ -187,6 +187,17 @@ def _claimed(name: str, settings: Settings) -> bool:
     return bool(decide(probe, settings, QuotaOff(), namespace="probe", uid="probe", dry_run=True).devices)
 
 
+def _on_device_pods(settings: Settings, *conditions: Obj, reinvocation: str = "") -> Obj:
+    """The start of a policy's spec over the device Pods being created, mirror Pods apart, that also meet
+    ``conditions``: it fails closed (an error in it refuses the Pod); the caller adds what it checks or sets."""
+    spec: Obj = {"failurePolicy": "Fail"}
+    if reinvocation:
+        spec["reinvocationPolicy"] = reinvocation
+    spec["matchConstraints"] = {"resourceRules": [{**POD_RULE, "operations": ["CREATE"]}]}
+    spec["matchConditions"] = [*conditions, _requests_device(_device_names(settings)), NOT_MIRROR]
+    return spec
+
+
 def routed(settings: Settings, scope: Mapping[str, Any]) -> list[Obj]:
     """A device Pod stored on default-scheduler, or bound to a node while meant for HAMi's scheduler, is what a
     webhook that was skipped or failed open leaves: denied in the webhook's scope, a warning outside it."""
@@ -211,12 +222,7 @@ def routed(settings: Settings, scope: Mapping[str, Any]) -> list[Obj]:
             "reason": "Forbidden",
         }
     )
-    spec = {
-        "failurePolicy": "Fail",
-        "matchConstraints": {"resourceRules": [{**POD_RULE, "operations": ["CREATE"]}]},
-        "matchConditions": [_requests_device(_device_names(settings)), NOT_MIRROR],
-        "validations": validations,
-    }
+    spec = {**_on_device_pods(settings), "validations": validations}
     binding = "ValidatingAdmissionPolicyBinding"
     namespaces, pods = scope.get("namespaceSelector") or {}, scope.get("objectSelector") or {}
     outside = [
@@ -253,14 +259,9 @@ def reviewed(settings: Settings) -> list[Obj]:
     """A warning, everywhere, for a device Pod bound for HAMi's scheduler that the webhook never marked: its
     devices and quota were not checked (an opted-out Pod naming the scheduler itself, or a failed-open call)."""
     scheduler = settings.scheduler_name
+    for_hami = {"name": "for-hami-scheduler", "expression": f"object.spec.schedulerName == '{scheduler}'"}
     spec = {
-        "failurePolicy": "Fail",
-        "matchConstraints": {"resourceRules": [{**POD_RULE, "operations": ["CREATE"]}]},
-        "matchConditions": [
-            {"name": "for-hami-scheduler", "expression": f"object.spec.schedulerName == '{scheduler}'"},
-            _requests_device(_device_names(settings)),
-            NOT_MIRROR,
-        ],
+        **_on_device_pods(settings, for_hami),
         "validations": [
             {
                 "expression": f"has(object.metadata.annotations) && '{GPU_TYPE_ANNOTATION}' in "
@@ -280,15 +281,9 @@ def floor(settings: Settings, scope: Mapping[str, Any]) -> list[Obj]:
     then leaves device Pods unmutated but routed. Only with HAMI_FORCE_OVERWRITE_DEFAULT_SCHEDULER on, the one
     case where the webhook itself reroutes default-scheduler Pods."""
     scheduler = settings.scheduler_name
+    on_default = {"name": "on-default-scheduler", "expression": f"object.spec.schedulerName == '{DEFAULT_SCHEDULER}'"}
     spec = {
-        "failurePolicy": "Fail",
-        "reinvocationPolicy": "IfNeeded",
-        "matchConstraints": {"resourceRules": [{**POD_RULE, "operations": ["CREATE"]}]},
-        "matchConditions": [
-            {"name": "on-default-scheduler", "expression": f"object.spec.schedulerName == '{DEFAULT_SCHEDULER}'"},
-            _requests_device(_device_names(settings)),
-            NOT_MIRROR,
-        ],
+        **_on_device_pods(settings, on_default, reinvocation="IfNeeded"),
         "mutations": [
             {
                 "patchType": "ApplyConfiguration",

@@ -162,6 +162,8 @@ class WebhookWorker(base.Worker):
         self.watched: dict[Connection, Callable[[Connection], None]] = {}
         self.connections = 0  # open, watched or not
         self.listening = False
+        self.unready = False  # app.lifecycle.shedding, as the loop last saw it
+        self.closing = False  # past STOP_LINGER: idle connections are let go too
         self.accept_after = 0.0
         self.next_beat = 0.0
         self.date = (0, "")
@@ -203,11 +205,7 @@ class WebhookWorker(base.Worker):
         linger = time.monotonic() + STOP_LINGER
         while time.monotonic() < linger and self._parent_alive():
             self._tick(accepting=True)
-        self._listen(False)
-        for listener in self.sockets:
-            self._accept_all(listener)  # already connected clients are served, not reset
-            listener.close()
-        self._shed_idle()
+        self._close_listeners()
         deadline = time.monotonic() + self.cfg.graceful_timeout - STOP_LINGER
         while self.connections > 0 and time.monotonic() < deadline and self._parent_alive():
             self._tick(accepting=False)
@@ -215,6 +213,16 @@ class WebhookWorker(base.Worker):
             self._close(conn)
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.poller.close()
+
+    def _close_listeners(self) -> None:
+        """Stop accepting: what the kernel has already queued is accepted and served (closing a listener resets the
+        connections still in its queue), then the listeners close; from now on idle connections are let go."""
+        self._listen(False)
+        for listener in self.sockets:
+            self._accept_all(listener)
+            listener.close()
+        self.closing = True
+        self._shed_idle()
 
     def _parent_alive(self) -> bool:
         if self.ppid == os.getppid():
@@ -232,8 +240,7 @@ class WebhookWorker(base.Worker):
         self._listen(accepting and self.connections < self.cfg.worker_connections and pause <= 0)
         self.wait(min(1.0, pause) if accepting and pause > 0 else 1.0)
         self.certificate.poll()
-        if lifecycle.shedding.is_set():  # unready: the API server's kept-alive connections move to other replicas
-            self._shed_idle()
+        self._follow_shedding()
         now = time.monotonic()
         for conn in [c for c in self.watched if c.deadline <= now]:
             if self.watched[conn] == self._read and conn.reader.started:
@@ -241,17 +248,31 @@ class WebhookWorker(base.Worker):
             else:
                 self._close(conn)
 
+    def _follow_shedding(self) -> None:
+        """Unready (app.lifecycle.shedding): the API server's kept-alive connections move to other replicas. The
+        idle ones are let go once, as it starts; from then on each connection as it goes idle (`_idle`)."""
+        unready = lifecycle.shedding.is_set()
+        if unready != self.unready:
+            self.unready = unready
+            if unready:
+                self._shed_idle()
+
     def _shed_idle(self) -> None:
-        """Let go of the connections between requests (on SIGTERM, and while unready): one idle after an answer is
+        for conn in list(self.watched):
+            self._idle(conn)
+
+    def _idle(self, conn: Connection) -> None:
+        """Let go of a connection between requests while unready or past STOP_LINGER: one idle after an answer is
         half-closed, which the client reads as "reconnect" (through the Service, to a ready replica); one just
         connected has FIRST_REQUEST_WAIT to send its first request (answered with Connection: close), then it is
-        closed (a client's pool may hold a connection it has not used yet)."""
-        for conn, step in list(self.watched.items()):
-            if step == self._read and not conn.reader.started:
-                if conn.served:
-                    self._drain(conn)
-                else:
-                    conn.deadline = min(conn.deadline, time.monotonic() + FIRST_REQUEST_WAIT)
+        closed (a client's pool may hold a connection it has not used yet). Called as a connection starts waiting
+        for a request, and on every one when letting go starts (`_shed_idle`)."""
+        if not (self.unready or self.closing) or self.watched.get(conn) != self._read or conn.reader.started:
+            return
+        if conn.served:
+            self._drain(conn)
+        else:
+            conn.deadline = min(conn.deadline, time.monotonic() + FIRST_REQUEST_WAIT)
 
     def wait(self, timeout: float) -> None:
         """Wait up to ``timeout`` for the sockets and the pipe, and take each step that became possible."""
@@ -322,6 +343,7 @@ class WebhookWorker(base.Worker):
         conn.deadline = time.monotonic() + self.cfg.keepalive  # idle until the first request byte
         self._watch(conn, self._read)
         self._read(conn)  # a TLS 1.3 client may have sent its request with the handshake
+        self._idle(conn)
 
     def _read(self, conn: Connection) -> None:
         reader = conn.reader
@@ -457,6 +479,8 @@ class WebhookWorker(base.Worker):
         # poller rather than try a read that would find nothing (a syscall and an exception per request).
         if isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending():
             self._read(conn)
+        elif not started:
+            self._idle(conn)
 
     def _drain(self, conn: Connection) -> None:
         """Half-close after the last answer, then read what the client still sends until it closes.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import signal
 import socket
 import subprocess
 import time
@@ -175,8 +176,12 @@ class WebhookServer:
             self._terminated = True
 
     def stop(self) -> None:
+        """Stop it now, with gunicorn's quick shutdown (SIGQUIT: the workers exit at once, without STOP_LINGER's
+        seconds of answering): for a test that needs it gone, not its graceful shutdown, which a test proves on
+        its own (tests/app/serving/test_shutdown.py). After `terminate`, wait for that graceful exit instead."""
         if self._proc is not None and self._proc.poll() is None:
-            self.terminate()
+            if not self._terminated:
+                self._proc.send_signal(signal.SIGQUIT)
             try:
                 self._proc.wait(timeout=40)
             except subprocess.TimeoutExpired:

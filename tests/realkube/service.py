@@ -23,26 +23,19 @@ from tests.realkube.install import WebhookServer
 from tests.support import ROOT
 
 
-@dataclass(frozen=True)
-class Probe:
-    period: float
-    timeout: float
-    failures: int
-
-
-def manifest_probe() -> Probe:
-    """The webhook container's readinessProbe in manifests/base/deployment.yaml."""
+def manifest_probe() -> dict[str, Any]:
+    """The webhook container's readinessProbe in manifests/base/deployment.yaml, read as kubelet reads it
+    (periodSeconds, timeoutSeconds, failureThreshold)."""
     deployment: Any = yaml.safe_load(Path(ROOT, "manifests/base/deployment.yaml").read_text())
     (container,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if "readinessProbe" in c]
-    probe = container["readinessProbe"]
-    return Probe(float(probe["periodSeconds"]), float(probe["timeoutSeconds"]), int(probe["failureThreshold"]))
+    return dict(container["readinessProbe"])
 
 
 @dataclass
 class ReadyService:
     listen: tuple[str, int]
     replicas: list[WebhookServer]
-    probe: Probe = field(default_factory=manifest_probe)
+    probe: dict[str, Any] = field(default_factory=manifest_probe)
     ready: set[int] = field(default_factory=set)
     changes: list[tuple[float, int, bool]] = field(default_factory=list)  # (monotonic, replica, ready)
     connections: list[int] = field(default_factory=list)  # per replica: connections given to it
@@ -77,11 +70,13 @@ class ReadyService:
 
     def _kubelet(self, index: int) -> None:
         """The readinessProbe of one replica, and the endpoints controller's reaction to it."""
+        period, timeout = float(self.probe["periodSeconds"]), float(self.probe["timeoutSeconds"])
+        failures = int(self.probe["failureThreshold"])
         failed = 0
-        while not self._stop.wait(self.probe.period):
-            ok = self.replicas[index].status("/readyz", timeout=self.probe.timeout) == 200
+        while not self._stop.wait(period):
+            ok = self.replicas[index].status("/readyz", timeout=timeout) == 200
             failed = 0 if ok else failed + 1
-            ready = ok or (index in self.ready and failed < self.probe.failures)
+            ready = ok or (index in self.ready and failed < failures)
             if ready != (index in self.ready):
                 (self.ready.add if ready else self.ready.discard)(index)
                 self.changes.append((time.monotonic(), index, ready))

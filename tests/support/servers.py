@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import signal
 import ssl
 import subprocess
 import sys
@@ -20,11 +21,15 @@ class Server(subprocess.Popen[str]):
     """A server process whose output is read as it comes, so a full pipe never blocks its logging.
 
     With `log`, stdout and stderr go to that file instead of memory: for a benchmark's millions of log lines.
+    `stop_signal` is what `stop` sends it.
     """
 
-    def __init__(self, command: list[str], env: dict[str, str], log: Path | None = None) -> None:
+    def __init__(
+        self, command: list[str], env: dict[str, str], log: Path | None = None, stop_signal: int = signal.SIGTERM
+    ) -> None:
         self.lines: list[str] = []
         self.log_path = log
+        self.stop_signal = stop_signal
         if log is None:
             super().__init__(command, cwd=ROOT, env={**os.environ, **env}, stderr=subprocess.PIPE, text=True)
             self.reader = threading.Thread(target=lambda: self.lines.extend(self.stderr or []), daemon=True)
@@ -66,9 +71,13 @@ def gunicorn(
     log: Path | None = None,
     **env: str,
 ) -> Server:
-    """``app`` (the webhook by default) under gunicorn with ``config`` and ``args``, on 127.0.0.1:``port``."""
+    """``app`` (the webhook by default) under gunicorn with ``config`` and ``args``, on 127.0.0.1:``port``.
+
+    `stop` ends it with gunicorn's quick shutdown (SIGQUIT: the workers exit at once), not the graceful one
+    (SIGTERM: STOP_LINGER seconds and more of answering), which the tests of it send themselves
+    (tests/app/serving/test_shutdown.py)."""
     command = [sys.executable, "-m", "gunicorn", "-c", config, *args, app]
-    return Server(command, serving_env(port, cert, key, **env), log)
+    return Server(command, serving_env(port, cert, key, **env), log, stop_signal=signal.SIGQUIT)
 
 
 def wait_ready(
@@ -98,15 +107,16 @@ def wait_ready(
 
 
 def stop(proc: subprocess.Popen[str], timeout: float = 30) -> str:
-    """SIGTERM, wait (SIGKILL after ``timeout`` s); the server's output."""
-    proc.terminate()
+    """SIGTERM (a Server: its `stop_signal`), wait (SIGKILL after ``timeout`` s); the server's output."""
     if isinstance(proc, Server):
+        proc.send_signal(proc.stop_signal)
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
         return proc.log()
+    proc.terminate()
     try:  # a plain Popen with pipes: read them while waiting, so a full pipe cannot block its exit
         return proc.communicate(timeout=timeout)[1] or ""
     except subprocess.TimeoutExpired:

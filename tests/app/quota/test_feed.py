@@ -7,8 +7,10 @@ import time
 from typing import Any
 from urllib.parse import parse_qs
 
+import pytest
 from prometheus_client import REGISTRY
 
+from app.quota import stream
 from tests.app.quota.conftest import GPU, MEM, Cluster, in_use, unique
 from tests.realkube.cluster import RealKube
 from tests.realkube.faults import Request
@@ -105,10 +107,14 @@ def test_410_gone_lists_again(cluster: Cluster, start_quota) -> None:
     assert pod_lists(cluster) == 2
 
 
-def test_a_quiet_watch_resumes_from_the_latest_resource_version(cluster: Cluster, start_quota) -> None:
+def test_a_quiet_watch_resumes_from_the_latest_resource_version(
+    cluster: Cluster, start_quota, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A Pod written in a namespace the feed does not watch advances the API server's Pod resourceVersion; the
     bookmark the server sends shortly before the watch times out carries it to the feed, so the next watch
-    resumes from there and a quiet namespace never falls behind the window the server can resume from."""
+    resumes from there and a quiet namespace never falls behind the window the server can resume from.
+    The watches ask the server for a 5 s timeout instead of 30 to 45 s: the same bookmark, 30 s sooner."""
+    monkeypatch.setattr(stream, "WATCH_SECONDS", (5, 5))
     cluster.quota({MEM: "100000"})
     start_quota()
     # ready once the lists are in: the first watch request follows them
@@ -119,7 +125,7 @@ def test_a_quiet_watch_resumes_from_the_latest_resource_version(cluster: Cluster
         cpu_pod = pod(container(limits={"cpu": "1"}))
         cpu_pod["metadata"] = {"name": "cpu"}
         written = cluster.core.create_namespaced_pod(elsewhere, cpu_pod).metadata.resource_version
-        eventually(lambda: len(pod_requests(cluster, watch=True)) > 1, 60, "the watch to time out and resume")
+        eventually(lambda: len(pod_requests(cluster, watch=True)) > 1, 30, "the watch to time out and resume")
     finally:
         cluster.kube.kubectl("delete", "namespace", "--wait=false", elsewhere)
     second = pod_requests(cluster, watch=True)[1]

@@ -19,6 +19,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,13 +28,16 @@ from gunicorn.glogging import Logger
 from gunicorn.workers import base
 from werkzeug.wsgi import ClosingIterator
 
-from app import create_app
+from app import create_app, lifecycle
 from app.quota import Demand, Verdict
 from app.serving.framing import MAX_BODY
-from app.serving.worker import Connection, WebhookWorker
+from app.serving.tls import ServingCertificate
+from app.serving.worker import FIRST_REQUEST_WAIT, Connection, WebhookWorker
 from app.settings import Settings
+from certgen.local import write_local
 from tests.app.reviews import admission_review
 from tests.support.pods import container, pod
+from tests.support.tls import client_context
 
 REVIEW = json.dumps(admission_review(pod(container(limits={"nvidia.com/gpu": "1"})), uid="u1")).encode()
 HEAD = b"POST /webhook HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
@@ -343,3 +347,94 @@ def test_a_review_in_a_governed_namespace_is_answered_from_a_thread(settings: Se
     [(status, _, body)] = answers(worker, sized(REVIEW))
     assert (status, body["response"]["uid"]) == (200, "u1")
     assert threads and threads[0] != threading.get_ident()
+
+
+def wait_for(worker: WebhookWorker, done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 20
+    while not done():
+        assert time.monotonic() < deadline, what
+        worker.wait(0.05)
+
+
+def test_an_unready_worker_lets_go_of_idle_connections_as_it_turns_unready_and_as_they_go_idle(
+    worker: WebhookWorker,
+) -> None:
+    """As shedding starts (app.lifecycle: the quota lost the API server), the kept-alive connection idle after an
+    answer is half-closed (the client reconnects through the Service, to a ready replica), the one not used yet
+    gets FIRST_REQUEST_WAIT and the one a request is arriving on is left alone. From then on a connection is let
+    go as it goes idle: here one whose answer, made keep-alive before shedding began, leaves afterwards."""
+
+    class App:
+        def may_block(self, environ: dict) -> bool:
+            return bool(environ["PATH_INFO"] == "/slow")
+
+        def __call__(self, environ: dict, start_response: Callable) -> list[bytes]:
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [b"{}"]
+
+    serve_with(worker, App())
+    served, served_peer = connect(worker)
+    fresh, fresh_peer = connect(worker)
+    busy, busy_peer = connect(worker)
+    late, late_peer = connect(worker)
+    with served_peer, fresh_peer, busy_peer, late_peer:
+        served_peer.sendall(sized(b"{}", b"/fast"))
+        wait_for(worker, lambda: served.served and worker.watched.get(served) == worker._read, "the answer")
+        busy_peer.sendall(HEAD)  # a request begun, not whole
+        wait_for(worker, lambda: busy.reader.started, "the request's first bytes")
+        late_peer.sendall(sized(b"{}", b"/slow"))
+        wait_for(worker, lambda: late not in worker.watched, "the request handed to a thread")
+        deadline = time.monotonic() + 20
+        while not worker.finished:  # the thread's answer, made keep-alive, waits for the loop
+            assert time.monotonic() < deadline, "the thread never answered"
+            time.sleep(0.01)
+        busy_deadline, fresh_deadline = busy.deadline, fresh.deadline
+        lifecycle.shedding.set()
+        try:
+            worker._follow_shedding()
+            assert worker.watched[served] == worker._discard  # half-closed
+            assert fresh.deadline <= time.monotonic() + FIRST_REQUEST_WAIT < fresh_deadline
+            assert (worker.watched[busy], busy.deadline) == (worker._read, busy_deadline)
+            worker.wait(0.05)  # the thread's answer leaves; its connection goes idle and is let go at once
+            assert worker.watched[late] == worker._discard
+        finally:
+            lifecycle.shedding.clear()
+        for peer in (served_peer, late_peer):
+            peer.settimeout(5)
+            received = b""
+            while chunk := peer.recv(65536):  # the answer, then the server's half-close
+                received += chunk
+            assert received.startswith(b"HTTP/1.1 200 OK\r\n") and b"Connection: close" not in received
+
+
+def test_connections_queued_when_the_listener_closes_are_served_not_reset(
+    worker: WebhookWorker, tmp_path: Path
+) -> None:
+    """Past STOP_LINGER the worker closes its listener; the connections the kernel had already queued on it are
+    accepted first and answered (closing a listener resets what is still in its queue)."""
+    pki = write_local(tmp_path, ["localhost", "127.0.0.1"])
+    worker.certificate = ServingCertificate(str(pki.cert), str(pki.key), lambda _: None, lambda _: None)
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)  # as run() leaves it
+    worker.sockets = [listener]
+    queued = [socket.create_connection(listener.getsockname(), timeout=10) for _ in range(3)]
+    worker._close_listeners()
+    assert listener.fileno() == -1 and worker.connections == 3
+    context = client_context(pki.ca_cert)
+    replies: list[bytes] = []
+
+    def client(raw: socket.socket) -> None:
+        with context.wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            received = b""
+            while chunk := tls.recv(65536):  # the answer, then the worker lets go of the idle connection
+                received += chunk
+            replies.append(received)
+
+    threads = [threading.Thread(target=client, args=(raw,)) for raw in queued]
+    for thread in threads:
+        thread.start()
+    wait_for(worker, lambda: len(replies) == 3, "the queued connections' answers")
+    for thread in threads:
+        thread.join(10)
+    assert all(reply.startswith(b"HTTP/1.1 200 OK\r\n") for reply in replies), replies
