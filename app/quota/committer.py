@@ -115,7 +115,6 @@ class Committer:
         self._work = threading.Condition(lock)  # committers wait here for a namespace to take
         self._settled = threading.Condition(lock)  # admissions wait here for their ticket
         self._namespaces: dict[str, NamespaceState] = {}
-        self._queued: dict[str, None] = {}  # namespaces with tickets, in arrival order
         self._taken: set[str] = set()  # namespaces a committer works on now
         self._stopped = False
         self._threads: list[threading.Thread] = []
@@ -142,7 +141,6 @@ class Committer:
         settled = lambda: ticket.settled  # noqa: E731
         with self._work:
             self._state(namespace).waiting.append(ticket)
-            self._queued[namespace] = None
             self._work.notify()
             if self._clock.wait_for(self._settled, settled, ticket.deadline - self._clock.monotonic()):
                 return
@@ -182,21 +180,19 @@ class Committer:
                 namespace = self._next()
                 if namespace is not None:
                     self._taken.add(namespace)
-                    self._queued.pop(namespace, None)
                     return namespace
                 self._clock.wait_for(self._work, lambda: self._stopped or self._next() is not None, self._look())
         return None
 
     def _next(self) -> str | None:
         """A namespace no committer works on that has tickets queued, or else grants due (under the lock)."""
-        for namespace in self._queued:
-            if namespace not in self._taken:
-                return namespace
+        free = [(namespace, state) for namespace, state in self._namespaces.items() if namespace not in self._taken]
+        queued = next((namespace for namespace, state in free if state.waiting), None)
+        if queued is not None:
+            return queued
         now = self._clock.monotonic()
-        for namespace, state in self._namespaces.items():
-            if namespace in self._taken or state.retry_at > now:
-                continue
-            if any(self._due(namespace, grant) for grant in state.grants.values()):
+        for namespace, state in free:
+            if state.retry_at <= now and any(self._due(namespace, grant) for grant in state.grants.values()):
                 return namespace
         return None
 
@@ -258,7 +254,6 @@ class Committer:
             state = self._state(namespace)
             batch = batch + state.waiting
             state.waiting = []
-            self._queued.pop(namespace, None)
             now = self._clock.monotonic()
             for ticket in batch:
                 ticket.verdict = state.from_grant(ticket.ask, now)
