@@ -1,15 +1,15 @@
-"""HTTP/1.1 requests for app.serving.worker: the bytes a connection delivers in, whole requests (or a refusal) out.
+"""HTTP/1.1 requests for app.serving.protocol: the bytes a connection delivers in, whole requests (or a refusal) out.
 
 Each byte is scanned once, as it arrives, by llhttp (Node's parser, through httptools, the binding uvicorn uses):
 it frames the request (Content-Length or chunked, de-chunking as it goes) and parses its line and headers in the
 same pass, so the worker learns that a request is complete and what it says at once. What llhttp leaves to its
-caller is here: gunicorn's bounds (``limit_request_line``, ``limit_request_fields``, ``limit_request_field_size``,
-the same settings), the body limit, and the transfer codings served (chunked alone).
+caller is here: the bounds it is given (``Limits``: app.serving.protocol reads them from gunicorn's settings and
+holds the body limit) and the transfer codings served (chunked alone).
 
-A request the worker must refuse raises ``Refusal`` with the status and the message the client gets: 400 for what
-llhttp rejects (its own message), 413 for a body over ``max_body`` (as soon as that is known: from the
+A request that cannot be served raises ``Refusal`` with the status and the message the client gets: 400 for what
+llhttp rejects (its own message), 413 for a body over ``Limits.body`` (as soon as that is known: from the
 Content-Length at the end of the headers, or once a chunked body crosses the limit; the body is not read),
-414 and 431 for gunicorn's bounds, 501 for a transfer coding not served. The app never sees a refused request,
+414 and 431 for the head's bounds, 501 for a transfer coding not served. The app never sees a refused request,
 a Transfer-Encoding or a body of unknown length: every body it gets is whole.
 
 Pure bytes in, decisions out: no sockets, no clock (tests/app/serving/test_framing.py feeds it bytes).
@@ -19,15 +19,9 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from urllib.parse import urlsplit
 
 import httptools
-import orjson
-
-MAX_BODY = 7 * 1024 * 1024
-"""The body limit, in app.serving.worker's framing (``Limits.body``) and app/serving/http.py (Flask's
-MAX_CONTENT_LENGTH, for a
-server other than app.serving.worker, such as Flask's test client)."""
 
 MAX_FIELD = 8190
 """gunicorn's ceiling for ``limit_request_line`` and ``limit_request_field_size`` (their 0 means this)."""
@@ -53,22 +47,12 @@ def too_large(limit: int) -> Refusal:
 
 @dataclass(frozen=True)
 class Limits:
-    """How large a request may be: gunicorn's settings for the head, ``body`` for the body."""
+    """How large a request may be: the head's bounds (gunicorn's ceilings unless told), ``body`` for the body."""
 
+    body: int
     line: int = MAX_FIELD
     fields: int = 100
     field_size: int = MAX_FIELD
-    body: int = MAX_BODY
-
-    @classmethod
-    def of(cls, cfg: Any, body: int = MAX_BODY) -> Limits:
-        """gunicorn's settings (``cfg``: its Config), read as gunicorn reads them (0: its ceiling)."""
-        return cls(
-            line=min(cfg.limit_request_line or MAX_FIELD, MAX_FIELD),
-            fields=min(cfg.limit_request_fields, MAX_FIELDS),
-            field_size=min(cfg.limit_request_field_size or MAX_FIELD, MAX_FIELD),
-            body=body,
-        )
 
     @property
     def head(self) -> int:
@@ -78,14 +62,41 @@ class Limits:
 
 @dataclass(slots=True)
 class Request:
-    """One whole request: what the WSGI environ is built from."""
+    """One whole request: what the WSGI environ is built from. It reads as gunicorn's own request where gunicorn's
+    ``pre_request`` and ``post_request`` hooks read theirs: ``method``, ``uri``, ``path``, ``query``,
+    ``fragment``, ``version`` (a tuple) and ``headers`` (upper-case names)."""
 
     method: str
     target: bytes
-    version: str  # "1.1" or "1.0"
-    headers: list[tuple[bytes, bytes]]
+    http_version: str  # "1.1" or "1.0"
+    raw_headers: list[tuple[bytes, bytes]]
     body: bytes
     keep_alive: bool
+
+    @property
+    def uri(self) -> str:
+        return self.target.decode("latin-1")
+
+    @property
+    def path(self) -> str:
+        return urlsplit(self.uri).path
+
+    @property
+    def query(self) -> str:
+        return urlsplit(self.uri).query
+
+    @property
+    def fragment(self) -> str:
+        return urlsplit(self.uri).fragment
+
+    @property
+    def version(self) -> tuple[int, int]:
+        major, minor = self.http_version.split(".")
+        return int(major), int(minor)
+
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        return [(name.decode("latin-1").upper(), value.decode("latin-1")) for name, value in self.raw_headers]
 
 
 class RequestReader:
@@ -197,10 +208,3 @@ class RequestReader:
         )
         self.started = False
         self._begin()
-
-
-def error_body(status: int, message: str) -> bytes:
-    """Every error answer's body, the app's and the worker's: a Kubernetes Status (kube-apiserver shows a
-    webhook's non-2xx message only in that shape), with the same text in ``error``."""
-    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message}
-    return orjson.dumps({**body, "code": status, "error": message})

@@ -15,14 +15,14 @@ from typing import Any
 import orjson
 from flask import Blueprint, Flask, Response, current_app, request
 from flask.sessions import NullSession, SessionInterface
-from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTooLarge
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from app import metrics
 from app.admission.notices import KINDS
 from app.admission.review import Decision, UnreadableReview, answer, decide_review, deny, read_uid, request_namespace
 from app.lifecycle import stopping
 from app.quota import QUOTA_REASON, QuotaPort, QuotaUnavailable
-from app.serving.framing import MAX_BODY, error_body
+from app.serving.protocol import error_body
 from app.settings import Settings
 from app.untrusted import UntrustedError, json_document
 
@@ -73,8 +73,8 @@ class WebhookApp(Flask):
 
 
 def install(app: Flask, webhook: Webhook) -> None:
-    """Register the views, the body limit and JSON error pages on ``app``."""
-    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
+    """Register the views and JSON error pages on ``app``. No body limit: app.serving.protocol holds it, and refuses
+    a body over it before the app is called."""
     app.session_interface = NoSessions()
     app.extensions["hami_webhook"] = webhook
     app.register_blueprint(blueprint)
@@ -130,10 +130,7 @@ def _webhook(started: float) -> Response:
     hook: Webhook = current_app.extensions["hami_webhook"]
     document = request.environ.get(DOCUMENT)
     if document is None:
-        try:
-            body = request.get_data(cache=False)
-        except RequestEntityTooLarge:
-            return _error(413, f"request entity is too large; limit is {MAX_BODY} bytes")
+        body = request.get_data(cache=False)
         if not body:
             return _error(400, "request body is empty")
         try:

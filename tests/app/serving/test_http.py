@@ -17,7 +17,6 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from app import create_app
-from app.serving.framing import MAX_BODY
 from app.settings import Settings
 from tests.app.reviews import admission_review, decode_patch
 from tests.support.pods import container, pod
@@ -108,24 +107,6 @@ def test_unreadable_bodies_get_400_json(client, body: bytes, message: str) -> No
         "code": 400,
         "error": message,
     }
-
-
-def test_oversized_body_is_a_413_status(client) -> None:
-    """Like every other body the app cannot read a uid from: a Status, not an AdmissionReview with no uid."""
-    reply = post(client, b"x" * (MAX_BODY + 1))
-    message = "request entity is too large; limit is 7340032 bytes"
-    assert (reply.status_code, reply.get_json()) == (
-        413,
-        {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": message,
-            "code": 413,
-            "error": message,
-        },
-    )
 
 
 def test_unknown_path_and_method(client) -> None:

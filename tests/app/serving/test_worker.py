@@ -30,9 +30,11 @@ from werkzeug.wsgi import ClosingIterator
 
 from app import create_app, lifecycle
 from app.quota import Demand, Verdict
-from app.serving.framing import MAX_BODY
+from app.serving import honoured
+from app.serving.connections import Connection, Connections
+from app.serving.protocol import MAX_BODY
 from app.serving.tls import ServingCertificate
-from app.serving.worker import FIRST_REQUEST_WAIT, Connection, WebhookWorker
+from app.serving.worker import FIRST_REQUEST_WAIT, WebhookWorker
 from app.settings import Settings
 from certgen.local import write_local
 from tests.app.reviews import admission_review
@@ -64,8 +66,8 @@ def test_base_worker_still_has_the_methods_the_worker_relies_on(name: str) -> No
     assert name in vars(base.Worker), f"{name} is no longer base.Worker's own"
 
 
-def test_the_worker_inherits_nothing_but_base_worker() -> None:
-    assert WebhookWorker.__mro__ == (WebhookWorker, base.Worker, object)
+def test_the_worker_inherits_nothing_but_base_worker_and_its_own_connections() -> None:
+    assert WebhookWorker.__mro__ == (WebhookWorker, Connections, base.Worker, object)
 
 
 def test_base_worker_still_has_the_state_the_worker_relies_on() -> None:
@@ -146,12 +148,6 @@ class Governs:
         pass
 
 
-def serve_with(worker: WebhookWorker, app: Any) -> None:
-    """What load_wsgi leaves: the app, and its may_block if it has one."""
-    worker.wsgi = app
-    worker.may_block = getattr(app, "may_block", None)
-
-
 @pytest.fixture
 def worker(settings: Settings) -> Iterator[WebhookWorker]:
     """A WebhookWorker as init_process leaves it, less the certificate and the listener: no TLS, no gunicorn."""
@@ -162,7 +158,7 @@ def worker(settings: Settings) -> Iterator[WebhookWorker]:
     for fd in worker.PIPE:
         os.set_blocking(fd, False)
     worker.poller.register(worker.PIPE[0], selectors.EVENT_READ, worker._woken)
-    serve_with(worker, create_app(settings))
+    worker.serve_with(create_app(settings))
     yield worker
     for conn in list(worker.watched):  # kept alive, or draining after Connection: close
         worker._close(conn)
@@ -176,7 +172,7 @@ def worker(settings: Settings) -> Iterator[WebhookWorker]:
 def connect(worker: WebhookWorker) -> tuple[Connection, socket.socket]:
     ours, theirs = socket.socketpair()
     ours.setblocking(False)
-    conn = Connection(ours, ("127.0.0.1", 40000), ("127.0.0.1", 8443), time.monotonic() + 10, worker.limits)
+    conn = Connection(ours, ("127.0.0.1", 40000), ("127.0.0.1", 8443), time.monotonic() + 10, worker.protocol)
     worker.connections += 1
     worker._watch(conn, worker._read)
     return conn, theirs
@@ -248,33 +244,118 @@ def test_a_fault_in_the_app_is_a_500_status_and_closes(worker: WebhookWorker) ->
     def app(environ: dict, start_response: Callable) -> list[bytes]:
         raise RuntimeError("a bug")
 
-    serve_with(worker, app)
+    worker.serve_with(app)
     [(status, headers, body)] = answers(worker, sized(b"{}"))
     assert (status, headers["connection"].lower(), body["kind"]) == (500, "close", "Status")
 
 
-def test_the_app_gets_pep_3333s_environ(worker: WebhookWorker) -> None:
-    seen: dict[str, Any] = {}
+def test_gunicorns_request_hooks_get_the_worker_and_run_around_the_answer(worker: WebhookWorker) -> None:
+    """gunicorn's pre_request and post_request, set in its Config, called with this worker as gunicorn calls them;
+    post_request once the answer has left (what the app defers to close() has run by then)."""
+    seen: list[tuple[Any, ...]] = []
 
-    def app(environ: dict, start_response: Callable) -> list[bytes]:
-        seen.update(environ, body=environ["wsgi.input"].read())
-        start_response("200 OK", [("Content-Type", "application/json")])
-        return [b"{}"]
+    def pre_request(hooked: Any, req: Any) -> None:
+        seen.append(("pre", hooked is worker, req.method, req.path))
 
-    serve_with(worker, app)
-    data = b"POST /a%20b?x=1 HTTP/1.1\r\nHost: h\r\nX-One: 1\r\nX-One: 2\r\nX_Spoof: 1\r\n"
-    answers(worker, data + b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n")
-    assert {k: seen[k] for k in ("REQUEST_METHOD", "PATH_INFO", "QUERY_STRING", "RAW_URI", "SERVER_PROTOCOL")} == {
-        "REQUEST_METHOD": "POST",
-        "PATH_INFO": "/a b",
-        "QUERY_STRING": "x=1",
-        "RAW_URI": "/a%20b?x=1",
-        "SERVER_PROTOCOL": "HTTP/1.1",
-    }
-    assert (seen["CONTENT_TYPE"], seen["CONTENT_LENGTH"], seen["body"]) == ("application/json", "2", b"{}")
-    assert (seen["HTTP_HOST"], seen["HTTP_X_ONE"]) == ("h", "1,2")
-    assert "HTTP_TRANSFER_ENCODING" not in seen and "HTTP_X_SPOOF" not in seen  # "_" would forge "-"
-    assert (seen["wsgi.url_scheme"], seen["REMOTE_ADDR"], seen["SERVER_PORT"]) == ("https", "127.0.0.1", "8443")
+    def post_request(hooked: Any, req: Any, environ: dict, resp: Any) -> None:
+        seen.append(("post", hooked is worker, environ["PATH_INFO"], resp.status_code))
+
+    worker.cfg.set("pre_request", pre_request)
+    worker.cfg.set("post_request", post_request)
+    worker.serve_with(create_app(worker.settings))
+    [(status, _, _)] = answers(worker, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status == 200
+    assert seen == [("pre", True, "GET", "/healthz"), ("post", True, "/healthz", 200)]
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        pytest.param("forwarded_allow_ips", "*", id="forwarded_allow_ips"),
+        pytest.param("secure_scheme_headers", {"X-SCHEME": "https"}, id="secure_scheme_headers"),
+        pytest.param("header_map", "refuse", id="header_map"),
+        pytest.param("proxy_protocol", "v1" if "off" == Config().proxy_protocol else True, id="proxy_protocol"),
+        pytest.param("cert_reqs", 2, id="cert_reqs"),
+        pytest.param("ciphers", "ECDHE+AESGCM", id="ciphers"),
+        pytest.param("ssl_context", lambda config, default: default(), id="ssl_context"),
+        pytest.param("accesslog", "-", id="accesslog"),
+    ],
+)
+def test_a_setting_the_worker_cannot_honour_is_refused_at_start(setting: str, value: Any) -> None:
+    """gunicorn's arbiter asks the worker class before it forks; gunicorn prints the RuntimeError as one line."""
+    cfg = Config()
+    cfg.set(setting, value)
+    with pytest.raises(RuntimeError) as refused:
+        WebhookWorker.check_config(cfg, Logger(cfg))
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"app.serving.worker does not honour gunicorn's {setting} ")
+
+
+def test_the_settings_the_worker_honours_start() -> None:
+    cfg = Config()
+    for setting, value in {
+        "pre_request": lambda worker, req: None,
+        "post_request": lambda worker, req, environ, resp: None,
+        "keepalive": 75,
+        "threads": 8,
+        "limit_request_fields": 50,
+        "max_requests": 1000,
+    }.items():
+        cfg.set(setting, value)
+    WebhookWorker.check_config(cfg, Logger(cfg))
+
+
+# Each of gunicorn's settings, by who honours it (the rest are honoured.UNHONOURED, refused at start). A gunicorn
+# release that adds one fails test_every_gunicorn_setting_is_honoured_or_refused by name, to be placed here or there.
+ARBITER = {
+    "config", "wsgi_app", "bind", "backlog", "workers", "worker_class", "timeout", "graceful_timeout", "reload",
+    "reload_engine", "reload_extra_files", "spew", "check_config", "print_config", "preload_app", "reuse_port",
+    "chdir", "daemon", "raw_env", "pidfile", "worker_tmp_dir", "user", "group", "umask", "initgroups", "errorlog",
+    "loglevel", "capture_output", "logger_class", "logconfig", "logconfig_dict", "logconfig_json", "syslog_addr",
+    "syslog", "syslog_prefix", "syslog_facility", "enable_stdio_inheritance", "disable_redirect_access_to_syslog",
+    "dogstatsd_tags", "statsd_prefix", "enable_backlog_metric", "proc_name", "default_proc_name", "pythonpath",
+    "paste", "raw_paste_global_conf", "on_starting", "on_reload", "when_ready", "pre_fork", "post_fork",
+    "post_worker_init", "worker_int", "worker_abort", "pre_exec", "child_exit", "worker_exit", "nworkers_changed",
+    "on_exit", "max_requests", "max_requests_jitter", "control_socket", "control_socket_mode",
+    "control_socket_disable", "dirty_apps", "dirty_workers", "dirty_timeout", "dirty_threads",
+    "dirty_graceful_timeout", "on_dirty_starting", "dirty_post_fork", "dirty_worker_init", "dirty_worker_exit",
+}  # fmt: skip
+WORKER = {
+    "threads", "worker_connections", "keepalive", "limit_request_line", "limit_request_fields",
+    "limit_request_field_size", "certfile", "keyfile", "pre_request", "post_request",
+}  # fmt: skip
+MOOT = {
+    "sendfile", "tmp_upload_dir", "proxy_allow_ips", "uwsgi_allow_ips", "http2_max_concurrent_streams",
+    "http2_initial_window_size", "http2_max_frame_size", "http2_max_header_list_size", "asgi_loop",
+    "asgi_lifespan", "asgi_disconnect_grace_period", "websocket_max_message_size",
+}  # fmt: skip
+"""What nothing here would read even under gunicorn's own HTTP/1.1 WSGI workers: no wsgi.file_wrapper is offered
+(sendfile), no upload spools to disk, and the rest configure a protocol or worker refused or not in use."""
+
+
+def test_every_gunicorn_setting_is_honoured_or_refused() -> None:
+    settings = set(Config().settings)
+    refused = set(honoured.UNHONOURED)
+    assert not (ARBITER | WORKER | MOOT) & refused
+    assert sorted(settings - ARBITER - WORKER - MOOT - refused) == []
+
+
+def test_a_request_has_the_request_timeout_from_its_first_byte_then_gets_408(worker: WebhookWorker) -> None:
+    """On the loop's clock, read before and after the first bytes arrive: no waiting for the timeout here."""
+    conn, theirs = connect(worker)
+    timeout = worker.settings.request_timeout
+    with theirs:
+        before = time.monotonic()
+        theirs.sendall(HEAD + b"Content-Length: 100\r\n\r\n{")
+        wait_for(worker, lambda: conn.reader.started, "the request's first bytes")
+        after = time.monotonic()
+        assert before + timeout <= conn.deadline <= after + timeout
+        worker._expire(conn.deadline - 0.001)
+        assert worker.watched[conn] == worker._read, "not refused before its deadline"
+        worker._expire(conn.deadline)
+        assert worker.watched[conn] == worker._discard
+        theirs.settimeout(5)
+        assert theirs.recv(65536).startswith(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n")
 
 
 def test_the_answer_leaves_before_the_apps_close_runs(worker: WebhookWorker) -> None:
@@ -291,7 +372,7 @@ def test_the_answer_leaves_before_the_apps_close_runs(worker: WebhookWorker) -> 
         start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", "2")])
         return ClosingIterator([b"{}"], peek)
 
-    serve_with(worker, app)
+    worker.serve_with(app)
     with theirs:
         theirs.sendall(HEAD + b"Content-Length: 2\r\n\r\n{}")
         deadline = time.monotonic() + 20
@@ -314,7 +395,7 @@ def test_only_a_request_that_may_block_is_served_in_a_thread(worker: WebhookWork
             start_response("200 OK", [("Content-Type", "application/json")])
             return [b"{}"]
 
-    serve_with(worker, App())
+    worker.serve_with(App())
     answers(worker, sized(b"{}", b"/slow") + sized(b"{}", b"/fast"), count=2)
     assert served_in["/fast"] == threading.get_ident() != served_in["/slow"]
 
@@ -343,7 +424,7 @@ def test_a_review_in_a_governed_namespace_is_answered_from_a_thread(settings: Se
         return wrapped(environ, start_response)
 
     app.wsgi_app = recording  # type: ignore[method-assign]
-    serve_with(worker, app)
+    worker.serve_with(app)
     [(status, _, body)] = answers(worker, sized(REVIEW))
     assert (status, body["response"]["uid"]) == (200, "u1")
     assert threads and threads[0] != threading.get_ident()
@@ -372,7 +453,7 @@ def test_an_unready_worker_lets_go_of_idle_connections_as_it_turns_unready_and_a
             start_response("200 OK", [("Content-Type", "application/json")])
             return [b"{}"]
 
-    serve_with(worker, App())
+    worker.serve_with(App())
     served, served_peer = connect(worker)
     fresh, fresh_peer = connect(worker)
     busy, busy_peer = connect(worker)
