@@ -118,10 +118,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from gunicorn.app.wsgiapp import WSGIApplication
+    from app import create_app
+    from app.serving.master import WebhookServer
 
-    sys.argv = ["hami-webhook serve", "-c", "python:app.serving.master", "app:create_app()"]
-    WSGIApplication("%(prog)s").run()
+    WebhookServer(create_app).run()
     return 0
 
 

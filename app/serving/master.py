@@ -3,14 +3,19 @@
 Our own worker (app.serving.worker, on gunicorn's base worker): the API server keeps HTTPS connections alive, and a sync
 worker would close each one, paying a TLS handshake per review (about 6x the CPU); app.serving.worker keeps them, does
 TLS itself (one cached, hot-reloaded SSLContext) and reads requests without holding a thread.
-The top-level gunicorn.conf.py re-exports this module; ``hami-webhook serve`` loads it directly.
+The top-level gunicorn.conf.py re-exports this module; ``hami-webhook serve`` starts gunicorn through its
+documented custom-application interface (``WebhookServer``, a ``gunicorn.app.base.BaseApplication``) with the same
+settings.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
+
+from gunicorn.app.base import BaseApplication
 
 from app import logs, metrics
 from app.serving.tls import server_context
@@ -112,3 +117,24 @@ def child_exit(server: Any, worker: Any) -> None:
 
 def on_exit(server: Any) -> None:
     metrics.remove_multiprocess()
+
+
+class WebhookServer(BaseApplication):
+    """``hami-webhook serve``: gunicorn with this module's settings, as ``gunicorn -c gunicorn.conf.py wsgi:app``
+    runs it, GUNICORN_CMD_ARGS applied over them as gunicorn applies it; ``factory`` makes the app in each worker."""
+
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        self.factory = factory
+        super().__init__()
+
+    def load_config(self) -> None:
+        for name in __all__:
+            self.cfg.set(name, globals()[name])
+        self.cfg.set("default_proc_name", "hami-webhook")
+        from_env = self.cfg.parser().parse_args(self.cfg.get_cmd_args_from_env())
+        for name, value in vars(from_env).items():
+            if value is not None and name != "args":
+                self.cfg.set(name.lower(), value)
+
+    def load(self) -> Any:
+        return self.factory()

@@ -134,6 +134,12 @@ def test_tls_1_3_is_accepted(server: int, pki: LocalFiles) -> None:
         pytest.param(
             {"HAMI_ENABLE_ASCEND": "maybe"}, 2, "HAMI_ENABLE_ASCEND: expected true or false, got 'maybe'", id="bad-flag"
         ),
+        pytest.param(
+            {"GUNICORN_CMD_ARGS": "--forwarded-allow-ips=*"},
+            1,
+            "Error: app.serving.worker does not honour gunicorn's forwarded_allow_ips (set in the configuration)",
+            id="setting-not-honoured",
+        ),
     ],
 )
 def test_start_up_errors_are_clear(pki: LocalFiles, env: dict[str, str], code: int, message: str) -> None:
