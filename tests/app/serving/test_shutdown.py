@@ -87,20 +87,19 @@ def test_sigterm_under_load_answers_every_request(tmp_path) -> None:
     signalled.append(time.monotonic())
     proc.send_signal(signal.SIGTERM)
     readyz = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=5)
-    while True:  # readiness turns while the listener still answers
+    while True:  # readiness turns while the listener still answers (it closes STOP_LINGER after the signal)
+        assert time.monotonic() < signalled[0] + STOP_LINGER, "still ready when the listener may close"
         readyz.request("GET", "/readyz")
         reply = readyz.getresponse()
         body = json.loads(reply.read())
         if reply.status == 503:
             break
-        assert time.monotonic() - signalled[0] < 2, "still ready 2 s after SIGTERM"
     readyz.close()
     assert body["ready"] is False and body["stopping"] is True
     for thread in threads:
         thread.join(20)
-    proc.wait(timeout=25)
+    proc.wait(timeout=25)  # gunicorn's graceful_timeout (20 s) and then some
     log = proc.log()
-    assert time.monotonic() - signalled[0] < 20
     assert failures == [], (failures[:5], counts, log[-3000:])
     assert counts["closing"] >= 4 and counts["refused"] > 0, counts
     assert proc.returncode == 0 and "Traceback" not in log

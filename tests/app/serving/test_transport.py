@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.serving.framing import MAX_BODY
+from app.serving.protocol import MAX_BODY
 from certgen.local import LocalFiles
 from tests.app.reviews import admission_review
 from tests.app.served import serve
@@ -61,16 +61,31 @@ def exchange(port: int, pki: LocalFiles, payload: bytes) -> tuple[int, dict[str,
         return reply.status, headers, json.loads(reply.read())
 
 
-def review_over(conn: http.client.HTTPSConnection) -> float:
-    started = time.monotonic()
+def review_over(conn: http.client.HTTPSConnection) -> None:
     conn.request("POST", "/webhook", REVIEW, {"Content-Type": "application/json"})
     reply = conn.getresponse()
     assert reply.status == 200 and json.loads(reply.read())["response"]["uid"] == "u1"
-    return time.monotonic() - started
 
 
-def test_slow_clients_do_not_starve_others(server: int, pki: LocalFiles) -> None:
-    """50 connections stalled in the handshake, the headers or the body; a normal client is still answered."""
+@pytest.fixture(scope="module")
+def patient_server(pki: LocalFiles) -> Iterator[int]:
+    """A server that waits a minute for a request or a handshake: one that a stalled client could starve would
+    answer no one else before a stalled connection's minute is up."""
+    port = free_port()
+    env = {"HAMI_WEBHOOK_REQUEST_TIMEOUT": "60", "HAMI_WEBHOOK_HANDSHAKE_TIMEOUT": "60"}
+    proc = gunicorn(port, pki.cert, pki.key, HAMI_WEBHOOK_WORKERS="1", **env)
+    wait_ready(port, client_context(pki.ca_cert), proc)
+    yield port
+    log = stop(proc)
+    assert "Traceback" not in log
+
+
+def test_slow_clients_do_not_starve_others(patient_server: int, pki: LocalFiles) -> None:
+    """50 connections stalled in the handshake, the headers or the body; a normal client's 40 reviews (half of them
+    on new connections) are all answered, each within its 5 s timeout, while the stalled connections wait for
+    their 60 s: none of them is answered meanwhile. How fast the reviews are then: scripts/transport_figures.py
+    (``slow``)."""
+    server = patient_server
     stalls = [
         b"POST /webhook HTTP/1.1\r\nHost: x\r\n",
         HEAD + b"Content-Length: 1000\r\n\r\n{",
@@ -89,35 +104,44 @@ def test_slow_clients_do_not_starve_others(server: int, pki: LocalFiles) -> None
                 held.append(sock)
         context = client_context(pki.ca_cert)
         kept = http.client.HTTPSConnection("127.0.0.1", server, context=context, timeout=5)
-        slowest = 0.0
         for _ in range(20):
-            slowest = max(slowest, review_over(kept))
+            review_over(kept)
             fresh = http.client.HTTPSConnection("127.0.0.1", server, context=context, timeout=5)
-            slowest = max(slowest, review_over(fresh))
+            review_over(fresh)
             fresh.close()
         kept.close()
-        assert slowest < 2.0, f"a review took {slowest:.2f} s next to 50 stalled connections"
+        for sock in held:
+            sock.setblocking(False)
+        assert [sock for sock in held if readable(sock)] == [], "a stalled connection was answered or closed"
     finally:
         for sock in held:
             sock.close()
 
 
-def test_a_stalled_request_gets_408_in_time(server: int, pki: LocalFiles) -> None:
-    started = time.monotonic()
+def readable(sock: socket.socket) -> bool:
+    """Whether the server sent anything or closed: a stalled connection it still waits on has neither."""
+    try:
+        sock.recv(1)
+    except (BlockingIOError, ssl.SSLWantReadError):
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def test_a_stalled_request_gets_408(server: int, pki: LocalFiles) -> None:
+    """When (HAMI_WEBHOOK_REQUEST_TIMEOUT after the first byte) is test_worker.py's, on the loop's clock."""
     status, headers, body = exchange(server, pki, HEAD + b"Content-Length: 100\r\n\r\n{")
     assert (status, headers["connection"], body["code"]) == (408, "close", 408)
-    assert 1.5 < time.monotonic() - started < 5
 
 
-def test_a_stalled_handshake_is_closed_in_time(server: int) -> None:
-    started = time.monotonic()
+def test_a_stalled_handshake_is_closed(server: int) -> None:
     with socket.create_connection(("127.0.0.1", server), timeout=10) as raw:
         raw.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03")
         try:
             assert raw.recv(100) == b""
         except ConnectionResetError:
             pass
-    assert time.monotonic() - started < 5
 
 
 @pytest.mark.parametrize(
@@ -167,7 +191,6 @@ def test_too_large_body_gets_a_readable_413(server: int, pki: LocalFiles, chunke
     conn = http.client.HTTPSConnection("127.0.0.1", server, context=client_context(pki.ca_cert), timeout=20)
     body = b" " * (MAX_BODY + 1024 * 1024)
     headers = {"Content-Type": "application/json"}
-    started = time.monotonic()
     if chunked:
         conn.request("POST", "/webhook", iter([body[:1024], body[1024:]]), headers, encode_chunked=True)
     else:
@@ -178,7 +201,6 @@ def test_too_large_body_gets_a_readable_413(server: int, pki: LocalFiles, chunke
     assert (reply.status, reply.getheader("Connection")) == (413, "close")
     assert (answer["kind"], answer["code"]) == ("Status", 413), "a Status, like every other framing error"
     assert answer["message"] == f"request entity is too large; limit is {MAX_BODY} bytes"
-    assert time.monotonic() - started < 10
 
 
 def test_get_webhook_says_to_post(server: int, pki: LocalFiles) -> None:
