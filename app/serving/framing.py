@@ -79,6 +79,8 @@ class Request:
 
     @property
     def path(self) -> str:
+        if self.target[:1] == b"/":  # origin-form, the API server's: what gunicorn's default pre_request logs
+            return self.target.partition(b"?")[0].partition(b"#")[0].decode("latin-1")
         return urlsplit(self.uri).path
 
     @property
