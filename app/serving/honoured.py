@@ -49,18 +49,23 @@ UNHONOURED = {
 }
 """Each setting the worker does not honour, with what it does instead. Names this gunicorn lacks are skipped."""
 
+SERVE_UNHONOURED = {
+    name: "`hami-webhook serve` loads the webhook itself (gunicorn's own command does this)"
+    for name in ("wsgi_app", "paste", "pythonpath", "chdir", "daemon", "check_config", "print_config")
+}
+"""What ``hami-webhook serve`` (app.serving.master.WebhookServer, gunicorn's BaseApplication) does not do of
+gunicorn's own command: finding and loading an app, daemonizing, only checking or printing the configuration."""
 
-def unhonoured(cfg: Any, defaults: Any) -> list[str]:
-    """The settings in ``cfg`` (gunicorn's Config) that differ from ``defaults`` (a fresh Config) and that the
-    worker does not honour, in UNHONOURED's order."""
+
+def unhonoured(cfg: Any, defaults: Any, table: dict[str, str] = UNHONOURED) -> list[str]:
+    """The settings in ``cfg`` (gunicorn's Config) that differ from ``defaults`` (a fresh Config) and that
+    ``table`` lists, in its order."""
     return [
-        name
-        for name in UNHONOURED
-        if name in cfg.settings and cfg.settings[name].get() != defaults.settings[name].get()
+        name for name in table if name in cfg.settings and cfg.settings[name].get() != defaults.settings[name].get()
     ]
 
 
-def refusal(names: list[str]) -> str:
+def refusal(names: list[str], table: dict[str, str] = UNHONOURED, who: str = "app.serving.worker") -> str:
     """One line naming each setting refused, and why."""
-    reasons = "; ".join(f"{name}: {UNHONOURED[name]}" for name in names)
-    return f"app.serving.worker does not honour gunicorn's {', '.join(names)} (set in the configuration): {reasons}"
+    reasons = "; ".join(f"{name}: {table[name]}" for name in names)
+    return f"{who} does not honour gunicorn's {', '.join(names)} (set in the configuration): {reasons}"

@@ -16,8 +16,10 @@ from collections.abc import Callable
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
+from gunicorn.config import Config
 
 from app import logs, metrics
+from app.serving import honoured
 from app.serving.tls import server_context
 from app.settings import Settings, SettingsError
 
@@ -135,6 +137,9 @@ class WebhookServer(BaseApplication):
         for name, value in vars(from_env).items():
             if value is not None and name != "args":
                 self.cfg.set(name.lower(), value)
+        refused = honoured.unhonoured(self.cfg, Config(), honoured.SERVE_UNHONOURED)
+        if refused:  # gunicorn prints it as "Error: ..." and exits 1
+            raise RuntimeError(honoured.refusal(refused, honoured.SERVE_UNHONOURED, "hami-webhook serve"))
 
     def load(self) -> Any:
         return self.factory()

@@ -140,6 +140,12 @@ def test_tls_1_3_is_accepted(server: int, pki: LocalFiles) -> None:
             "Error: app.serving.worker does not honour gunicorn's forwarded_allow_ips (set in the configuration)",
             id="setting-not-honoured",
         ),
+        pytest.param(
+            {"GUNICORN_CMD_ARGS": "--check-config"},
+            1,
+            "Error: hami-webhook serve does not honour gunicorn's check_config (set in the configuration)",
+            id="serve-does-not-check",
+        ),
     ],
 )
 def test_start_up_errors_are_clear(pki: LocalFiles, env: dict[str, str], code: int, message: str) -> None:
