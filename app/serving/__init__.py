@@ -1,1 +1,1 @@
-"""The HTTP edge: the gunicorn worker and master, HTTP/1.1 framing, TLS, the views."""
+"""The HTTP edge: the gunicorn worker's loop apart from its sans-IO HTTP/1.1 protocol, the master, TLS, the views."""

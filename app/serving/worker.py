@@ -2,11 +2,12 @@
 
 Built on gunicorn's documented extension point for workers, ``gunicorn.workers.base.Worker`` (its
 ``worker_class`` setting): gunicorn forks the process, loads the app (``load_wsgi``), installs the signal
-handlers and calls ``run``; this module is the rest. What it uses of ``base.Worker`` is listed, and checked
-against the installed gunicorn, in tests/app/serving/test_worker.py; nothing of gthread's.
+handlers and calls ``run``; this module and app.serving.connections (one connection's steps) are the rest. What
+it uses of ``base.Worker`` is listed, and checked against the installed gunicorn, in
+tests/app/serving/test_worker.py; nothing of gthread's.
 
 What a request may be, what the app is handed and the bytes of its answer are app.serving.protocol's (sans-IO,
-tested on its own); this module only moves bytes between it and the sockets, on time.
+tested on its own); the loop only moves bytes between it and the sockets, on time.
 
 - **Slow clients never hold a thread.** The loop accepts, does the TLS handshake and reads each request
   without blocking (the protocol's reader parses it as its bytes arrive); the app runs only once the whole request
