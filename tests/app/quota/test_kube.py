@@ -14,8 +14,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from app import create_app, lifecycle
+from app.admission.ports import QuotaOff, QuotaUnavailable
 from app.admission.review import QUOTA_RESERVATION_ANNOTATION
-from app.quota import QuotaOff, QuotaUnavailable
 from app.quota.ledger import LEDGER_ANNOTATION, MARK_ANNOTATION, MAX_LEDGER_BYTES, LedgerEntry, encode
 from app.quota.ledger_quota import LedgerQuota
 from app.quota.startup import QuotaStartError, open_quota

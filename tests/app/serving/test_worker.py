@@ -18,7 +18,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,8 @@ from gunicorn.workers import base
 from werkzeug.wsgi import ClosingIterator
 
 from app import create_app, lifecycle
-from app.quota import Demand, Verdict
+from app.admission.edit import PodEdit
+from app.admission.ports import Verdict
 from app.serving.framing import MAX_BODY
 from app.serving.tls import ServingCertificate
 from app.serving.worker import FIRST_REQUEST_WAIT, Connection, WebhookWorker
@@ -136,7 +137,7 @@ class Governs:
     def governs(self, namespace: str) -> bool:
         return namespace == self.namespace
 
-    def admit(self, namespace: str, demands: Sequence[Demand], *, uid: str, dry_run: bool) -> Verdict:
+    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool) -> Verdict:
         return Verdict()
 
     def status(self) -> dict[str, Any]:
