@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from flask import Flask
 
-    from app.quota import QuotaPort
+    from app.admission.ports import QuotaPort
     from app.settings import Settings
 
 
@@ -21,7 +21,7 @@ def create_app(settings: Settings | None = None, quota: QuotaPort | None = None)
     """The WSGI app. Without arguments (gunicorn's entry, run in each worker after the fork) the settings
     come from the environment and quota from HAMI_QUOTA_ENABLED, with a feed per worker process; with
     settings given, quota defaults to off."""
-    from app.quota import QuotaOff
+    from app.admission.ports import QuotaOff
     from app.serving.http import Webhook, WebhookApp, install
     from app.settings import Settings
 

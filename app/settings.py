@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
@@ -18,20 +17,11 @@ from app.admission.devices.base import ConfigError, Device
 from app.admission.devices.config import load_device_config
 from app.admission.devices.registry import build_devices, switched_off
 from app.logs import FORMATS, LEVELS
+from app.quota.startup import QuotaMode
 
 
 class SettingsError(ValueError):
     """A setting is invalid; the message names the environment variable."""
-
-
-class QuotaMode(StrEnum):
-    """What HAMI_QUOTA_ENABLED asks of the namespace device quota at start-up; the values are the variable's."""
-
-    AUTO = "auto"
-    """On when an in-cluster configuration or a kubeconfig loads, else off."""
-    REQUIRED = "true"
-    """On; start-up fails without a usable Kubernetes API."""
-    OFF = "false"
 
 
 @dataclass(frozen=True)

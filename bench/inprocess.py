@@ -11,8 +11,8 @@ import statistics
 import time
 from typing import Any
 
+from app.admission.ports import QuotaOff
 from app.admission.review import review
-from app.quota import QuotaOff
 from app.settings import Settings
 from bench import pods
 

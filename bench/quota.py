@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from app.admission.edit import PodEdit
+from app.admission.ports import QuotaOff
 from app.admission.review import review
-from app.quota import QuotaOff, demands
 from app.quota.lease import Ledger
 from app.quota.ledger import LEDGER_ANNOTATION
 from app.quota.ledger_quota import LedgerQuota
@@ -343,7 +343,7 @@ def inprocess_part(kube: RealKube, args: argparse.Namespace) -> None:
 
         return call
 
-    asked = demands(PodEdit(pod(container(limits=GPU))), settings.devices)
+    asked = PodEdit(pod(container(limits=GPU)))
     cases = {
         "quota off": one(free, off),
         "quota on, namespace without quota": one(free, port),

@@ -115,7 +115,7 @@ LAYERS = {
     "app.logs": ("app.logs", "app.untrusted"),
     "app.metrics": ("app.metrics", "app.logs", "app.untrusted"),
     "app.kube": ("app.kube",),
-    "app.admission": ("app.admission", "app.quota", "app.settings", "app.logs", "app.metrics", "app.untrusted"),
+    "app.admission": ("app.admission", "app.settings", "app.logs", "app.metrics", "app.untrusted"),
     "app.quota": (
         "app.quota",
         "app.admission",

@@ -26,8 +26,8 @@ from typing import Any
 import yaml
 
 from app.admission.annotations import GPU_TYPE_ANNOTATION
+from app.admission.ports import QuotaOff
 from app.admission.review import DEFAULT_SCHEDULER, decide
-from app.quota import QuotaOff
 from app.settings import Settings
 
 Obj = dict[str, Any]

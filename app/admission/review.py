@@ -25,9 +25,8 @@ from app.admission.annotations import (
 from app.admission.devices.base import Device, DeviceRequestError
 from app.admission.edit import ContainerEdit, Op, PodEdit
 from app.admission.notices import Notice
+from app.admission.ports import QUOTA_REASON, QuotaPort, ReviewSettings
 from app.admission.quantity import INT32_MAX
-from app.quota import QUOTA_REASON, QuotaPort, demands
-from app.settings import Settings
 from app.untrusted import shown
 
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -55,7 +54,7 @@ def deny(code: int, reason: str, message: str) -> Decision:
     return Decision(allowed=False, code=code, reason=reason, message=message)
 
 
-def review(document: Any, settings: Settings, quota: QuotaPort) -> dict[str, Any]:
+def review(document: Any, settings: ReviewSettings, quota: QuotaPort) -> dict[str, Any]:
     """Answer an AdmissionReview (v1 or v1beta1) in the request's own version.
 
     Raises UnreadableReview when no uid can be read; every other problem is an answer.
@@ -97,7 +96,7 @@ def request_namespace(request: Any) -> str:
     return ""
 
 
-def decide_review(document: Mapping[str, Any], settings: Settings, quota: QuotaPort, uid: str) -> Decision:
+def decide_review(document: Mapping[str, Any], settings: ReviewSettings, quota: QuotaPort, uid: str) -> Decision:
     """Validate the envelope, then decide for a Pod CREATE; else unchanged (only Pod creates are reviewed)."""
     problem = schemas.problems(schemas.REVIEW, document, "")
     if problem:
@@ -117,7 +116,7 @@ def decide_review(document: Mapping[str, Any], settings: Settings, quota: QuotaP
 
 
 def decide(
-    pod: Mapping[str, Any], settings: Settings, quota: QuotaPort, *, namespace: str, uid: str, dry_run: bool
+    pod: Mapping[str, Any], settings: ReviewSettings, quota: QuotaPort, *, namespace: str, uid: str, dry_run: bool
 ) -> Decision:
     """HAMi's Handle on a validated Pod."""
     spec = pod.get("spec") or {}
@@ -148,7 +147,7 @@ def decide(
         _annotate(edit, found, settings)
     hint = "" if found or not settings.switched_off else _switched_off(edit, settings.switched_off)
     if quota.governs(namespace):
-        verdict = quota.admit(namespace, demands(edit, settings.devices), uid=uid, dry_run=dry_run)
+        verdict = quota.admit(namespace, edit, uid=uid, dry_run=dry_run)
         if verdict.denial:
             return deny(403, QUOTA_REASON, verdict.denial)
         if verdict.reservation:  # the feed reads it back to count the Pod once (usage, not reservation)
@@ -168,7 +167,7 @@ def _switched_off(edit: PodEdit, off: Mapping[str, str]) -> str:
     return f"{names} belong to a device backend that is off: set {switches} to handle them"
 
 
-def _other_scheduler(name: str, settings: Settings) -> bool:
+def _other_scheduler(name: str, settings: ReviewSettings) -> bool:
     """HAMi's gate: a Pod already bound for another scheduler is left alone."""
     if not name:
         return False
@@ -177,7 +176,7 @@ def _other_scheduler(name: str, settings: Settings) -> bool:
     return not settings.scheduler_name or name != settings.scheduler_name
 
 
-def _mutate(edit: PodEdit, settings: Settings) -> list[str]:
+def _mutate(edit: PodEdit, settings: ReviewSettings) -> list[str]:
     """Show every container to every vendor in order; the keys of the vendors that found something."""
     found: dict[str, None] = {}
     for ctr in edit.containers:
@@ -229,7 +228,7 @@ def _mirror_requests(ctr: ContainerEdit, device: Device) -> None:
             ctr.mirror_request(name)
 
 
-def _annotate(edit: PodEdit, found: list[str], settings: Settings) -> None:
+def _annotate(edit: PodEdit, found: list[str], settings: ReviewSettings) -> None:
     """Scheduling annotations on device Pods (docs/rules.md#device-pods-are-annotated-never-overwriting-the-author)."""
     wanted = {
         GPU_TYPE_ANNOTATION: ",".join(found),

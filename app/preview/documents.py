@@ -17,11 +17,10 @@ from typing import Any
 import jsonpatch
 
 from app.admission.edit import Op, pointer
+from app.admission.ports import QuotaOff, ReviewSettings
 from app.admission.review import answer, decide_review, request_namespace
 from app.preview.scope import Scope
 from app.preview.workloads import Found, dig, objects, template_pod
-from app.quota import QuotaOff
-from app.settings import Settings
 from app.untrusted import json_document, shown
 
 OK, DENIED, INVALID = 0, 1, 2
@@ -108,12 +107,12 @@ def namespace_labels(documents: Sequence[Any]) -> dict[str, dict[str, str]]:
     return found
 
 
-def preview(documents: Sequence[Any], settings: Settings, scope: Scope, options: Options) -> list[DocumentReview]:
+def preview(documents: Sequence[Any], settings: ReviewSettings, scope: Scope, options: Options) -> list[DocumentReview]:
     """Review every document of a file in order."""
     return [_document(document, index, settings, scope, options) for index, document in enumerate(documents, 1)]
 
 
-def _document(document: Any, index: int, settings: Settings, scope: Scope, options: Options) -> DocumentReview:
+def _document(document: Any, index: int, settings: ReviewSettings, scope: Scope, options: Options) -> DocumentReview:
     """Every object of one document in order; its Pods' patches rebased onto the document and applied to it."""
     work = copy.deepcopy(document)
     found = list(objects(work))
@@ -221,7 +220,7 @@ def _default_spec(spec: dict[str, Any]) -> None:
 
 
 def _review(
-    pod: dict[str, Any], label: str, settings: Settings, scope: Scope, options: Options
+    pod: dict[str, Any], label: str, settings: ReviewSettings, scope: Scope, options: Options
 ) -> tuple[Entry, list[Op]]:
     """One Pod's decision line, notes and exit code, and the patch the API server would apply to it."""
     document = admission_review(pod, uid="preview", dry_run=True)

@@ -19,21 +19,14 @@ import threading
 from collections.abc import Callable
 
 from app import metrics
+from app.admission.ports import QuotaUnavailable, Verdict
 from app.kube.backoff import Backoff
 from app.kube.errors import CONFLICT, ApiError, describe
 from app.quota.decision import Ask, Ruling, Scene, Write, decide
 from app.quota.ledger import MAX_LEDGER_BYTES, Snapshot
-from app.quota.port import (
-    QuotaUnavailable,
-    Verdict,
-    ledger_full,
-    queued_out,
-    still_contended,
-    still_undecided,
-    unanswered,
-)
 from app.quota.seams import Clock, FeedView, LedgerStore
 from app.quota.state import Grant, NamespaceState, Ticket
+from app.quota.undecided import ledger_full, queued_out, still_contended, still_undecided, unanswered
 
 ADMIT_BUDGET = 5.0  # seconds for one admission, sync wait included: half the API server's 10 s webhook timeout
 REQUEST_TIMEOUT = 2.0  # seconds for one ledger read or write

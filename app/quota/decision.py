@@ -20,10 +20,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from app.admission.ports import FITS, Verdict
 from app.quota.amounts import Amounts, accumulate, plus, unseen
 from app.quota.ledger import MAX_LEDGER_BYTES, LedgerEntry, encode
 from app.quota.limits import limited, overflow
-from app.quota.port import FITS, Verdict
 from app.quota.tables import Held
 
 WINDOW = 1.0  # seconds a worker admits into a grant it wrote, counted from before the write

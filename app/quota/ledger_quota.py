@@ -14,12 +14,14 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from app.admission.devices.base import Device
+from app.admission.edit import PodEdit
+from app.admission.ports import FITS, QuotaUnavailable, Verdict
 from app.quota.committer import ADMIT_BUDGET, Committer
 from app.quota.contact import Contact
 from app.quota.decision import Ask, denial
-from app.quota.demand import Demand, amounts
+from app.quota.demand import amounts, demands
 from app.quota.limits import limited
-from app.quota.port import FITS, QuotaUnavailable, Verdict
 from app.quota.seams import SYSTEM_CLOCK, Clock, FeedView, LedgerStore
 from app.quota.state import Ticket
 
@@ -36,6 +38,7 @@ class LedgerQuota:
         self,
         feed: FeedView,
         ledger: LedgerStore,
+        devices: Sequence[Device],
         *,
         ttl: float,
         stale_after: float,
@@ -44,6 +47,7 @@ class LedgerQuota:
     ) -> None:
         self.feed = feed
         self.ledger = ledger
+        self._devices = tuple(devices)
         self._stale_after = stale_after
         self._clock = clock
         self.committer = Committer(feed, ledger, ttl=ttl, clock=clock, new_id=new_id)
@@ -54,8 +58,8 @@ class LedgerQuota:
         or a fresh worker would admit everything before its first ResourceQuota list arrives."""
         return bool(self._unfit()) or bool(self.feed.limits(namespace))
 
-    def admit(self, namespace: str, demands: Sequence[Demand], *, uid: str, dry_run: bool) -> Verdict:
-        requested = amounts(demands)
+    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool) -> Verdict:
+        requested = amounts(demands(pod, self._devices))
         if not requested:
             return FITS  # no device resource: nothing to count
         deadline = self._clock.monotonic() + ADMIT_BUDGET

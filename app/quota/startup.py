@@ -1,33 +1,67 @@
-"""How the quota port is built from the settings: off, or LedgerQuota on a Feed and a Ledger of the API server."""
+"""How the quota port is built from the settings: off, or LedgerQuota on a Feed and a Ledger of the API server.
+
+The settings are read through QuotaSettings, declared here: the composition at the top (app/settings.py) supplies
+them, and nothing here imports it. The Kubernetes client and the feed are imported when quota is opened, so the
+settings (and the commands that only read them, such as ``hami-webhook review``) stay cheap to import."""
 
 from __future__ import annotations
 
 import logging
+from enum import StrEnum
+from typing import TYPE_CHECKING, Protocol
 
-from kubernetes import client
+from app.admission.devices.base import Device
+from app.admission.ports import QuotaOff, QuotaPort
 
-from app.kube.config import LOAD_ERRORS, load_configuration
-from app.kube.errors import describe
-from app.quota.feed import Feed
-from app.quota.lease import Ledger
-from app.quota.ledger_quota import LedgerQuota
-from app.quota.port import QuotaOff, QuotaPort
-from app.settings import QuotaMode, Settings
+if TYPE_CHECKING:
+    from kubernetes import client
 
 log = logging.getLogger("hami_webhook.quota")
+
+
+class QuotaMode(StrEnum):
+    """What HAMI_QUOTA_ENABLED asks of the namespace device quota at start-up; the values are the variable's."""
+
+    AUTO = "auto"
+    """On when an in-cluster configuration or a kubeconfig loads, else off."""
+    REQUIRED = "true"
+    """On; start-up fails without a usable Kubernetes API."""
+    OFF = "false"
+
+
+class QuotaSettings(Protocol):
+    """The knobs and device backends the quota reads (app/settings.py's Settings is one)."""
+
+    @property
+    def quota_mode(self) -> QuotaMode: ...
+    @property
+    def home_namespace(self) -> str: ...
+    @property
+    def quota_reservation_ttl(self) -> int: ...
+    @property
+    def quota_stale_after(self) -> int: ...
+    @property
+    def devices(self) -> tuple[Device, ...]: ...
 
 
 class QuotaStartError(RuntimeError):
     """HAMI_QUOTA_ENABLED=true but the Kubernetes API cannot be used."""
 
 
-def open_quota(settings: Settings) -> QuotaPort:
+def open_quota(settings: QuotaSettings) -> QuotaPort:
     """The port HAMI_QUOTA_ENABLED asks for, started (call once per process, after any fork).
 
     Raises QuotaStartError when quota is required and the API cannot be used.
     """
     if settings.quota_mode is QuotaMode.OFF:
         return QuotaOff("HAMI_QUOTA_ENABLED=false")
+    from kubernetes import client
+
+    from app.kube.config import LOAD_ERRORS, load_configuration
+    from app.quota.feed import Feed
+    from app.quota.lease import Ledger
+    from app.quota.ledger_quota import LedgerQuota
+
     try:
         configuration = load_configuration()
     except LOAD_ERRORS as exc:
@@ -44,7 +78,7 @@ def open_quota(settings: Settings) -> QuotaPort:
     ttl = settings.quota_reservation_ttl
     feed = Feed(client.ApiClient(configuration), settings.devices, forget_after=ttl, home=settings.home_namespace)
     ledger = Ledger.of(client.ApiClient(configuration), settings.home_namespace)
-    port = LedgerQuota(feed, ledger, ttl=ttl, stale_after=settings.quota_stale_after)
+    port = LedgerQuota(feed, ledger, settings.devices, ttl=ttl, stale_after=settings.quota_stale_after)
     port.start()
     log.info(
         "namespace device quota is on: API %s, ledger in namespace %s", configuration.host, settings.home_namespace
@@ -53,6 +87,10 @@ def open_quota(settings: Settings) -> QuotaPort:
 
 
 def _probe(configuration: client.Configuration) -> None:
+    from kubernetes import client
+
+    from app.kube.errors import describe
+
     with client.ApiClient(configuration) as api_client:
         try:
             client.CoreV1Api(api_client).list_resource_quota_for_all_namespaces(limit=1, _request_timeout=5)

@@ -10,10 +10,10 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from app.admission.ports import FITS, QuotaUnavailable, Verdict
 from app.quota.amounts import Amounts, accumulate
 from app.quota.decision import WINDOW, Ask, Burst, Mine, Write
 from app.quota.ledger import LedgerEntry
-from app.quota.port import FITS, QuotaUnavailable, Verdict
 
 REMEMBERED = 4096  # request uids remembered per namespace, so a request sent again is not reserved twice
 

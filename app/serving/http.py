@@ -19,11 +19,10 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from app import metrics
 from app.admission.notices import KINDS
+from app.admission.ports import QUOTA_REASON, QuotaPort, QuotaUnavailable, ReviewSettings
 from app.admission.review import Decision, UnreadableReview, answer, decide_review, deny, read_uid, request_namespace
 from app.lifecycle import stopping
-from app.quota import QUOTA_REASON, QuotaPort, QuotaUnavailable
 from app.serving.protocol import error_body
-from app.settings import Settings
 from app.untrusted import UntrustedError, json_document
 
 log = logging.getLogger("hami_webhook.review")
@@ -36,7 +35,7 @@ DOCUMENT = "hami_webhook.document"
 class Webhook:
     """What the views need: the settings and the quota port."""
 
-    settings: Settings
+    settings: ReviewSettings
     quota: QuotaPort
 
 

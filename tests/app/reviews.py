@@ -15,8 +15,8 @@ from typing import Any
 import jsonpatch
 
 from app.admission.annotations import GPU_TYPE_ANNOTATION
+from app.admission.ports import QuotaOff, QuotaPort
 from app.admission.review import review
-from app.quota import QuotaOff, QuotaPort
 from app.settings import Settings
 
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from app.admission import review as review_module
-from app.quota import QuotaOff
+from app.admission.ports import QuotaOff
 from app.settings import KNOBS, Settings
 
 _recorded: dict[str, dict[str, Any]] = {}

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
+from app.admission.ports import QuotaOff
 from app.admission.review import review
-from app.quota import QuotaOff
 from app.settings import Settings
 from tests.app.reviews import admission_review, decode_patch
 

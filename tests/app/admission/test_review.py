@@ -4,16 +4,19 @@ runs and other operations (docs/rules.md#hamis-decision-flow, #c-the-api-servers
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
+from app.admission.edit import PodEdit
+from app.admission.ports import Verdict
 from app.admission.review import review
-from app.quota import Demand, Verdict
+from app.quota import Demand, demands
+from app.settings import Settings
 from tests.app.reviews import admission_review, redirected, run
 from tests.support.pods import container, pod
 
+DEFAULT_DEVICES = Settings.from_env({}).devices
 GPU = {"nvidia.com/gpu": "1"}
 GPU_MEM = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"}
 
@@ -28,8 +31,8 @@ class RecordingQuota:
     def governs(self, namespace: str) -> bool:
         return True
 
-    def admit(self, namespace: str, demands: Sequence[Demand], *, uid: str, dry_run: bool) -> Verdict:
-        self.calls.append((namespace, list(demands), dry_run))
+    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool) -> Verdict:
+        self.calls.append((namespace, demands(pod, DEFAULT_DEVICES), dry_run))
         return Verdict(self.denial or "")
 
     def status(self) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.quota import Verdict
+from app.admission.ports import Verdict
 from app.settings import Settings
 from certgen.local import LocalFiles
 from tests.app.reviews import admission_review, run
@@ -417,7 +417,7 @@ class Reserving:
     def governs(self, namespace: str) -> bool:
         return True
 
-    def admit(self, namespace: str, demands: Any, *, uid: str, dry_run: bool) -> Verdict:
+    def admit(self, namespace: str, pod: Any, *, uid: str, dry_run: bool) -> Verdict:
         return Verdict("", reservation=uid)
 
     def status(self) -> dict[str, Any]:

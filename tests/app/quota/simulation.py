@@ -43,15 +43,14 @@ import greenlet
 import orjson
 
 from app.admission.edit import PodEdit
+from app.admission.ports import QuotaUnavailable, Verdict
 from app.kube.errors import ApiError
 from app.quota.amounts import Amounts, accumulate
 from app.quota.committer import COMMIT_FAILED
 from app.quota.decision import WINDOW
-from app.quota.demand import demands
 from app.quota.lease import Ledger
 from app.quota.ledger import Snapshot, snapshot
 from app.quota.ledger_quota import LedgerQuota
-from app.quota.port import QuotaUnavailable, Verdict
 from app.quota.tables import Held, LedgerTable, PodTable, QuotaTable
 from app.settings import Settings
 from tests.support.pods import container, pod
@@ -290,7 +289,7 @@ class Worker:
         self.offset = sim.rng.uniform(0, 1000)  # monotonic clocks start anywhere
         self.feed = SimFeed(self, sim.server, sim.limit)
         ledger = Ledger(self._send, HOME)
-        self.port = LedgerQuota(self.feed, ledger, ttl=TTL, stale_after=30, clock=self, new_id=sim.new_id)
+        self.port = LedgerQuota(self.feed, ledger, DEVICES, ttl=TTL, stale_after=30, clock=self, new_id=sim.new_id)
         self.port.contact.shedding = threading.Event()  # this process's worker is not the simulated one's
         self.killed = False
         self.cut = False  # cut off from the API server: its requests and watches hang
@@ -380,9 +379,7 @@ class Worker:
     def admit(self, admission: Admission) -> None:
         obj = self.sim.pod_object(admission)
         try:
-            admission.result = self.port.admit(
-                NS, demands(PodEdit(obj), DEVICES), uid=admission.uid, dry_run=admission.dry_run
-            )
+            admission.result = self.port.admit(NS, PodEdit(obj), uid=admission.uid, dry_run=admission.dry_run)
         except QuotaUnavailable as exc:
             admission.result = exc
         self.sim.answered(self, admission)

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.admission.ports import FITS, Verdict
 from app.quota.decision import SHARE, SLACK, WINDOW, Ask, Burst, Mine, Ruling, Scene, account, decide
 from app.quota.ledger import MAX_LEDGER_BYTES, LedgerEntry
-from app.quota.port import FITS, Verdict
 from app.quota.tables import Held
 from tests.support import ROOT
 

@@ -18,7 +18,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,8 @@ from gunicorn.workers import base
 from werkzeug.wsgi import ClosingIterator
 
 from app import create_app, lifecycle
-from app.quota import Demand, Verdict
+from app.admission.edit import PodEdit
+from app.admission.ports import Verdict
 from app.serving import honoured
 from app.serving.connections import Connection, Connections
 from app.serving.protocol import MAX_BODY
@@ -138,7 +139,7 @@ class Governs:
     def governs(self, namespace: str) -> bool:
         return namespace == self.namespace
 
-    def admit(self, namespace: str, demands: Sequence[Demand], *, uid: str, dry_run: bool) -> Verdict:
+    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool) -> Verdict:
         return Verdict()
 
     def status(self) -> dict[str, Any]:
