@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from flask import Flask
 
     from app.admission.ports import QuotaPort
+    from app.readiness import Readiness
     from app.settings import Settings
 
 
@@ -22,23 +23,25 @@ def create_app(settings: Settings | None = None, quota: QuotaPort | None = None)
     come from the environment and quota from HAMI_QUOTA_ENABLED, with a feed per worker process; with
     settings given, quota defaults to off."""
     from app.admission.ports import QuotaOff
+    from app.readiness import Readiness
     from app.serving.http import Webhook, WebhookApp, install
     from app.settings import Settings
 
+    readiness = Readiness()  # the worker reads it from the app; the quota, when on, sets its shedding
     if settings is None:
         settings = Settings.from_env()
         if quota is None:
-            quota = _open_quota(settings)
+            quota = _open_quota(settings, readiness)
     app = WebhookApp(__name__)
-    install(app, Webhook(settings, quota or QuotaOff()))
+    install(app, Webhook(settings, quota or QuotaOff(), readiness))
     return app
 
 
-def _open_quota(settings: Settings) -> QuotaPort:
+def _open_quota(settings: Settings, readiness: Readiness) -> QuotaPort:
     from app.quota.startup import QuotaStartError, open_quota
 
     try:
-        quota = open_quota(settings)
+        quota = open_quota(settings, readiness)
     except QuotaStartError as exc:  # gunicorn halts when a worker fails to boot
         logging.getLogger("hami_webhook.quota").error("%s", exc)
         raise

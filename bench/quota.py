@@ -47,6 +47,7 @@ from app.quota.lease import Ledger
 from app.quota.ledger import LEDGER_ANNOTATION
 from app.quota.ledger_quota import LedgerQuota
 from app.quota.startup import open_quota
+from app.readiness import Readiness
 from app.settings import Settings
 from bench.inprocess import percentile
 from tests.app.reviews import admission_review
@@ -326,7 +327,7 @@ def inprocess_part(kube: RealKube, args: argparse.Namespace) -> None:
     limited = namespace(kube, f"quota-{uuid.uuid4().hex[:4]}", {f"limits.{MEM}": str(10**12)})
     os.environ["KUBECONFIG"] = kube.kubeconfig_path
     settings = Settings.from_env({"HAMI_QUOTA_ENABLED": "true", "HAMI_QUOTA_RESERVATION_TTL": "1"})
-    port = open_quota(settings)
+    port = open_quota(settings, Readiness())
     assert isinstance(port, LedgerQuota) and port.feed.synced(wait=30)
     time.sleep(1)
     off = QuotaOff()

@@ -111,7 +111,7 @@ ROOT_MODULES = 8
 """At most this many modules at app/'s root: what every concern shares; the concerns are its folders."""
 LAYERS = {
     "app.untrusted": ("app.untrusted",),
-    "app.lifecycle": ("app.lifecycle",),
+    "app.readiness": ("app.readiness",),
     "app.logs": ("app.logs", "app.untrusted"),
     "app.metrics": ("app.metrics", "app.logs", "app.untrusted"),
     "app.kube": ("app.kube",),
@@ -123,7 +123,7 @@ LAYERS = {
         "app.settings",
         "app.metrics",
         "app.untrusted",
-        "app.lifecycle",
+        "app.readiness",
     ),
     "app.preview": ("app.preview", "app.admission", "app.quota", "app.settings", "app.untrusted"),
     "app.serving": (
@@ -134,7 +134,7 @@ LAYERS = {
         "app.logs",
         "app.metrics",
         "app.untrusted",
-        "app.lifecycle",
+        "app.readiness",
     ),
 }
 """What each part may import from app/: shared modules import no concern, the concerns never the edges

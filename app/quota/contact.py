@@ -4,7 +4,7 @@ A watch cut off by a black-holed network stays silent until its read timeout (a 
 waits its own timeout: neither tells in time that this replica should step aside. While a namespace has a device
 quota, the probe asks the API server for one ledger Lease every PROBE_EVERY seconds, with PROBE_TIMEOUT; once
 none has been answered for LOST_AFTER seconds the API server counts as lost: /readyz turns unready, the worker
-closes its kept-alive connections (app.lifecycle.shedding), so the API server's pooled connections move to the
+closes its kept-alive connections (app.readiness: ``shedding``), so the API server's pooled connections move to the
 healthy replicas, and admissions into quota'd namespaces are refused at once saying why. When a probe is answered
 again the feed's streams are woken from their back-off, and the replica is ready once each has been answered
 since (LedgerQuota.status). With no device quota anywhere nothing is probed and nothing changes.
@@ -16,7 +16,6 @@ import logging
 import threading
 from collections.abc import Callable
 
-from app import lifecycle
 from app.kube.errors import describe
 from app.quota.seams import SYSTEM_CLOCK, Clock
 
@@ -36,6 +35,7 @@ class Contact:
         in_play: Callable[[], bool],
         regained: Callable[[], None],
         clock: Clock = SYSTEM_CLOCK,
+        shedding: threading.Event | None = None,
     ) -> None:
         self._probe = probe
         self._in_play = in_play
@@ -45,7 +45,7 @@ class Contact:
         self._failure = ""  # why the last probe failed
         self._lost = False
         self.regained_at = 0.0  # monotonic: when contact last came back (0: never lost)
-        self.shedding = lifecycle.shedding  # what tells the worker to let go of its connections
+        self.shedding = shedding or threading.Event()  # what tells the worker to let go of its connections
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="quota-contact", daemon=True)
 

@@ -10,6 +10,7 @@ waits on it within its budget.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -44,6 +45,7 @@ class LedgerQuota:
         stale_after: float,
         clock: Clock = SYSTEM_CLOCK,
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        shedding: threading.Event | None = None,
     ) -> None:
         self.feed = feed
         self.ledger = ledger
@@ -51,7 +53,7 @@ class LedgerQuota:
         self._stale_after = stale_after
         self._clock = clock
         self.committer = Committer(feed, ledger, ttl=ttl, clock=clock, new_id=new_id)
-        self.contact = Contact(ledger.probe, feed.quota_in_play, feed.nudge, clock)
+        self.contact = Contact(ledger.probe, feed.quota_in_play, feed.nudge, clock, shedding)
 
     def governs(self, namespace: str) -> bool:
         """Also true while the feed cannot tell (not synced, broken too long): admit() must then refuse,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from app.admission.devices.base import Device
 from app.admission.ports import QuotaOff, QuotaPort
+from app.readiness import Readiness
 
 if TYPE_CHECKING:
     from kubernetes import client
@@ -48,7 +49,7 @@ class QuotaStartError(RuntimeError):
     """HAMI_QUOTA_ENABLED=true but the Kubernetes API cannot be used."""
 
 
-def open_quota(settings: QuotaSettings) -> QuotaPort:
+def open_quota(settings: QuotaSettings, readiness: Readiness) -> QuotaPort:
     """The port HAMI_QUOTA_ENABLED asks for, started (call once per process, after any fork).
 
     Raises QuotaStartError when quota is required and the API cannot be used.
@@ -78,7 +79,9 @@ def open_quota(settings: QuotaSettings) -> QuotaPort:
     ttl = settings.quota_reservation_ttl
     feed = Feed(client.ApiClient(configuration), settings.devices, forget_after=ttl, home=settings.home_namespace)
     ledger = Ledger.of(client.ApiClient(configuration), settings.home_namespace)
-    port = LedgerQuota(feed, ledger, settings.devices, ttl=ttl, stale_after=settings.quota_stale_after)
+    port = LedgerQuota(
+        feed, ledger, settings.devices, ttl=ttl, stale_after=settings.quota_stale_after, shedding=readiness.shedding
+    )
     port.start()
     log.info(
         "namespace device quota is on: API %s, ledger in namespace %s", configuration.host, settings.home_namespace

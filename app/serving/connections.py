@@ -19,10 +19,10 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
+from typing import Protocol as Interface
 
-from app import lifecycle
+from app.readiness import Readiness
 from app.serving.protocol import Answer, Protocol, Refusal, refusal
-from app.settings import Settings
 
 DRAIN_BYTES = 16 * 1024 * 1024  # what a refused or closed connection may still send us before we stop reading it
 READ_SIZE = 262144
@@ -58,12 +58,22 @@ class Connection:
         self.events = 0  # what the poller watches it for
 
 
+class Deadlines(Interface):
+    """The settings a connection's deadlines come from (app/settings.py's Settings is one)."""
+
+    @property
+    def request_timeout(self) -> int: ...
+    @property
+    def handshake_timeout(self) -> int: ...
+
+
 class Connections:
     """The steps a connection takes, on the worker's poller; the worker adds when to accept and when to let go."""
 
     # The worker's (app.serving.worker.WebhookWorker: its own, and base.Worker's).
     protocol: Protocol
-    settings: Settings
+    settings: Deadlines
+    readiness: Readiness
     poller: selectors.BaseSelector
     pool: ThreadPoolExecutor
     finished: deque[tuple[Connection, Future[Answer]]]  # from the pool, for the loop
@@ -160,8 +170,8 @@ class Connections:
 
     def _call(self, environ: dict[str, Any], request: Any) -> Answer:
         """The protocol's answer (on the loop, or in the pool); the connection is kept only while this worker is
-        alive, ready (app.lifecycle.shedding) and keeps connections at all (gunicorn's ``keepalive``)."""
-        keep = self.alive and not lifecycle.shedding.is_set() and self.cfg.keepalive > 0
+        alive, ready (the readiness's ``shedding``) and keeps connections at all (gunicorn's ``keepalive``)."""
+        keep = self.alive and not self.readiness.shedding.is_set() and self.cfg.keepalive > 0
         return self.protocol.serve(environ, request, keep, time.time())
 
     def _hand_back(self, conn: Connection, done: Future[Answer]) -> None:

@@ -21,7 +21,7 @@ from app import metrics
 from app.admission.notices import KINDS
 from app.admission.ports import QUOTA_REASON, QuotaPort, QuotaUnavailable, ReviewSettings
 from app.admission.review import Decision, UnreadableReview, answer, decide_review, deny, read_uid, request_namespace
-from app.lifecycle import stopping
+from app.readiness import Readiness
 from app.serving.protocol import error_body
 from app.untrusted import UntrustedError, json_document
 
@@ -33,10 +33,12 @@ DOCUMENT = "hami_webhook.document"
 
 @dataclass(frozen=True)
 class Webhook:
-    """What the views need: the settings and the quota port."""
+    """What the views need: the settings, the quota port, and the process's readiness (which the worker reads
+    from the app too)."""
 
     settings: ReviewSettings
     quota: QuotaPort
+    readiness: Readiness
 
 
 class NoSessions(SessionInterface):
@@ -50,7 +52,13 @@ class NoSessions(SessionInterface):
 
 
 class WebhookApp(Flask):
-    """The webhook's Flask app, which also tells app.serving.worker which requests may block."""
+    """The webhook's Flask app, which also tells app.serving.worker which requests may block, and hands it the
+    process's readiness (made with the app, by ``create_app``)."""
+
+    @property
+    def readiness(self) -> Readiness:
+        hook: Webhook = self.extensions["hami_webhook"]
+        return hook.readiness
 
     def may_block(self, environ: dict[str, Any]) -> bool:
         """Whether serving this request may wait on the quota ledger (a Lease on the API server): a review of a
@@ -214,10 +222,10 @@ def readyz() -> Response:
     """
     hook: Webhook = current_app.extensions["hami_webhook"]
     quota = hook.quota.status()
-    ready = bool(quota.get("ready")) and not stopping.is_set()
+    stopping = hook.readiness.stopping.is_set()
     body = {
-        "ready": ready,
-        "stopping": stopping.is_set(),
+        "ready": bool(quota.get("ready")) and not stopping,
+        "stopping": stopping,
         "quota": quota,
         "devices": [d.key for d in hook.settings.devices],
     }

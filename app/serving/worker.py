@@ -28,10 +28,10 @@ tested on its own); the loop only moves bytes between it and the sockets, on tim
   (app/serving/http.py: the review's log line and metrics) and gunicorn's ``post_request`` run after it.
 - **gunicorn's settings it cannot honour are refused at start** (app.serving.honoured), not ignored.
 - **Accepts are paced** (``accept``), and the heartbeat to the arbiter is at most once a second.
-- **On SIGTERM**, /readyz turns unready at once (app.lifecycle), and for STOP_LINGER seconds the worker
-  still accepts and answers requests, each with "Connection: close"; then it closes idle kept-alive
+- **On SIGTERM**, /readyz turns unready at once (the app's readiness, app/readiness.py), and for STOP_LINGER
+  seconds the worker still accepts and answers requests, each with "Connection: close"; then it closes idle kept-alive
   connections (half-close, read until the client closes) and the listener, and finishes what is in flight.
-- **While unready** because the quota cannot reach the API server (``app.lifecycle.shedding``), it answers with
+- **While unready** because the quota cannot reach the API server (the readiness's ``shedding``), it answers with
   "Connection: close" and lets go of idle kept-alive connections the same way, so the API server's pool moves
   to ready replicas; it keeps accepting.
 """
@@ -53,7 +53,8 @@ from typing import Any
 from gunicorn.config import Config
 from gunicorn.workers import base
 
-from app import lifecycle, metrics
+from app import metrics
+from app.readiness import Readiness
 from app.serving import honoured
 from app.serving.connections import Connection, Connections
 from app.serving.protocol import Protocol, Refusal, limits
@@ -112,7 +113,8 @@ class WebhookWorker(Connections, base.Worker):
         self.watched = {}
         self.connections = 0  # open, watched or not
         self.listening = False
-        self.unready = False  # app.lifecycle.shedding, as the loop last saw it
+        self.readiness = Readiness()  # the app's, once loaded (load_wsgi); a foreign app's stays this one
+        self.unready = False  # the readiness's shedding, as the loop last saw it
         self.closing = False  # past STOP_LINGER: idle connections are let go too
         self.accept_after = 0.0
         self.next_beat = 0.0
@@ -122,7 +124,9 @@ class WebhookWorker(Connections, base.Worker):
         self.serve_with(self.wsgi)
 
     def serve_with(self, app: Callable[..., Any]) -> None:
-        """The protocol around ``app``, with gunicorn's request hooks called with this worker, as gunicorn does."""
+        """The protocol around ``app``, with gunicorn's request hooks called with this worker, as gunicorn does;
+        the app's readiness (the webhook's carries one) is the one this worker sets and follows."""
+        self.readiness = getattr(app, "readiness", None) or self.readiness
         self.protocol = Protocol(
             app,
             limits(self.cfg),
@@ -133,7 +137,7 @@ class WebhookWorker(Connections, base.Worker):
         )
 
     def handle_exit(self, sig: int, frame: Any) -> None:
-        lifecycle.stopping.set()
+        self.readiness.stopping.set()
         super().handle_exit(sig, frame)
 
     def run(self) -> None:
@@ -197,9 +201,9 @@ class WebhookWorker(Connections, base.Worker):
                 self._close(conn)
 
     def _follow_shedding(self) -> None:
-        """Unready (app.lifecycle.shedding): the API server's kept-alive connections move to other replicas. The
+        """Unready (the readiness's shedding): the API server's kept-alive connections move to other replicas. The
         idle ones are let go once, as it starts; from then on each connection as it goes idle (`_idle`)."""
-        unready = lifecycle.shedding.is_set()
+        unready = self.readiness.shedding.is_set()
         if unready != self.unready:
             self.unready = unready
             if unready:

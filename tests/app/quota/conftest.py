@@ -23,6 +23,7 @@ from app.quota.feed import Feed
 from app.quota.ledger import LEDGER_ANNOTATION, LEDGER_PREFIX
 from app.quota.ledger_quota import LedgerQuota
 from app.quota.startup import open_quota
+from app.readiness import Readiness
 from app.settings import Settings
 from tests.realkube.cluster import RealKube
 from tests.realkube.faults import FaultyProxy
@@ -158,7 +159,7 @@ def start_quota(cluster: Cluster) -> Iterator[Callable[..., tuple[LedgerQuota, S
 
     def start(**env: str) -> tuple[LedgerQuota, Settings]:
         settings = cluster.settings(**env)
-        port = open_quota(settings)
+        port = open_quota(settings, Readiness())
         assert isinstance(port, LedgerQuota)
         ports.append(port)
         eventually(lambda: port.status()["ready"], 30, what="the first lists to sync")

@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from app import create_app, lifecycle
+from app import create_app
 from app.admission.ports import QuotaOff, QuotaUnavailable
 from app.admission.review import QUOTA_RESERVATION_ANNOTATION
 from app.quota.committer import ADMIT_BUDGET, REQUEST_TIMEOUT
 from app.quota.ledger import LEDGER_ANNOTATION, MARK_ANNOTATION, MAX_LEDGER_BYTES, LedgerEntry, encode
 from app.quota.ledger_quota import LedgerQuota
 from app.quota.startup import QuotaStartError, open_quota
+from app.readiness import Readiness
 from app.settings import Settings, SettingsError
 from certgen.local import write_local
 from tests.app.quota.conftest import GPU, MEM, Cluster, in_use, resource_quota, unique
@@ -253,7 +254,7 @@ def test_a_worker_whose_feed_has_not_synced_admits_no_device_pod(cluster: Cluste
     cluster.quota({f"limits.{MEM}": "4000"})
     cluster.proxy.fail_next("GET", f"^/api/v1/namespaces/{cluster.ns}/pods$", 500, times=1000, message="etcd down")
     settings = cluster.settings()
-    port = open_quota(settings)
+    port = open_quota(settings, Readiness())
     assert isinstance(port, LedgerQuota)
     try:
         assert not port.status()["ready"] and port.governs(cluster.ns) and port.governs("no-quota-here")
@@ -288,7 +289,7 @@ def test_a_replica_cut_off_from_the_api_server_steps_aside(cluster: Cluster, sta
     cluster.proxy.black_hole()
     cut = time.monotonic()
     eventually(lambda: not port.status()["ready"], 10, "/readyz to turn unready")
-    assert time.monotonic() - cut < 5 and lifecycle.shedding.is_set()
+    assert time.monotonic() - cut < 5 and port.contact.shedding.is_set()
     assert port.status()["api_server"].startswith("the API server has not answered this replica for")
     started = time.monotonic()
     with pytest.raises(QuotaUnavailable, match=f"namespace {cluster.ns}: the API server has not answered"):
@@ -300,7 +301,7 @@ def test_a_replica_cut_off_from_the_api_server_steps_aside(cluster: Cluster, sta
     cluster.proxy.heal()
     healed = time.monotonic()
     eventually(lambda: port.status()["ready"], 15, "/readyz to turn ready again")
-    assert not lifecycle.shedding.is_set()
+    assert not port.contact.shedding.is_set()
     print(f"\nhealed: ready again {time.monotonic() - healed:.1f} s after")
     assert admit(1000, "u-4").response["allowed"]
 
@@ -309,7 +310,7 @@ def test_a_replica_cut_off_from_the_api_server_steps_aside(cluster: Cluster, sta
 def test_quota_is_off_without_api_configuration(mode: str, tmp_path, monkeypatch, caplog) -> None:
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    port = open_quota(Settings.from_env({"HAMI_QUOTA_ENABLED": mode}))
+    port = open_quota(Settings.from_env({"HAMI_QUOTA_ENABLED": mode}), Readiness())
     status = port.status()
     assert isinstance(port, QuotaOff) and status["ready"] and status["quota"] == "off"
     if mode == "auto":
@@ -322,10 +323,10 @@ def test_required_quota_fails_clearly(tmp_path, monkeypatch, cluster: Cluster) -
     unreachable = f"HAMI_QUOTA_ENABLED=true but the Kubernetes API at {cluster.proxy.url} cannot be used"
     cluster.proxy.stop()
     with pytest.raises(QuotaStartError, match=unreachable):
-        open_quota(required)
+        open_quota(required, Readiness())
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     with pytest.raises(QuotaStartError, match="HAMI_QUOTA_ENABLED=true but no Kubernetes API configuration"):
-        open_quota(required)
+        open_quota(required, Readiness())
 
 
 def test_quota_enabled_setting_is_checked() -> None:

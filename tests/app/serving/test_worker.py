@@ -28,7 +28,7 @@ from gunicorn.glogging import Logger
 from gunicorn.workers import base
 from werkzeug.wsgi import ClosingIterator
 
-from app import create_app, lifecycle
+from app import create_app
 from app.admission.edit import PodEdit
 from app.admission.ports import Verdict
 from app.serving import honoured
@@ -441,7 +441,7 @@ def wait_for(worker: WebhookWorker, done: Callable[[], bool], what: str) -> None
 def test_an_unready_worker_lets_go_of_idle_connections_as_it_turns_unready_and_as_they_go_idle(
     worker: WebhookWorker,
 ) -> None:
-    """As shedding starts (app.lifecycle: the quota lost the API server), the kept-alive connection idle after an
+    """As shedding starts (the readiness's: the quota lost the API server), the kept-alive connection idle after an
     answer is half-closed (the client reconnects through the Service, to a ready replica), the one not used yet
     gets FIRST_REQUEST_WAIT and the one a request is arriving on is left alone. From then on a connection is let
     go as it goes idle: here one whose answer, made keep-alive before shedding began, leaves afterwards."""
@@ -471,7 +471,7 @@ def test_an_unready_worker_lets_go_of_idle_connections_as_it_turns_unready_and_a
             assert time.monotonic() < deadline, "the thread never answered"
             time.sleep(0.01)
         busy_deadline, fresh_deadline = busy.deadline, fresh.deadline
-        lifecycle.shedding.set()
+        worker.readiness.shedding.set()
         try:
             worker._follow_shedding()
             assert worker.watched[served] == worker._discard  # half-closed
@@ -480,7 +480,7 @@ def test_an_unready_worker_lets_go_of_idle_connections_as_it_turns_unready_and_a
             worker.wait(0.05)  # the thread's answer leaves; its connection goes idle and is let go at once
             assert worker.watched[late] == worker._discard
         finally:
-            lifecycle.shedding.clear()
+            worker.readiness.shedding.clear()
         for peer in (served_peer, late_peer):
             peer.settimeout(5)
             received = b""
