@@ -78,6 +78,10 @@ def install_chart(kube: RealKube, reference: hami.Reference, work: Path) -> int:
     from certgen.local import write_local
 
     port = free_port()
+    # hami-webhook's manifests make hami-system enforce the restricted Pod Security Standard; HAMi's scheduler
+    # Pod sets no securityContext, so an admin installing HAMi there relaxes it first, as here.
+    enforce = "pod-security.kubernetes.io/enforce=privileged"
+    kube.kubectl("label", "namespace", HAMI_NAMESPACE, enforce, "--overwrite")
     objects = reference.manifests(kube.version, *TEMPLATES, release=RELEASE, namespace=HAMI_NAMESPACE)
     for obj in objects:
         if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == SCHEDULER_ACCOUNT:
