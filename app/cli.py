@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from app.admission.policies import HAMI_COMPONENTS, Inputs, PolicyError, render
+from app.admission.policies import Inputs, PolicyError, render
 from app.preview.documents import INVALID, DocumentReview, Options, admission_review, namespace_labels, preview
 from app.preview.scope import ScopeError, load_scope
 from app.preview.workloads import TEMPLATES
@@ -94,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Write the ValidatingAdmissionPolicies (allocation guard, routed, reviewed), the "
         "MutatingAdmissionPolicy floor and the webhook's matchConditions from the device config, the HAMI_* "
         "settings and the webhook configuration's scope: what an overlay with its own device config or "
-        'HAMi\'s ServiceAccounts applies (docs/operations.md, "Admission policies").',
+        'settings applies (docs/operations.md, "Admission policies").',
     )
     policies.add_argument(
         "--config",
@@ -109,8 +109,8 @@ def _parser() -> argparse.ArgumentParser:
         "--hami-component",
         metavar="NAMESPACE:NAME",
         action="append",
-        help="a ServiceAccount of HAMi's scheduler or device plugins, allowed to write its allocation annotations; "
-        f"repeat for each (default: {' '.join(HAMI_COMPONENTS)}, HAMi's chart installed as hami in kube-system)",
+        help="a ServiceAccount allowed to write HAMi's allocation annotations without the guard's check (that "
+        "the authorizer lets it patch Nodes); repeat for each (default: none, the check finds HAMi's components)",
     )
     policies.add_argument("--out", metavar="DIR", help="write one file per policy there (default: all to stdout)")
     policies.set_defaults(run=_policies)
@@ -227,7 +227,7 @@ def _policies(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     if args.config:
         env["HAMI_DEVICE_CONFIG"] = args.config
-    components = args.hami_component or list(HAMI_COMPONENTS)
+    components = args.hami_component or []
     wrong = [c for c in components if len(c.split(":")) != 2 or not all(c.split(":"))]
     if wrong:
         print(f"hami-webhook: --hami-component {wrong[0]!r}: expected NAMESPACE:NAME", file=sys.stderr)

@@ -25,6 +25,7 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ POLICIES = (ROOT / "manifests" / "base" / "policies", ROOT / "manifests" / "comp
 LABEL = "hami-bench/policies"
 PODS = ("device", "cpu")
 GPU = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4k", "nvidia.com/gpucores": "30"}
+Figures = dict[str, dict[str, float]]
+"""By ``case/kind``: the p50 and p90 added over the reference case, and the reference's own p50 (ms)."""
 NAME = "pod-name-here"
 """Replaced by a name of its own in each create (generateName's five random characters collide in thousands)."""
 
@@ -62,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                 results[version] = measure(kube, args)
             finally:
                 kube.stop()
-            print(table(version, results[version]), flush=True)
+            title = f"kube-apiserver {version}: added per create (ms), median over rounds"
+            print(table(title, results[version]), flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
@@ -112,7 +116,6 @@ def measure(kube: RealKube, args: argparse.Namespace) -> dict[str, Any]:
     install(kube, names)
     api = Api(kube)
     bodies = {(case, kind): pod(case, kind) for case in names for kind in PODS}
-    order = [(case, kind) for kind in PODS for case in names]
     problems: list[str] = []
     made = itertools.count()
 
@@ -127,41 +130,52 @@ def measure(kube: RealKube, args: argparse.Namespace) -> dict[str, Any]:
         return took
 
     # Until the policies are loaded, the floor case's device Pod stays on default-scheduler.
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        problems.clear()
-        for case, kind in order:
-            create(case, kind)
-        if not problems:
-            break
-        time.sleep(0.5)
-    rounds: list[dict[str, dict[str, float]]] = []
     try:
-        for _ in range(args.rounds):
-            times: dict[tuple[str, str], list[float]] = {key: [] for key in order}
-            for i in range(args.pods):
-                for case, kind in order[i % len(order) :] + order[: i % len(order)]:
-                    times[case, kind].append(create(case, kind))
-            rounds.append(added(times, names))
+        rounds = in_turn(create, names, PODS, args.pods, args.rounds, problems)
     finally:
         api.close()
     if problems:
         raise SystemExit("creates went wrong:\n" + "\n".join(sorted(set(problems))[:10]))
-    return {
-        key: {
-            **{stat: statistics.median(r[key][stat] for r in rounds) for stat in ("p50", "p90", "base_p50")},
-            "p50_rounds": [round(r[key]["p50"], 3) for r in rounds],
-        }
-        for key in rounds[0]
-    }
+    return over_rounds(rounds)
 
 
-def added(times: dict[tuple[str, str], list[float]], names: tuple[str, ...]) -> dict[str, dict[str, float]]:
-    """Each case's p50 and p90 less none's, in ms, for each Pod kind; and none's own p50."""
+def in_turn(
+    write: Callable[[str, str], float],
+    cases: Sequence[str],
+    kinds: Sequence[str],
+    count: int,
+    rounds: int,
+    problems: list[str],
+) -> list[Figures]:
+    """``write(case, kind)``, timed by the caller, for every case and kind in turn, the order rotating on each so
+    drift falls on all alike: first until one pass leaves no ``problems`` (the policies loaded; 60 s at most),
+    then ``count`` of each per round; each round's figures (`added`)."""
+    order = [(case, kind) for kind in kinds for case in cases]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        problems.clear()
+        for case, kind in order:
+            write(case, kind)
+        if not problems:
+            break
+        time.sleep(0.5)
+    figures = []
+    for _ in range(rounds):
+        times: dict[tuple[str, str], list[float]] = {key: [] for key in order}
+        for i in range(count):
+            for case, kind in order[i % len(order) :] + order[: i % len(order)]:
+                times[case, kind].append(write(case, kind))
+        figures.append(added(times, cases, kinds))
+    return figures
+
+
+def added(times: dict[tuple[str, str], list[float]], cases: Sequence[str], kinds: Sequence[str]) -> Figures:
+    """For each kind of write, each case's p50 and p90 less the first case's (the reference), in ms; and the
+    reference's own p50."""
     out = {}
-    for kind in PODS:
-        base = times["none", kind]
-        for case in names[1:]:
+    for kind in kinds:
+        base = times[cases[0], kind]
+        for case in cases[1:]:
             mine = times[case, kind]
             out[f"{case}/{kind}"] = {
                 "p50": 1000 * (statistics.median(mine) - statistics.median(base)),
@@ -171,15 +185,23 @@ def added(times: dict[tuple[str, str], list[float]], names: tuple[str, ...]) -> 
     return out
 
 
-def table(version: str, figures: dict[str, Any]) -> str:
-    lines = [
-        f"kube-apiserver {version}: added per create (ms), median over rounds",
-        f"{'case':16} {'p50':>7} {'p90':>7} {'none p50':>9}",
-    ]
+def over_rounds(rounds: list[Figures]) -> dict[str, Any]:
+    """The median over rounds of each figure, with each round's p50 beside it."""
+    return {
+        key: {
+            **{stat: statistics.median(r[key][stat] for r in rounds) for stat in ("p50", "p90", "base_p50")},
+            "p50_rounds": [round(r[key]["p50"], 3) for r in rounds],
+        }
+        for key in rounds[0]
+    }
+
+
+def table(title: str, figures: dict[str, Any]) -> str:
+    lines = [title, f"{'case':22} {'p50':>7} {'p90':>7} {'none p50':>9}"]
     for key, stats in figures.items():
         each = " ".join(f"{p:+.2f}" for p in stats["p50_rounds"])
         lines.append(
-            f"{key:16} {stats['p50']:+7.2f} {stats['p90']:+7.2f} {stats['base_p50']:9.2f}   p50 by round: {each}"
+            f"{key:22} {stats['p50']:+7.2f} {stats['p90']:+7.2f} {stats['base_p50']:9.2f}   p50 by round: {each}"
         )
     return "\n".join(lines)
 

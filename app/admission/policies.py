@@ -3,8 +3,9 @@
 Three ValidatingAdmissionPolicies and one MutatingAdmissionPolicy
 (docs/rules.md#the-api-server-checks-what-the-webhook-cannot):
 
-- the allocation guard: only HAMi's components write the annotations that hand a Pod its devices, on any
-  create or update, in every namespace (the webhook sees creates in its scope only);
+- the allocation guard: only HAMi's components (ServiceAccounts the API server's authorizer lets patch Nodes)
+  write the annotations that hand a Pod its devices, on any create or update, in every namespace (the webhook
+  sees creates in its scope only);
 - routed: a device Pod in the webhook's scope is never stored on default-scheduler or with a node (what a
   skipped or failed-open webhook leaves); out of scope it is a warning;
 - reviewed: a warning for a device Pod bound for HAMi's scheduler that the webhook never marked;
@@ -38,8 +39,11 @@ ROUTED = f"{PREFIX}routed"
 REVIEWED = f"{PREFIX}reviewed"
 FLOOR = f"{PREFIX}floor"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-HAMI_COMPONENTS = ("kube-system:hami-scheduler", "kube-system:hami-device-plugin")
-"""HAMi's chart's ServiceAccounts (release ``hami`` in kube-system): its scheduler and NVIDIA device plugin."""
+SERVICE_ACCOUNT = "system:serviceaccount:"
+"""The prefix of every ServiceAccount's user name."""
+COMPONENT_CHECK = ("", "nodes", "patch")
+"""What the authorizer must allow a writer of allocation annotations: API group, resource, verb (cluster-wide).
+HAMi's scheduler and every device plugin hold it to register and lock Nodes; HAMi's own webhook asks the same."""
 GENERATED = (
     "# Written by `hami-webhook policies` from the device config, the settings and the webhook's scope;\n"
     "# edit those and run it again (docs/rules.md#one-source-for-every-list), never this file.\n"
@@ -58,8 +62,9 @@ class Inputs:
     settings: Settings
     scope: Mapping[str, Any]
     """The webhook of the MutatingWebhookConfiguration: its namespaceSelector and objectSelector."""
-    components: Sequence[str] = HAMI_COMPONENTS
-    """``namespace:name`` of each ServiceAccount that may write HAMi's allocation annotations."""
+    components: Sequence[str] = ()
+    """``namespace:name`` of ServiceAccounts trusted to write HAMi's allocation annotations without the
+    authorizer's check (none by default: the check finds HAMi's components wherever they are installed)."""
     configuration: str = "hami-webhook-pods"
     """The MutatingWebhookConfiguration's name, for the patch of its matchConditions."""
 
@@ -115,16 +120,22 @@ def _binding(kind: str, name: str, policy: str, actions: Sequence[str] = (), **m
     return _policy(kind, name, spec)
 
 
-def allocation_guard(owned: Sequence[str], components: Sequence[str]) -> list[Obj]:
-    """Creates and updates of Pods that add, change or remove an annotation of ``owned`` are refused, unless
-    made by one of ``components``. The status and binding subresources are matched too, since both can write a
-    Pod's annotations (a Binding's are copied onto its Pod); the kubelet's status updates and kube-scheduler's
-    bindings never touch these, so they stop at the matchConditions and are never refused."""
-    users = [f"system:serviceaccount:{account}" for account in components]
+def allocation_guard(owned: Sequence[str], scheduler: str, components: Sequence[str] = ()) -> list[Obj]:
+    """Creates and updates of Pods that add, change or remove an annotation of ``owned`` are refused unless made
+    by a ServiceAccount that the API server's authorizer lets patch Nodes, on a Pod for ``scheduler`` (a Binding
+    names no scheduler), or by one of ``components``. The status and binding subresources are matched too,
+    since both can write a Pod's annotations (a Binding's are copied onto its Pod); the kubelet's status updates
+    and kube-scheduler's bindings never touch these, so they stop at the matchConditions and are never refused.
+    The authorizer is asked last, only once an owned annotation is found written."""
+    group, resource, verb = COMPONENT_CHECK
     changed = (
         "(k in variables.now) != (k in variables.before) ||\n"
         "  (k in variables.now && variables.now[k] != variables.before[k])"
     )
+    skipped = []
+    if components:
+        users = _quoted(f"{SERVICE_ACCOUNT}{account}" for account in components)
+        skipped.append({"name": "not-hami-component", "expression": f"!(request.userInfo.username in [{users}])"})
     spec = {
         "failurePolicy": "Fail",
         "matchConstraints": {
@@ -137,7 +148,7 @@ def allocation_guard(owned: Sequence[str], components: Sequence[str]) -> list[Ob
             ]
         },
         "matchConditions": [
-            {"name": "not-hami-component", "expression": f"!(request.userInfo.username in [{_quoted(users)}])"},
+            *skipped,
             {
                 "name": "annotations-written",
                 "expression": "oldObject == null ? has(object.metadata.annotations) :\n"
@@ -156,9 +167,13 @@ def allocation_guard(owned: Sequence[str], components: Sequence[str]) -> list[Ob
         ],
         "validations": [
             {
-                "expression": "size(variables.written) == 0",
+                "expression": "size(variables.written) == 0 || (\n"
+                f"  request.userInfo.username.startsWith('{SERVICE_ACCOUNT}') &&\n"
+                f"  (request.kind.kind == 'Binding' || object.spec.schedulerName == '{scheduler}') &&\n"
+                f"  authorizer.group('{group}').resource('{resource}').check('{verb}').allowed())",
                 "messageExpression": "'annotation ' + variables.written[0] +\n"
-                '" is written by HAMi\'s scheduler and device plugins only: " + request.userInfo.username +\n'
+                "\" is written by HAMi's scheduler and device plugins only (ServiceAccounts allowed to "
+                f'{verb} {resource}, on Pods for {scheduler}): " + request.userInfo.username +\n'
                 "(oldObject != null ? ' may not add, change or remove it' :\n"
                 " request.kind.kind == 'Binding' ? ' may not bind a Pod with it' : ' may not create a Pod with it')",
                 "reason": "Forbidden",
@@ -317,7 +332,9 @@ def render(inputs: Inputs) -> dict[str, str]:
         "webhooks": [{"name": inputs.scope.get("name", ""), "matchConditions": webhook_match_conditions(every)}],
     }
     files = {
-        "allocation-guard.yaml": allocation_guard(settings.owned_annotations.owned, inputs.components),
+        "allocation-guard.yaml": allocation_guard(
+            settings.owned_annotations.owned, settings.scheduler_name, inputs.components
+        ),
         "routed.yaml": [*routed(settings, inputs.scope), *reviewed(settings)],
         "match-conditions.yaml": [conditions],
     }

@@ -1,13 +1,14 @@
 """HAMi's scheduler as its Helm chart runs it, in a RealKube with no kubelet, and GPU Nodes as HAMi's NVIDIA
 device plugin registers them.
 
-`install_chart` applies the chart's own objects for the scheduler and the device plugin's ServiceAccount, as
-Helm's engine renders them for the cluster's version (tests/support/hami.py `manifests`, release `hami` in
-`kube-system`): ServiceAccounts, RBAC, the scheduler's ConfigMaps and its Deployment, plus the TLS Secret the
-chart's certificate Job would make. The Deployment's Pod stays Pending (nothing runs default-scheduler here);
-`run_scheduler` runs its two containers as the kubelet would (tests/realkube/kubelet.py), each with a
-TokenRequest token of the Pod's ServiceAccount: kube-scheduler with the chart's `hami-scheduler` profile and
-HAMi's cmd/scheduler as its extender (/filter, /bind). What the Pod's network namespace and projected token
+`install_chart` applies the chart's own objects for the scheduler and the device plugin's ServiceAccount, as Helm's
+engine renders them for the cluster's version (tests/support/hami.py `manifests`) and for a release named `gpu` in
+`hami-system`, so every name is the release's (`gpu-hami-scheduler`), not the install guide's `hami` in `kube-
+system` that the allocation guard once pinned: ServiceAccounts, RBAC, the scheduler's ConfigMaps and its Deployment,
+plus the TLS Secret the chart's certificate Job would make. The Deployment's Pod stays Pending (nothing runs
+default-scheduler here); `run_scheduler` runs its two containers as the kubelet would (tests/realkube/kubelet.py),
+each with a TokenRequest token of the Pod's ServiceAccount: kube-scheduler with the chart's `hami-scheduler` profile
+and HAMi's cmd/scheduler as its extender (/filter, /bind). What the Pod's network namespace and projected token
 would give them is spelled out instead:
 - the extender's port 443 is a free loopback port, and the extender URL in the chart's ConfigMap
   (https://127.0.0.1:443, the Pod's own loopback) names that port;
@@ -15,7 +16,9 @@ would give them is spelled out instead:
   config), and its secure port, which the chart leaves at 0.0.0.0:10259, on 127.0.0.1 and a free port.
 
 There is no kubelet and no device plugin either: `register_node` does their part for a GPU node, and
-`updates_after_allocate` spells out the device plugin's writes after the kubelet's Allocate.
+`updates_after_allocate` spells out the device plugin's writes after the kubelet's Allocate. `chart_accounts`
+and `ascend_device_plugin` install only the ServiceAccounts and RBAC of HAMi's components, for clusters that run
+none of them.
 """
 
 from __future__ import annotations
@@ -38,16 +41,28 @@ from tests.support import hami
 from tests.support.ports import free_port
 
 Obj = dict[str, Any]
-NAMESPACE = "kube-system"  # HAMi's install guide: helm install hami hami-charts/hami -n kube-system
-SCHEDULER = "hami-scheduler"  # the chart's schedulerName, its ServiceAccount, Deployment and ConfigMap
-DEVICE_PLUGIN = "hami-device-plugin"  # the device plugin DaemonSet's ServiceAccount
-TLS_SECRET = "hami-scheduler-tls"
+RELEASE, HAMI_NAMESPACE = "gpu", "hami-system"  # helm install gpu hami-charts/hami -n hami-system
+SCHEDULER = "hami-scheduler"  # the chart's schedulerName (and its leader-election Lease), whatever the release
+SCHEDULER_ACCOUNT = f"{RELEASE}-hami-scheduler"  # the scheduler's ServiceAccount, Deployment and ConfigMap
+DEVICE_PLUGIN = f"{RELEASE}-hami-device-plugin"  # the device plugin DaemonSet's ServiceAccount
+TLS_SECRET = f"{SCHEDULER_ACCOUNT}-tls"
 EXTENDER, KUBE_SCHEDULER = "vgpu-scheduler-extender", "kube-scheduler"  # the Deployment's containers
 LOGS = ("hami-scheduler", "kube-scheduler")  # their logs, in that order, under the work directory
 RBAC = ("serviceaccount", "clusterrole", "clusterrolebinding", "role", "rolebinding")
-TEMPLATES = [
-    *(f"templates/scheduler/{name}.yaml" for name in (*RBAC, "configmap", "device-configmap", "deployment")),
+ACCOUNTS = [  # the ServiceAccounts of the scheduler and of the NVIDIA device plugin, with their RBAC
+    *(f"templates/scheduler/{name}.yaml" for name in RBAC),
     *(f"templates/device-plugin/monitor{name}.yaml" for name in ("serviceaccount", "role", "rolebinding")),
+]
+TEMPLATES = [
+    *ACCOUNTS,
+    *(f"templates/scheduler/{name}.yaml" for name in ("configmap", "device-configmap", "deployment")),
+]
+# HAMi's Ascend device plugin (Project-HAMi/ascend-device-plugin, its chart's templates/rbac.yaml and
+# values.yaml: ServiceAccount and ClusterRole `hami-ascend`), installed in a namespace of its own.
+ASCEND_NAMESPACE, ASCEND_ACCOUNT = "hami-ascend", "hami-ascend"
+ASCEND_RULES = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "update", "watch", "patch"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "update", "patch"]},
 ]
 # HAMi's names (pkg/util, pkg/device, pkg/util/nodelock, pkg/device/nvidia).
 REGISTER = "hami.io/node-nvidia-register"
@@ -63,19 +78,54 @@ def install_chart(kube: RealKube, reference: hami.Reference, work: Path) -> int:
     from certgen.local import write_local
 
     port = free_port()
-    objects = reference.manifests(kube.version, *TEMPLATES)
+    # hami-webhook's manifests make hami-system enforce the restricted Pod Security Standard; HAMi's scheduler
+    # Pod sets no securityContext, so an admin installing HAMi there relaxes it first, as here.
+    enforce = "pod-security.kubernetes.io/enforce=privileged"
+    kube.kubectl("label", "namespace", HAMI_NAMESPACE, enforce, "--overwrite")
+    objects = reference.manifests(kube.version, *TEMPLATES, release=RELEASE, namespace=HAMI_NAMESPACE)
     for obj in objects:
-        if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == SCHEDULER:
+        if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == SCHEDULER_ACCOUNT:
             config = obj["data"]["config.yaml"]
             assert "https://127.0.0.1:443" in config, config
             obj["data"]["config.yaml"] = config.replace("https://127.0.0.1:443", f"https://127.0.0.1:{port}")
     # The chart's certificate Job: a Secret with tls.crt and tls.key for these names.
-    pki = write_local(work / "scheduler-tls", [f"{SCHEDULER}.{NAMESPACE}.svc", "127.0.0.1"])
+    pki = write_local(work / "scheduler-tls", [f"{SCHEDULER_ACCOUNT}.{HAMI_NAMESPACE}.svc", "127.0.0.1"])
     kube.kubectl(
-        "create", "secret", "tls", TLS_SECRET, "-n", NAMESPACE, f"--cert={pki.cert}", f"--key={pki.key}"
+        "create", "secret", "tls", TLS_SECRET, "-n", HAMI_NAMESPACE, f"--cert={pki.cert}", f"--key={pki.key}"
     )  # fmt: skip
     apply(kube, *objects)
     return port
+
+
+def chart_accounts(kube: RealKube, reference: hami.Reference) -> list[Obj]:
+    """The chart's scheduler and NVIDIA device plugin ServiceAccounts and their RBAC, as `helm install` makes them
+    (release `gpu` in `hami-system`); applied, and returned for the caller to delete."""
+    objects = reference.manifests(kube.version, *ACCOUNTS, release=RELEASE, namespace=HAMI_NAMESPACE)
+    apply(kube, *objects)
+    return objects
+
+
+def ascend_device_plugin(kube: RealKube) -> list[Obj]:
+    """HAMi's Ascend device plugin's namespace, ServiceAccount and RBAC as its chart makes them; applied, and
+    returned for the caller to delete."""
+    meta = {"name": ASCEND_ACCOUNT}
+    subject = {"kind": "ServiceAccount", "name": ASCEND_ACCOUNT, "namespace": ASCEND_NAMESPACE}
+    role_ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": ASCEND_ACCOUNT}
+    rbac = "rbac.authorization.k8s.io/v1"
+    objects: list[Obj] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ASCEND_NAMESPACE}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {**meta, "namespace": ASCEND_NAMESPACE}},
+        {"apiVersion": rbac, "kind": "ClusterRole", "metadata": meta, "rules": ASCEND_RULES},
+        {
+            "apiVersion": rbac,
+            "kind": "ClusterRoleBinding",
+            "metadata": meta,
+            "subjects": [subject],
+            "roleRef": role_ref,
+        },
+    ]
+    apply(kube, *objects)
+    return objects
 
 
 @dataclass
@@ -106,12 +156,14 @@ def run_scheduler(
     holds the chart's leader-election Lease (HAMi's extender acts as the leader, registering nodes and
     answering /readyz, only beside the Lease's holder: the same host)."""
     pod = kube.wait_for(lambda: _scheduler_pod(kube), 60)
-    account = token(kube, pod["spec"]["serviceAccountName"], NAMESPACE)
+    account = token(kube, pod["spec"]["serviceAccountName"], HAMI_NAMESPACE)
     kubeconfig = kube.kubeconfig_for(account, work / "scheduler.kubeconfig")
     programs = {"scheduler": reference.scheduler, "kube-scheduler": kube_scheduler}
     root = work / "scheduler-pod"
-    extender = container(kube, pod, EXTENDER, NAMESPACE, root, listen={"https": ("127.0.0.1", port)}, programs=programs)
-    scheduler = container(kube, pod, KUBE_SCHEDULER, NAMESPACE, root, programs=programs)
+    extender = container(
+        kube, pod, EXTENDER, HAMI_NAMESPACE, root, listen={"https": ("127.0.0.1", port)}, programs=programs
+    )
+    scheduler = container(kube, pod, KUBE_SCHEDULER, HAMI_NAMESPACE, root, programs=programs)
     # With --config, kube-scheduler takes its client from the file's clientConnection (in a Pod: in-cluster).
     (config,) = (arg for arg in scheduler.argv if arg.startswith("--config="))
     settings = yaml.safe_load(Path(config.removeprefix("--config=")).read_text())
@@ -142,13 +194,13 @@ def run_scheduler(
 
 
 def _scheduler_pod(kube: RealKube) -> Obj | None:
-    items = kube.read(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=app.kubernetes.io/component={SCHEDULER}")
+    items = kube.read(f"/api/v1/namespaces/{HAMI_NAMESPACE}/pods?labelSelector=app.kubernetes.io/component={SCHEDULER}")
     return items["items"][0] if items["items"] else None
 
 
 def _ready(kube: RealKube, running: Running) -> bool:
     running.check()
-    lease = kube.kubectl("get", "lease", SCHEDULER, "-n", NAMESPACE, "-o", "json", check=False)
+    lease = kube.kubectl("get", "lease", SCHEDULER, "-n", HAMI_NAMESPACE, "-o", "json", check=False)
     return lease.returncode == 0 and bool(json.loads(lease.stdout)["spec"].get("holderIdentity"))
 
 

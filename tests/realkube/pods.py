@@ -52,13 +52,14 @@ class Created:
 
 
 class Api:
-    """Keep-alive HTTPS to the API server as admin: a client light enough to create hundreds of Pods at once
-    from one process (kubectl per Pod, or the generated client's models, would be what is measured)."""
+    """Keep-alive HTTPS to the API server as admin, or as the holder of ``token``: a client light enough to
+    create hundreds of Pods at once from one process (kubectl per Pod, or the generated client's models, would be
+    what is measured)."""
 
-    def __init__(self, kube: RealKube) -> None:
+    def __init__(self, kube: RealKube, token: str = ADMIN_TOKEN) -> None:
         context = ssl.create_default_context(cafile=str(kube.ca_path))
         self._conn = http.client.HTTPSConnection("127.0.0.1", kube.port, context=context, timeout=120)
-        self._headers = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}
+        self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
     def call(self, method: str, path: str, body: bytes | None = None, merge: bool = False) -> tuple[int, bytes]:
         """One request (``merge``: the body is a JSON merge patch); the status and the body."""

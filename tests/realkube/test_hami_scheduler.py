@@ -1,12 +1,14 @@
 """HAMi's own scheduler still binds through the allocation guard.
 
 HAMi's cmd/scheduler (built from its source, tests/support/hami.py) and kube-scheduler of the cluster's version,
-configured and authorized as HAMi's Helm chart configures them (tests/realkube/hami_scheduler.py), schedule and
-bind device Pods our webhook admitted onto GPU Nodes registered as HAMi's NVIDIA device plugin registers them,
-writing their allocation annotations as HAMi's scheduler's ServiceAccount; the device plugin's update after
-Allocate passes as its ServiceAccount; the very same update by an ordinary user, whom RBAC lets patch Pods, is
-refused by the guard. A cluster of its own (it runs a scheduler: the shared clusters' Pods stay Pending), with
-our webhook installed as a user installs it.
+configured and authorized as HAMi's Helm chart configures them for a release `gpu` in `hami-system`
+(tests/realkube/hami_scheduler.py), schedule and bind device Pods our webhook admitted onto GPU Nodes registered
+as HAMi's NVIDIA device plugin registers them, writing their allocation annotations as the scheduler's
+ServiceAccount `gpu-hami-scheduler`; the device plugin's update after Allocate passes as its ServiceAccount; the
+very same update by a ServiceAccount of the Pod's namespace, whom RBAC lets patch Pods, is refused by the guard.
+The guard names neither account: it admits them because the authorizer lets them patch Nodes. A cluster of its
+own (it runs a scheduler: the shared clusters' Pods stay Pending), with our webhook installed as a user installs
+it.
 
 On the newest version only: what could differ by version, the guard's verdicts on Pod updates, status writes and
 Bindings by HAMi's ServiceAccounts and by anyone else, is proven on both pinned versions by test_policies.py;
@@ -29,8 +31,8 @@ from tests.realkube.fixtures import NEWEST, Clusters
 from tests.realkube.hami_scheduler import (
     BIND_PHASE,
     DEVICE_PLUGIN,
+    HAMI_NAMESPACE,
     HANDSHAKE,
-    NAMESPACE,
     NODE_LOCK,
     SCHEDULER,
     TO_ALLOCATE,
@@ -71,10 +73,11 @@ def test_hami_scheduler_binds_through_the_guard(
     kube = installed.kube
     kube_scheduler = clusters.scheduler(kube.version.lstrip("v"))
     port = install_chart(kube, hami_reference, tmp_path)
-    device_plugin = kube.kubeconfig_for(token(kube, DEVICE_PLUGIN, NAMESPACE), tmp_path / "device-plugin.kubeconfig")
+    plugin_token = token(kube, DEVICE_PLUGIN, HAMI_NAMESPACE)
+    device_plugin = kube.kubeconfig_for(plugin_token, tmp_path / "device-plugin.kubeconfig")
     gpus = {name: register_node(kube, name, device_plugin) for name in NODES}
     ns = kube.namespace(f"hami-sched-{uuid.uuid4().hex[:8]}")
-    # An ordinary user whom RBAC lets read and patch Pods: only the guard can refuse what follows.
+    # A ServiceAccount whom RBAC lets read and patch Pods (not Nodes): only the guard can refuse what follows.
     user = kube.account(ns, "someone", tmp_path / "user.kubeconfig", "--verb=get", "--verb=patch", "--resource=pods")
     with run_scheduler(kube, hami_reference, kube_scheduler, port, tmp_path) as running:
         # HAMi's scheduler registers each node with a handshake it writes itself.

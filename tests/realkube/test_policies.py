@@ -14,6 +14,7 @@ import os
 import subprocess
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,20 @@ import pytest
 
 from app.admission.policies import FLOOR, GUARD, REVIEWED, ROUTED
 from tests.realkube.cluster import RealKube, kubectl_binary
+from tests.realkube.hami_scheduler import (
+    ASCEND_ACCOUNT,
+    ASCEND_NAMESPACE,
+    DEVICE_PLUGIN,
+    HAMI_NAMESPACE,
+    SCHEDULER_ACCOUNT,
+    TO_ALLOCATE,
+    ascend_device_plugin,
+    chart_accounts,
+)
 from tests.realkube.install import IGNORE_LABEL, Installed, WebhookServer, apply, namespace, token
 from tests.realkube.pods import GPU, create, pod
 from tests.realkube.sidecar import LABEL, sidecar_injector
-from tests.support import ROOT
+from tests.support import ROOT, hami
 
 FORGED = {
     "hami.io/bind-time": "1757923200",
@@ -39,15 +50,16 @@ WEBHOOK_DENIAL = (
 )
 GUARD_DENIAL = (
     f"ValidatingAdmissionPolicy '{GUARD}' with binding '{GUARD}' denied request: annotation hami.io/bind-phase is "
-    "written by HAMi's scheduler and device plugins only: admin may not create a Pod with it"
+    "written by HAMi's scheduler and device plugins only (ServiceAccounts allowed to patch nodes, on Pods for "
+    "hami-scheduler): admin may not create a Pod with it"
 )
 UNROUTED = (
     f"ValidatingAdmissionPolicy '{ROUTED}' with binding '{ROUTED}' denied request: a device Pod would be stored on "
     "default-scheduler, not routed to hami-scheduler by hami-webhook"
 )
 NODE_NAME = "a device Pod for hami-scheduler has spec.nodeName set: it would skip HAMi's scheduler"
-SCHEDULER_ACCOUNT = ("kube-system", "hami-scheduler")
 Obj = dict[str, Any]
+Done = subprocess.CompletedProcess[str]
 
 
 @pytest.fixture
@@ -90,55 +102,118 @@ def test_a_forged_allocation_is_refused_wherever_it_is_created(
         assert created["metadata"]["name"] == obj["metadata"]["name"]
 
 
+@dataclass(frozen=True)
+class Writers:
+    """Who writes allocation annotations in the test: HAMi's components by the RBAC their charts grant, and a
+    Pod author with `edit` in the Pod's namespace, as a user and as a ServiceAccount (bearer tokens from the
+    TokenRequest API; the user by impersonation, as an authenticating proxy would name them)."""
+
+    scheduler: str
+    nvidia: str
+    ascend: str
+    author_account: str
+
+
+AUTHOR = "alice"  # a user bound to `edit` in the Pod's namespace
+AUTHOR_ACCOUNT = "author"  # a ServiceAccount of that namespace, bound to `edit` too
+
+
 @pytest.fixture
-def scheduler_token(any_installed: Installed) -> Iterator[str]:
-    """A TokenRequest token of HAMi's scheduler's ServiceAccount (the chart's), allowed to patch Pods."""
+def writers(any_installed: Installed, ns: str, hami_reference: hami.Reference) -> Iterator[Writers]:
     kube = any_installed.kube
-    ns, name = SCHEDULER_ACCOUNT
-    role = f"test-{name}-pods"
-    kube.kubectl("create", "serviceaccount", name, "-n", ns)
-    kube.kubectl("create", "clusterrole", role, "--verb=get,patch,update", "--resource=pods,pods/binding")
-    kube.kubectl("create", "clusterrolebinding", role, f"--clusterrole={role}", f"--serviceaccount={ns}:{name}")
+    installed = [*chart_accounts(kube, hami_reference), *ascend_device_plugin(kube)]
+    kube.kubectl("create", "serviceaccount", AUTHOR_ACCOUNT, "-n", ns)
+    for name, subject in ((AUTHOR, f"--user={AUTHOR}"), (AUTHOR_ACCOUNT, f"--serviceaccount={ns}:{AUTHOR_ACCOUNT}")):
+        kube.kubectl("create", "rolebinding", f"{name}-edit", "-n", ns, "--clusterrole=edit", subject)
+    accounts = {
+        "scheduler": f"{HAMI_NAMESPACE}:{SCHEDULER_ACCOUNT}",
+        "nvidia": f"{HAMI_NAMESPACE}:{DEVICE_PLUGIN}",
+        "ascend": f"{ASCEND_NAMESPACE}:{ASCEND_ACCOUNT}",
+        "author_account": f"{ns}:{AUTHOR_ACCOUNT}",
+    }
+    # The authorizer learns of new bindings from a watch.
+    for account in accounts.values():
+        can = ("auth", "can-i", "patch", "pods", "-n", ns, f"--as=system:serviceaccount:{account}")
+        kube.wait_for(lambda c=can: kube.kubectl(*c, check=False).returncode == 0, 30)
+    kube.wait_for(
+        lambda: kube.kubectl("auth", "can-i", "patch", "pods", "-n", ns, f"--as={AUTHOR}", check=False).returncode == 0,
+        30,
+    )
     try:
-        yield token(kube, name, ns)
+        yield Writers(**{key: token(kube, *reversed(account.split(":"))) for key, account in accounts.items()})
     finally:
-        kube.kubectl("delete", f"clusterrolebinding/{role}", f"clusterrole/{role}", "--ignore-not-found")
-        kube.kubectl("delete", "serviceaccount", name, "-n", ns, "--ignore-not-found")
+        listed = {"apiVersion": "v1", "kind": "List", "items": installed}
+        kube.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false", stdin=json.dumps(listed))
 
 
-def annotate(kube: RealKube, ns: str, name: str, *pairs: str, as_token: str = "") -> subprocess.CompletedProcess[str]:
-    who = ["--token", as_token] if as_token else []
-    return kube.kubectl("annotate", "--overwrite", "-n", ns, f"pod/{name}", *pairs, *who, check=False)
+def annotate(kube: RealKube, ns: str, name: str, *pairs: str, as_token: str = "", as_user: str = "") -> Done:
+    who = ["--token", as_token] if as_token else ["--as", as_user] if as_user else []
+    return kube.kubectl("annotate", "--overwrite", "-n", ns, f"pod/{name}", *who, *pairs, check=False)
 
 
-def test_only_hamis_scheduler_writes_an_allocation(any_installed: Installed, ns: str, scheduler_token: str) -> None:
+def refusal(annotation: str, user: str, how: str = "add, change or remove it") -> str:
+    return (
+        f"ValidatingAdmissionPolicy '{GUARD}' with binding '{GUARD}' denied request: annotation {annotation} is "
+        "written by HAMi's scheduler and device plugins only (ServiceAccounts allowed to patch nodes, on Pods for "
+        f"hami-scheduler): {user} may not {how}"
+    )
+
+
+def test_allocations_are_written_by_who_may_patch_nodes(any_installed: Installed, ns: str, writers: Writers) -> None:
+    """HAMi's scheduler and device plugins, installed anywhere under any release, pass the guard by the RBAC
+    their charts grant (patch on Nodes); a Pod author with `edit`, as a user or a ServiceAccount, does not."""
     kube = any_installed.kube
     code, created, err = create(any_installed, ns, pod("running", GPU))
     assert code == 0, err
     name = created["metadata"]["name"]
+    answers: dict[str, str] = {}
 
-    by_user = annotate(kube, ns, name, "hami.io/vgpu-devices-to-allocate=GPU-0,NVIDIA,20000,100:;")
-    assert by_user.returncode == 1
-    assert (
-        f"ValidatingAdmissionPolicy '{GUARD}' with binding '{GUARD}' denied request: annotation "
-        "hami.io/vgpu-devices-to-allocate is written by HAMi's scheduler and device plugins only: admin may not "
-        "add, change or remove it"
-    ) in by_user.stderr
-    by_scheduler = annotate(
-        kube, ns, name, "hami.io/vgpu-node=gpu-node-1", "hami.io/bind-phase=allocating", as_token=scheduler_token
-    )
-    assert by_scheduler.returncode == 0, by_scheduler.stderr
+    def allowed(who: str, *pairs: str, on: str = name, **as_who: str) -> None:
+        done = annotate(kube, ns, on, *pairs, **as_who)
+        answers[f"{who} {' '.join(pairs)}"] = "allowed" if done.returncode == 0 else done.stderr.strip()
+        assert done.returncode == 0, done.stderr
+
+    def refused(who: str, denial: str, *pairs: str, on: str = name, **as_who: str) -> None:
+        done = annotate(kube, ns, on, *pairs, **as_who)
+        answers[f"{who} {' '.join(pairs)}"] = done.stderr.strip() or "allowed"
+        assert done.returncode == 1 and denial in done.stderr, done.stderr
+
+    scheduler = f"{HAMI_NAMESPACE}:{SCHEDULER_ACCOUNT}"
+    writes = ("hami.io/vgpu-node=gpu-node-1", "hami.io/bind-phase=allocating", f"{TO_ALLOCATE}=GPU-0,NVIDIA,4000,30:;")
+    allowed(scheduler, *writes, as_token=writers.scheduler)
+    for who, user in ((AUTHOR, AUTHOR), (f"{ns}:{AUTHOR_ACCOUNT}", f"system:serviceaccount:{ns}:{AUTHOR_ACCOUNT}")):
+        as_who = {"as_user": AUTHOR} if user == AUTHOR else {"as_token": writers.author_account}
+        refused(who, refusal(TO_ALLOCATE, user), f"{TO_ALLOCATE}=GPU-1,NVIDIA,24000,100:;", **as_who)
+        refused(who, refusal("hami.io/vgpu-node", user), "hami.io/vgpu-node=gpu-node-2", **as_who)
+        allowed(who, "team=ml", **as_who)  # an annotation of its own: the guard's matchConditions pass it by
+    nvidia = f"{HAMI_NAMESPACE}:{DEVICE_PLUGIN}"
+    allowed(nvidia, f"{TO_ALLOCATE}=;", "hami.io/bind-phase=success", as_token=writers.nvidia)
+    # HAMi's Ascend device plugin on an NPU Pod for HAMi's scheduler: its own annotations and the bind phase.
+    npu = pod("npu", {"huawei.com/Ascend910B3": "1"}, schedulerName="hami-scheduler")
+    code, _, err = create(any_installed, ns, npu)
+    assert code == 0, err
+    ascend = f"{ASCEND_NAMESPACE}:{ASCEND_ACCOUNT}"
+    writes = ("hami.io/Ascend910B3-devices-to-allocate=;", "hami.io/bind-phase=success")
+    allowed(ascend, *writes, on="npu", as_token=writers.ascend)
+    allowed(ascend, "huawei.com/Ascend910B3=[]", on="npu", as_token=writers.ascend)
+    # HAMi's own second test: its components only write on Pods for its scheduler.
+    code, _, err = create(any_installed, ns, pod("elsewhere", schedulerName="volcano"))
+    assert code == 0, err
+    denial = refusal("hami.io/bind-phase", f"system:serviceaccount:{nvidia}")
+    refused(nvidia, denial, "hami.io/bind-phase=success", on="elsewhere", as_token=writers.nvidia)
+    print("\n".join(f"{who}: {answer}" for who, answer in answers.items()))
+
+    # Every write the guard refused before it trusted by permission is still refused (the admin: a user).
     changed = annotate(kube, ns, name, "hami.io/vgpu-node=gpu-node-2")
-    assert changed.returncode == 1 and "annotation hami.io/vgpu-node is written by" in changed.stderr
+    assert changed.returncode == 1 and refusal("hami.io/vgpu-node", "admin") in changed.stderr
     removed = kube.kubectl("annotate", "-n", ns, f"pod/{name}", "hami.io/bind-phase-", check=False)
-    assert removed.returncode == 1 and "annotation hami.io/bind-phase is written by" in removed.stderr
-    assert annotate(kube, ns, name, "team=ml").returncode == 0, "an unrelated annotation is the user's"
+    assert removed.returncode == 1 and refusal("hami.io/bind-phase", "admin") in removed.stderr
     # The status subresource can write metadata too, and a Binding's annotations are copied onto its Pod.
     status = kube.kubectl(
         "patch", "-n", ns, f"pod/{name}", "--subresource=status", "--type=merge",
-        "-p", json.dumps({"metadata": {"annotations": {"hami.io/bind-phase": "success"}}}), check=False,
+        "-p", json.dumps({"metadata": {"annotations": {"hami.io/bind-phase": "failed"}}}), check=False,
     )  # fmt: skip
-    assert status.returncode == 1 and "annotation hami.io/bind-phase is written by" in status.stderr
+    assert status.returncode == 1 and refusal("hami.io/bind-phase", "admin") in status.stderr
     phase = kube.kubectl(
         "patch", "-n", ns, f"pod/{name}", "--subresource=status", "--type=merge", "-p", '{"status":{"phase":"Pending"}}'
     )
@@ -150,10 +225,13 @@ def test_only_hamis_scheduler_writes_an_allocation(any_installed: Installed, ns:
         "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-node-1"},
     }
     bound = kube.kubectl("create", "-n", ns, "-f", "-", stdin=json.dumps(binding), check=False)
-    assert bound.returncode == 1 and "admin may not bind a Pod with it" in bound.stderr
+    assert (
+        bound.returncode == 1
+        and refusal("hami.io/vgpu-devices-allocated", "admin", "bind a Pod with it") in bound.stderr
+    )
     annotations = kube.get("pod", name, namespace=ns)["metadata"]["annotations"]
-    assert annotations["hami.io/vgpu-node"] == "gpu-node-1" and annotations["hami.io/bind-phase"] == "allocating"
-    assert annotations["team"] == "ml"
+    assert annotations["hami.io/vgpu-node"] == "gpu-node-1" and annotations["hami.io/bind-phase"] == "success"
+    assert annotations[TO_ALLOCATE] == ";" and annotations["team"] == "ml"
 
 
 def test_a_device_added_after_the_webhook_never_reaches_default_scheduler(

@@ -60,12 +60,15 @@ class Reference:
         command = [str(self.bin / "render-device-config"), "--chart", str(self.bin / "chart"), *sets]
         return subprocess.run(command, check=True, capture_output=True, text=True).stdout
 
-    def manifests(self, kube_version: str, *templates: str) -> list[dict[str, Any]]:
+    def manifests(
+        self, kube_version: str, *templates: str, release: str = "hami", namespace: str = "kube-system"
+    ) -> list[dict[str, Any]]:
         """The objects of the chart's `templates` (paths in the chart) as `helm template --kube-version` renders
-        them with the chart's defaults, release `hami` in `kube-system` (HAMi's install guide)."""
+        them with the chart's defaults, for `helm install RELEASE -n NAMESPACE` (HAMi's install guide: hami in
+        kube-system)."""
         names = [arg for name in templates for arg in ("--template", name)]
         command = [str(self.bin / "render-device-config"), "--chart", str(self.bin / "chart"), *names]
-        command += ["--kube-version", kube_version]
+        command += ["--kube-version", kube_version, "--release", release, "--namespace", namespace]
         rendered = subprocess.run(command, check=True, capture_output=True, text=True).stdout
         return [obj for obj in yaml.safe_load_all(rendered) if obj]
 

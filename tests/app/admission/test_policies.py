@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.admission.policies import GUARD, HAMI_COMPONENTS, ROUTED, Inputs, render
+from app.admission.policies import GUARD, ROUTED, Inputs, render
 from app.cli import main
 from app.preview.scope import load_scope
 from app.settings import Settings
@@ -59,9 +59,28 @@ def test_guard_lists_every_owned_key_of_every_vendor_and_the_given_components(tm
     owned = Settings.from_env({"HAMI_DEVICE_CONFIG": str(config)}).owned_annotations.owned
     assert "huawei.com/Ascend910X" in owned and "hami.io/Ascend910X-devices-to-allocate" in owned
     assert all(f"'{key}'" in listed for key in owned)
-    users = policy["spec"]["matchConditions"][0]["expression"]
-    assert "'system:serviceaccount:gpu:my-scheduler'" in users
-    assert not any(account.split(":")[1] in users for account in HAMI_COMPONENTS)
+    skipped = policy["spec"]["matchConditions"][0]
+    assert skipped == {
+        "name": "not-hami-component",
+        "expression": "!(request.userInfo.username in ['system:serviceaccount:gpu:my-scheduler'])",
+    }
+
+
+def test_the_shipped_guard_pins_no_account_and_asks_the_authorizer_last() -> None:
+    """Trust by permission: no user name in it; the authorizer only after an owned annotation is found written,
+    and after the cheap tests (a ServiceAccount, a Pod for HAMi's scheduler)."""
+    policy, _ = yaml.safe_load_all(chart_defaults()["allocation-guard.yaml"])
+    assert [c["name"] for c in policy["spec"]["matchConditions"]] == ["annotations-written"]
+    (validation,) = policy["spec"]["validations"]
+    expression = validation["expression"]
+    assert "system:serviceaccount:kube-system" not in yaml.safe_dump(policy)
+    order = [
+        "size(variables.written) == 0 ||",
+        "request.userInfo.username.startsWith('system:serviceaccount:')",
+        "object.spec.schedulerName == 'hami-scheduler'",
+        "authorizer.group('').resource('nodes').check('patch').allowed()",
+    ]
+    assert [expression.index(part) for part in order] == sorted(expression.index(part) for part in order)
 
 
 def test_a_malformed_component_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,9 +2,11 @@
 // template engine, so the parity suite gives HAMi's webhook and ours the very file a `helm install` writes.
 // With --template it prints those templates' manifests instead (YAML documents), rendered for the Kubernetes
 // version --kube-version names, as `helm template --kube-version` does: the scheduler test runs HAMi's scheduler
-// and kube-scheduler with the chart's own configuration, flags and RBAC.
+// and kube-scheduler with the chart's own configuration, flags and RBAC. --release and --namespace name the
+// release as `helm install NAME -n NAMESPACE` does (default: hami in kube-system, HAMi's install guide).
 //
-//	render-device-config --chart DIR [--set a.b=value ...] [--kube-version v1.37.2] [--template templates/x.yaml ...]
+//	render-device-config --chart DIR [--set a.b=value ...] [--kube-version v1.37.2] [--release hami]
+//	                     [--namespace kube-system] [--template templates/x.yaml ...]
 package main
 
 import (
@@ -30,17 +32,22 @@ func (s *sets) Set(v string) error { *s = append(*s, v); return nil }
 func main() {
 	chartDir := flag.String("chart", "", "the chart directory (charts/hami)")
 	kubeVersion := flag.String("kube-version", "", "the Kubernetes version the chart renders for (default: Helm's)")
+	release := flag.String("release", "hami", "the release's name")
+	namespace := flag.String("namespace", "kube-system", "the release's namespace")
 	var overrides, templates sets
 	flag.Var(&overrides, "set", "a value as helm --set takes it (repeatable)")
 	flag.Var(&templates, "template", "print this template's manifest, a path in the chart (repeatable)")
 	flag.Parse()
-	if err := render(*chartDir, overrides, *kubeVersion, templates); err != nil {
+	options := chartutil.ReleaseOptions{Name: *release, Namespace: *namespace, IsInstall: true}
+	if err := render(*chartDir, overrides, *kubeVersion, options, templates); err != nil {
 		fmt.Fprintln(os.Stderr, "render-device-config:", err)
 		os.Exit(1)
 	}
 }
 
-func render(chartDir string, overrides []string, kubeVersion string, templates []string) error {
+func render(
+	chartDir string, overrides []string, kubeVersion string, options chartutil.ReleaseOptions, templates []string,
+) error {
 	chrt, err := loader.Load(chartDir)
 	if err != nil {
 		return err
@@ -51,7 +58,6 @@ func render(chartDir string, overrides []string, kubeVersion string, templates [
 			return fmt.Errorf("--set %s: %w", s, err)
 		}
 	}
-	options := chartutil.ReleaseOptions{Name: "hami", Namespace: "kube-system", IsInstall: true}
 	capabilities := chartutil.DefaultCapabilities.Copy()
 	if kubeVersion != "" {
 		version, err := chartutil.ParseKubeVersion(kubeVersion)

@@ -1,0 +1,165 @@
+"""What the allocation guard costs a Pod write, today's (a name-pinned list of accounts) beside the shipped one
+(the authorizer's check), through one real kube-apiserver of each pinned version.
+
+    python -m bench.guard [--writes 300] [--rounds 3] [--versions 1.37.2,1.30.14] [--baseline REV]
+
+One control plane per version (tests/realkube), no webhook. Both guards are applied side by side, each bound to
+namespaces labelled for it: ``pinned`` is manifests/base/policies/allocation-guard.yaml as of git revision
+``--baseline`` (the last one that pinned kube-system:hami-scheduler and kube-system:hami-device-plugin), renamed;
+``permission`` is the shipped one; ``none`` binds no guard. Writes, by one client each, the cases rotating on
+every write so drift falls on all alike:
+
+- ``create``: a device Pod as the webhook leaves it (hami-scheduler, ``hami.io/gpu-type``), by the admin: the
+  common create, which passes the guard with no owned annotation written (the authorizer is not asked);
+- ``allocate``: a merge patch by HAMi's scheduler's ServiceAccount (kube-system:hami-scheduler, allowed to patch
+  Pods and Nodes) writing ``hami.io/vgpu-node`` and ``hami.io/bind-phase``: the pinned guard lets it by at its
+  first matchCondition, the shipped one asks the authorizer;
+- ``annotate``: a merge patch by the admin of an annotation of the user's own, which both turn away at
+  ``annotations-written``'s test.
+
+Printed: per version, write and guard, the median and p90 of each round's client-timed write, less ``none``'s in
+the same round, then the median over rounds. Every write is checked (201 or 200).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from app.admission.policies import GUARD
+from bench.policies import in_turn, over_rounds, table
+from tests.realkube.cluster import RealKube, build_binaries, pinned_versions
+from tests.realkube.pods import IMAGE, Api
+from tests.support import ROOT
+
+SHIPPED = Path("manifests/base/policies/allocation-guard.yaml")
+BASELINE = "dc89e44"
+"""The last revision whose guard pinned HAMi's chart's two ServiceAccounts by name."""
+LABEL = "hami-bench/guard"
+GUARDS = ("none", "pinned", "permission")
+WRITES = ("create", "allocate", "annotate")
+SCHEDULER = ("kube-system", "hami-scheduler")
+GPU = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "30"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--writes", type=int, default=300, help="writes per guard, kind and round (%(default)s)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (%(default)s)")
+    parser.add_argument("--versions", default=",".join(reversed(pinned_versions())), help="(%(default)s)")
+    parser.add_argument("--baseline", default=BASELINE, help="git revision of the pinned guard (%(default)s)")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    pinned = _git_show(args.baseline, SHIPPED)
+    shipped = (ROOT / SHIPPED).read_text()
+    if "authorizer." in pinned or "authorizer." not in shipped:
+        raise SystemExit(f"--baseline {args.baseline} must hold the name-pinned guard, the tree the shipped one")
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="hami-bench-guard-") as tmp:
+        for version in args.versions.split(","):
+            kube = RealKube(build_binaries(version), Path(tmp) / version).start()
+            try:
+                results[version] = measure(kube, {"pinned": pinned, "permission": shipped}, args)
+            finally:
+                kube.stop()
+            title = f"kube-apiserver {version}: added per write (ms) by each guard, median over rounds"
+            print(table(title, results[version]), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+def _git_show(revision: str, path: Path) -> str:
+    done = subprocess.run(["git", "-C", str(ROOT), "show", f"{revision}:{path}"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"--baseline {revision}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def install(kube: RealKube, guards: dict[str, str]) -> str:
+    """Each guard renamed for its case and bound to its namespace; the scheduler's account with what HAMi's
+    chart lets it do to Pods and Nodes; a token of it."""
+    for case in GUARDS:
+        kube.namespace(f"bench-{case}", {LABEL: case})
+    documents = []
+    for case, text in guards.items():
+        for obj in (d for d in yaml.safe_load_all(text) if d):
+            obj["metadata"]["name"] = f"{GUARD}-{case}"
+            if obj["kind"].endswith("Binding"):
+                obj["spec"]["policyName"] = f"{GUARD}-{case}"
+                selector = {"matchLabels": {LABEL: case}}
+                obj["spec"]["matchResources"] = {"namespaceSelector": selector}
+            documents.append(obj)
+    kube.kubectl("apply", "-f", "-", stdin="\n---\n".join(json.dumps(o) for o in documents))
+    ns, name = SCHEDULER
+    kube.kubectl("create", "serviceaccount", name, "-n", ns)
+    kube.kubectl("create", "clusterrole", name, "--verb=get,list,watch,patch", "--resource=pods,nodes")
+    kube.kubectl("create", "clusterrolebinding", name, f"--clusterrole={name}", f"--serviceaccount={ns}:{name}")
+    return kube.kubectl("create", "token", name, "-n", ns).stdout.strip()
+
+
+def device_pod(name: str) -> bytes:
+    ctr = {"name": "c", "image": IMAGE, "resources": {"limits": GPU}}
+    meta = {"name": name, "annotations": {"hami.io/gpu-type": "NVIDIA"}}
+    obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"schedulerName": "hami-scheduler", "containers": [ctr]},
+    }
+    return json.dumps(obj).encode()
+
+
+def measure(kube: RealKube, guards: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
+    scheduler = Api(kube, install(kube, guards))
+    admin = Api(kube)
+    for case in GUARDS:
+        status, data = admin.call("POST", f"/api/v1/namespaces/bench-{case}/pods", device_pod("patched"))
+        assert status == 201, data
+    problems: list[str] = []
+    made = itertools.count()
+
+    def timed(case: str, write: str) -> float:
+        n = next(made)
+        pods = f"/api/v1/namespaces/bench-{case}/pods"
+        if write == "create":
+            api, call = admin, ("POST", pods, device_pod(f"device-{n}"))
+        else:
+            written = {"hami.io/vgpu-node": f"node-{n}", "hami.io/bind-phase": "allocating"}
+            if write == "annotate":
+                api, written = admin, {"team": f"t-{n}"}
+            else:
+                api = scheduler
+            call = ("PATCH", f"{pods}/patched", json.dumps({"metadata": {"annotations": written}}).encode())
+        started = time.perf_counter()
+        status, data = api.call(*call, merge=write != "create")
+        took = time.perf_counter() - started
+        if status not in (200, 201):
+            problems.append(f"{write} {case}: HTTP {status}: {data[:300]!r}")
+        return took
+
+    # Until both guards are loaded, a write may pass unguarded; in_turn warms up until every write is answered.
+    try:
+        rounds = in_turn(timed, GUARDS, WRITES, args.writes, args.rounds, problems)
+    finally:
+        scheduler.close()
+        admin.close()
+    if problems:
+        raise SystemExit("writes went wrong:\n" + "\n".join(sorted(set(problems))[:10]))
+    return over_rounds(rounds)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
