@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from app.quota.amounts import Amounts
 from app.quota.demand import Demand
 
 
@@ -78,6 +79,11 @@ class QuotaPort(Protocol):
         """Check (and, unless ``dry_run``, reserve) ``demands``; raises QuotaUnavailable when it cannot decide."""
         ...
 
+    def room(self, namespace: str) -> Amounts | None:
+        """The device quota free in ``namespace`` now, per quota resource, from what this process has cached (never
+        waits on the API server); None when unknown (no quota, or the cache cannot be trusted yet)."""
+        ...
+
     def status(self) -> dict[str, Any]:
         """Readiness detail: ``{"ready": bool, ...}`` for /readyz."""
         ...
@@ -98,6 +104,9 @@ class QuotaOff:
 
     def admit(self, namespace: str, demands: Sequence[Demand], *, uid: str, dry_run: bool) -> Verdict:
         return FITS
+
+    def room(self, namespace: str) -> Amounts | None:
+        return None
 
     def status(self) -> dict[str, Any]:
         return {"ready": True, "quota": "off", "reason": self.reason}
