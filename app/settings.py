@@ -34,6 +34,17 @@ class QuotaMode(StrEnum):
     OFF = "false"
 
 
+class WorkloadChecks(StrEnum):
+    """What the webhook answers for a workload whose Pods it would refuse or warn about (HAMI_WORKLOAD_CHECKS)."""
+
+    WARN = "warn"
+    """Allowed, with warnings for the author."""
+    DENY = "deny"
+    """Refused when every Pod of its template would be; warnings otherwise."""
+    OFF = "off"
+    """Allowed, without a word."""
+
+
 @dataclass(frozen=True)
 class Knob:
     """One setting: its variable, default and meaning, and the checks its value must pass. Declared once, on its
@@ -90,6 +101,13 @@ class Settings:
         "false",
         "deny (400) device Pods whose HAMi annotations draw a warning (unknown key, value HAMi ignores, key HAMi"
         " writes) instead of admitting them with it",
+    )
+    workload_checks: WorkloadChecks = _knob(
+        "HAMI_WORKLOAD_CHECKS",
+        "warn",
+        "warn: workloads (Deployments, Jobs, ...) whose Pods would be refused or warned about are admitted with"
+        " warnings; deny: refused when every Pod would be; off: admitted without a word",
+        choices=tuple(WorkloadChecks),
     )
     # -- observability (docs/operations.md, "Metrics" and "Logs") --
     metrics_bind: str = _knob(
@@ -247,7 +265,7 @@ def _parse(knob: Knob, raw: str) -> Any:
     return raw
 
 
-_KINDS = {"str": str, "bool": bool, "int": int, "QuotaMode": QuotaMode}
+_KINDS = {"str": str, "bool": bool, "int": int, "QuotaMode": QuotaMode, "WorkloadChecks": WorkloadChecks}
 KNOBS: tuple[Knob, ...] = tuple(
     Knob(env, f.name, default, _KINDS[str(f.type)], help, minimum, choices)
     for f in fields(Settings)
