@@ -21,6 +21,7 @@ SHIPPED = {
     "floor.yaml": MANIFESTS / "components" / "floor" / "floor.yaml",
 }
 WEBHOOK_CONFIGURATION = MANIFESTS / "base" / "mutatingwebhookconfiguration.yaml"
+WORKLOAD_CONFIGURATION = MANIFESTS / "base" / "validatingwebhookconfiguration.yaml"
 
 
 def chart_defaults() -> dict[str, str]:
@@ -35,10 +36,40 @@ def test_shipped_policies_are_the_commands_output_for_the_chart_defaults(name: s
 
 def test_shipped_match_conditions_are_the_commands() -> None:
     """Every resource name of every vendor (Ascend and Iluvatar too: the webhook says why it passes those)."""
-    (written,) = yaml.safe_load(chart_defaults()["match-conditions.yaml"])["webhooks"]
+    pods, workloads = yaml.safe_load_all(chart_defaults()["match-conditions.yaml"])
+    (written,) = pods["webhooks"]
     (shipped,) = yaml.safe_load(WEBHOOK_CONFIGURATION.read_text())["webhooks"]
     assert written["name"] == shipped["name"]
     assert shipped["matchConditions"] == written["matchConditions"]
+    shipped_workloads = yaml.safe_load(WORKLOAD_CONFIGURATION.read_text())
+    assert shipped_workloads["metadata"] == workloads["metadata"]
+    assert [(w["name"], w["matchConditions"]) for w in shipped_workloads["webhooks"]] == [
+        (w["name"], w["matchConditions"]) for w in workloads["webhooks"]
+    ]
+
+
+def test_the_workload_webhooks_cover_every_kind_that_creates_pods_from_a_template() -> None:
+    """Each kind of TEMPLATES is sent, CREATE and UPDATE, to the webhook whose conditions read its template's place;
+    never a subresource (the scale subresource autoscalers call)."""
+    from app.admission.policies import WORKLOAD_WEBHOOKS
+    from app.admission.templates import TEMPLATES
+    from app.admission.workloads import WORKLOAD_KINDS
+
+    paths = {name: path for name, path, _counts in WORKLOAD_WEBHOOKS}
+    covered = {}
+    for hook in yaml.safe_load(WORKLOAD_CONFIGURATION.read_text())["webhooks"]:
+        assert (hook["failurePolicy"], hook["sideEffects"], hook["clientConfig"]["service"]["path"]) == (
+            "Ignore",
+            "None",
+            "/workloads",
+        )
+        assert hook["timeoutSeconds"] <= 5
+        for rule in hook["rules"]:
+            assert rule["operations"] == ["CREATE", "UPDATE"]
+            for resource in rule["resources"]:
+                assert "/" not in resource
+                covered[(rule["apiGroups"][0], resource)] = paths[hook["name"]]
+    assert covered == {WORKLOAD_KINDS[kind]: path for kind, path in TEMPLATES.items()}
 
 
 def test_command_writes_the_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
