@@ -68,3 +68,24 @@ def default_spec(spec: dict[str, Any]) -> None:
                     resources["requests"] = {}
                 for name, amount in limits.items():
                     resources["requests"].setdefault(name, amount)
+
+
+def defaulted(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec`` with default_spec applied, leaving ``spec`` as it is: only what default_spec writes to (the spec,
+    the container lists, each container and its resources and requests) is copied, everything else shared."""
+    copied = dict(spec)
+    for field_name in ("initContainers", "containers"):
+        containers = copied.get(field_name)
+        if isinstance(containers, list):
+            copied[field_name] = [_own_resources(ctr) for ctr in containers]
+    default_spec(copied)
+    return copied
+
+
+def _own_resources(ctr: Any) -> Any:
+    if not isinstance(ctr, dict) or not isinstance(ctr.get("resources"), dict):
+        return ctr
+    resources = dict(ctr["resources"])
+    if isinstance(resources.get("requests"), dict):
+        resources["requests"] = dict(resources["requests"])
+    return {**ctr, "resources": resources}

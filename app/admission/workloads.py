@@ -10,7 +10,6 @@ policy refuses, never for quota). A malformed template is the API server's to re
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 from app.admission import notices, schemas
 from app.admission.notices import Notice
 from app.admission.review import Decision, decide, deny, request_namespace
-from app.admission.templates import TEMPLATES, Path, default_spec, dig, template_pod
+from app.admission.templates import TEMPLATES, Path, defaulted, dig, template_pod
 from app.quota import FITS, Demand, QuotaPort, Verdict
 from app.quota.amounts import Amounts
 from app.quota.demand import amounts
@@ -105,10 +104,10 @@ def decide_workload(request: Mapping[str, Any], settings: Settings, quota: Quota
     ):
         return Decision(allowed=True)
     namespace = request_namespace(request)
-    pod = copy.deepcopy(template_pod(obj, path, namespace))
+    pod = template_pod(obj, path, namespace)
     if schemas.problems(schemas.POD, pod, "template") or not isinstance(pod.get("spec"), dict):
         return Decision(allowed=True)  # malformed: the API server's validation, after us, says where
-    default_spec(pod["spec"])
+    pod["spec"] = defaulted(pod["spec"])  # the request's object is left as it came
     demanded = _Demanded(quota)
     decision = decide(pod, settings, demanded, namespace=namespace, uid=uid, dry_run=True)
     if not decision.allowed:

@@ -264,3 +264,18 @@ def test_a_bad_envelope_is_a_denied_review_naming_the_field() -> None:
     response = answer(body)
     assert response["allowed"] is False and response["status"]["code"] == 400
     assert "request.kind" in response["status"]["message"]
+
+
+def test_the_request_is_left_as_it_came_and_a_big_template_costs_what_its_size_says() -> None:
+    """The defaults are applied to a copy of what they touch (the containers' resources), not to the request's
+    object; 2,000 containers are checked like 2,000 containers, with one warning."""
+    from app.admission.workloads import decide_workload
+
+    many = [container(f"c{i}", {"nvidia.com/gpu": "1"}, defaulted=False) for i in range(2000)]
+    obj = workload("Deployment", *many, replicas=1)
+    obj["spec"]["template"]["spec"]["containers"][1999]["securityContext"] = {"privileged": True}
+    body = review(obj)
+    before = copy.deepcopy(body)
+    decision = decide_workload(body["request"], Settings.from_env({}), Room({}), "w-1")
+    assert body == before
+    assert [n.text for n in decision.warnings] == ["Pods refused: container c1999 is privileged"]
