@@ -147,3 +147,45 @@ def test_only_names_the_webhook_takes_for_a_device_pod_are_checked() -> None:
     devices = policy["spec"]["matchConditions"][0]["expression"]
     assert "'nvidia.com/gpu'" in devices and "'nvidia.com/gpumem'" in devices  # a default count applies
     assert "'nvidia.com/priority'" not in devices and "'cambricon.com/mlu.smlu.vcore'" not in devices
+
+
+def _deployment(limits: dict[str, str], annotations: dict[str, str] | None = None, **spec: object) -> dict:
+    template: dict = {"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    template["spec"]["containers"][0]["resources"] = {"limits": limits}
+    if annotations:
+        template["metadata"]["annotations"] = annotations
+    return {"kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 1, **spec, "template": template}}
+
+
+GPU_DEPLOYMENT = _deployment({"nvidia.com/gpu": "1"})
+OWNED = {
+    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "d", "uid": "u", "controller": True}]
+}
+
+
+@pytest.mark.parametrize(
+    ("obj", "old", "sent"),
+    [
+        pytest.param(GPU_DEPLOYMENT, None, True, id="device-template"),
+        pytest.param(_deployment({"cpu": "1"}), None, False, id="cpu-only"),
+        pytest.param(_deployment({"cpu": "1"}, {"hami.io/node-scheduler-policy": "spread"}), None, True, id="hami-key"),
+        pytest.param(_deployment({"cpu": "1"}, {"example.com/x": "y"}), None, False, id="other-annotation"),
+        pytest.param({**GPU_DEPLOYMENT, "metadata": {"name": "d", "labels": {"x": "y"}}}, GPU_DEPLOYMENT, False,
+                     id="update-metadata-only"),
+        pytest.param(_deployment({"nvidia.com/gpu": "1"}, replicas=3), GPU_DEPLOYMENT, True, id="update-replicas"),
+        pytest.param(_deployment({"nvidia.com/gpu": "2"}), GPU_DEPLOYMENT, True, id="update-template"),
+        pytest.param({**GPU_DEPLOYMENT, "metadata": {"name": "d", **OWNED}}, None, False, id="a-controllers"),
+        pytest.param({"kind": "Deployment", "metadata": {"name": "d"}, "spec": {}}, None, False, id="no-template"),
+    ],
+)  # fmt: skip
+def test_the_workload_conditions_send_what_they_say(obj: dict, old: dict | None, sent: bool) -> None:
+    """Evaluated as kube-apiserver evaluates them (cel-python, app/preview/matching.py); the real server decides the
+    same in tests/realkube/test_workload_warnings.py."""
+    from app.preview import matching
+
+    (hook, *_) = yaml.safe_load(WORKLOAD_CONFIGURATION.read_text())["webhooks"]
+    request = {"kind": {"group": "apps", "version": "v1", "kind": "Deployment"}, "object": obj, "oldObject": old}
+    request["operation"] = "UPDATE" if old else "CREATE"
+    result = matching.evaluate(hook["matchConditions"], request)
+    assert result.errors == ()
+    assert (result.outcome is matching.Outcome.MATCH) == sent
