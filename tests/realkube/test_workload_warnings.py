@@ -266,7 +266,7 @@ def test_every_warning_for_hamis_examples_is_one_the_offline_review_prints(
     manifest = tmp_path / "examples.yaml"
     manifest.write_text(yaml.safe_dump_all(objects))
     capsys.readouterr()
-    main(["review", "-n", ns, str(manifest)])
+    main(["review", "--namespace", ns, str(manifest)])
     offline = capsys.readouterr().err
     printed = kube.kubectl("apply", "--dry-run=server", "-n", ns, "-f", str(manifest), check=False).stderr
     warnings = [line.removeprefix("Warning: ") for line in printed.splitlines() if line.startswith("Warning: ")]
