@@ -16,6 +16,7 @@ from app.admission.annotations import GPU_POLICY_ANNOTATION, NODE_POLICY_ANNOTAT
 from app.admission.devices.base import ConfigError, Device
 from app.admission.devices.config import load_device_config
 from app.admission.devices.registry import build_devices, switched_off
+from app.admission.workloads import WorkloadChecks
 from app.logs import FORMATS, LEVELS
 from app.quota.startup import QuotaMode
 
@@ -80,6 +81,13 @@ class Settings:
         "false",
         "deny (400) device Pods whose HAMi annotations draw a warning (unknown key, value HAMi ignores, key HAMi"
         " writes) instead of admitting them with it",
+    )
+    workload_checks: WorkloadChecks = _knob(
+        "HAMI_WORKLOAD_CHECKS",
+        "warn",
+        "warn: workloads (Deployments, Jobs, ...) whose Pods would be refused or warned about are admitted with"
+        " warnings; deny: refused when every Pod would be; off: admitted without a word",
+        choices=tuple(WorkloadChecks),
     )
     # -- observability (docs/operations.md, "Metrics" and "Logs") --
     metrics_bind: str = _knob(
@@ -237,7 +245,7 @@ def _parse(knob: Knob, raw: str) -> Any:
     return raw
 
 
-_KINDS = {"str": str, "bool": bool, "int": int, "QuotaMode": QuotaMode}
+_KINDS = {"str": str, "bool": bool, "int": int, "QuotaMode": QuotaMode, "WorkloadChecks": WorkloadChecks}
 KNOBS: tuple[Knob, ...] = tuple(
     Knob(env, f.name, default, _KINDS[str(f.type)], help, minimum, choices)
     for f in fields(Settings)

@@ -1,4 +1,5 @@
-"""Part 1: the pure core, in process. Median and p99 microseconds per ``review()`` call.
+"""Part 1: the pure core, in process. Median and p99 microseconds per ``review()`` call, and per workload check
+(``deploy/...``: a Deployment whose template is that Pod).
 
 Each call is timed on its own (perf_counter_ns), so the p99 shows the garbage
 collector and the machine's noise, not only the mean. The review is the whole
@@ -12,7 +13,8 @@ import time
 from typing import Any
 
 from app.admission.ports import QuotaOff
-from app.admission.review import review
+from app.admission.review import answer, review
+from app.admission.workloads import decide_workload_review
 from app.settings import Settings
 from bench import pods
 
@@ -43,4 +45,9 @@ def run(count: int) -> dict[str, dict[str, Any]]:
     for name, document in pods.reviews().items():
         calls = max(3, count // 50) if name == "200-containers" else count
         out[name] = time_calls(lambda d=document: review(d, settings, quota), calls)
+    for name, document in pods.workload_reviews().items():  # the workload check: /workloads' core, per call
+        calls = max(3, count // 50) if name.endswith("200-containers") else count
+        out[name] = time_calls(
+            lambda d=document: answer(d, "b", decide_workload_review(d, settings, quota, "b")), calls
+        )
     return out

@@ -7,6 +7,7 @@ what a three-line Pod costs. The single-GPU review is about 3 KiB of JSON.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from app.cli import admission_review
@@ -99,3 +100,27 @@ def reviews() -> dict[str, dict[str, Any]]:
         "200-containers": _review(_pod([_container(f"c{i}", GPU, env=4) for i in range(200)])),
         "denied": _review(_pod([_container("cuda", GPU, privileged=True)])),
     }
+
+
+def workload_reviews() -> dict[str, dict[str, Any]]:
+    """name -> AdmissionReview of a Deployment CREATE whose template is one of ``reviews``' Pods (the workload
+    check's cost: the same Pod review, the template copied and defaulted first)."""
+    found = {}
+    for name in ("single-gpu", "denied", "200-containers"):
+        review = copy.deepcopy(reviews()[name])
+        pod = review["request"]["object"]
+        template = {"metadata": {k: pod["metadata"][k] for k in ("labels", "annotations")}, "spec": pod["spec"]}
+        review["request"]["kind"] = {"group": "apps", "version": "v1", "kind": "Deployment"}
+        review["request"]["resource"] = {"group": "apps", "version": "v1", "resource": "deployments"}
+        review["request"]["object"] = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "trainer", "namespace": "ml"},
+            "spec": {
+                "replicas": 3,
+                "selector": {"matchLabels": {"app.kubernetes.io/name": "trainer"}},
+                "template": template,
+            },
+        }
+        found[f"deploy/{name}"] = review
+    return found

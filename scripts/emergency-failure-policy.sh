@@ -14,6 +14,10 @@
 # process. So where the floor is absent, Ignore also turns the routed binding's Deny into Warn+Audit, and Fail
 # (or the floor present) puts Deny back. Without the routed binding installed, nothing more is done.
 #
+# The workloads' configuration (ValidatingWebhookConfiguration hami-webhook-workloads) is left alone: it is
+# failurePolicy Ignore already and only ever warns (or, with HAMI_WORKLOAD_CHECKS=deny, refuses templates whose every
+# Pod would be refused anyway), so an outage of the webhook never blocks a workload through it.
+#
 # Exit codes: 0 done (also when nothing had to change), 2 usage error, otherwise kubectl's own exit code,
 # with kubectl's message on stderr (no such configuration, no permission, unreachable cluster).
 set -euo pipefail
@@ -25,6 +29,7 @@ usage: emergency-failure-policy.sh Ignore|Fail [--name NAME] [--context CONTEXT]
   --name NAME       MutatingWebhookConfiguration name (default: hami-webhook-pods)
   --context CTX     kubeconfig context to use (default: the current one; KUBECONFIG is honoured)
   --dry-run         show what would change, change nothing (server-side dry run)
+The workloads' ValidatingWebhookConfiguration (hami-webhook-workloads) is never changed: it fails open already.
 EOF
   [ $# -gt 0 ] && printf 'emergency-failure-policy.sh: %s\n' "$1" >&2
   exit 2

@@ -67,6 +67,8 @@ class Inputs:
     authorizer's check (none by default: the check finds HAMi's components wherever they are installed)."""
     configuration: str = "hami-webhook-pods"
     """The MutatingWebhookConfiguration's name, for the patch of its matchConditions."""
+    workloads: str = "hami-webhook-workloads"
+    """The ValidatingWebhookConfiguration's name (workloads' templates), for the patch of its matchConditions."""
 
 
 def _quoted(names: Iterable[str]) -> str:
@@ -80,17 +82,69 @@ def _listed(names: Iterable[str], indent: str) -> str:
 def webhook_match_conditions(names: Iterable[str]) -> list[Obj]:
     """The MutatingWebhookConfiguration's matchConditions: any container asking for any of ``names`` in limits
     or requests (the webhook sees Pods before validation), and no mirror Pod."""
+    return [{"name": "requests-accelerator", "expression": _asks_device("object", names)}, NOT_MIRROR]
+
+
+def _asks_device(pod: str, names: Iterable[str]) -> str:
+    """CEL: the Pod (or Pod template) ``pod`` has a container or init container asking for one of ``names``."""
     listed = _listed(sorted(names), "        ")
-    expression = (
-        "has(object.spec) &&\n"
-        "((has(object.spec.containers) ? object.spec.containers : []) +\n"
-        " (has(object.spec.initContainers) ? object.spec.initContainers : [])).exists(c,\n"
+    return (
+        f"has({pod}.spec) &&\n"
+        f"((has({pod}.spec.containers) ? {pod}.spec.containers : []) +\n"
+        f" (has({pod}.spec.initContainers) ? {pod}.spec.initContainers : [])).exists(c,\n"
         "  has(c.resources) &&\n"
         "  [has(c.resources.limits) ? c.resources.limits : {},\n"
         "   has(c.resources.requests) ? c.resources.requests : {}].exists(m,\n"
         f"    m.exists(r, r in [\n{listed}\n      ])))"
     )
-    return [{"name": "requests-accelerator", "expression": expression}, NOT_MIRROR]
+
+
+NOT_A_CONTROLLERS = {
+    "name": "not-made-by-a-controller",
+    "expression": "!has(object.metadata.ownerReferences) ||\n"
+    "!object.metadata.ownerReferences.exists(o, has(o.controller) && o.controller)",
+}
+"""A ReplicaSet a Deployment makes, a Job a CronJob makes: the controller drops warnings, and its owner was checked."""
+WORKLOAD_WEBHOOKS = (
+    ("workloads.hami.io", ("spec", "template"), ("replicas", "parallelism", "completions")),
+    ("cronjobs.workloads.hami.io", ("spec", "jobTemplate", "spec", "template"), ("parallelism", "completions")),
+    ("podtemplates.workloads.hami.io", ("template",), ()),
+)
+"""The ValidatingWebhookConfiguration's webhooks, one per place a kind keeps its template (TEMPLATES): its name,
+that place, and the fields of the spec holding it that say how many Pods run at once."""
+
+
+def workload_match_conditions(names: Iterable[str], prefixes: Iterable[str]) -> dict[str, list[Obj]]:
+    """Per webhook of WORKLOAD_WEBHOOKS, its matchConditions: a template asking for a device (the Pods' condition,
+    on the template) or carrying an annotation under one of HAMi's ``prefixes``; and on an update, a template or
+    a count of Pods that changed (kubectl apply of the same manifest, a status or metadata edit: not sent); and
+    never an object a controller made."""
+    names, prefixes = sorted(names), sorted(prefixes)
+    conditions: dict[str, list[Obj]] = {}
+    for webhook, path, counts in WORKLOAD_WEBHOOKS:
+        template, before = ".".join(("object", *path)), ".".join(("oldObject", *path))
+        present = " && ".join(f"has({'.'.join(('object', *path[: i + 1]))})" for i in range(len(path)))
+        annotated = (
+            f"has({template}.metadata) && has({template}.metadata.annotations) &&\n"
+            f"{template}.metadata.annotations.exists(k, [{_quoted(p + '/' for p in prefixes)}].exists(p,\n"
+            "  k.startsWith(p)))"
+        )
+        changed = f"oldObject == null || {before} != {template}"
+        if counts:
+            spec, old_spec = template.rsplit(".", 1)[0], before.rsplit(".", 1)[0]
+            changed += (
+                f" ||\n[{_quoted(counts)}].exists(f,\n"
+                f"  (f in {spec} ? {spec}[f] : 0) != (f in {old_spec} ? {old_spec}[f] : 0))"
+            )
+        conditions[webhook] = [
+            {
+                "name": "template-asks-hami",
+                "expression": f"{present} && (\n({_asks_device(template, names)}) ||\n({annotated}))",
+            },
+            {"name": "template-or-count-changed", "expression": changed},
+            NOT_A_CONTROLLERS,
+        ]
+    return conditions
 
 
 def _requests_device(names: Iterable[str]) -> Obj:
@@ -320,7 +374,7 @@ class PolicyError(ValueError):
 
 def render(inputs: Inputs) -> dict[str, str]:
     """Each file's YAML text, by file name: the three validating policies, the floor (only written when the
-    webhook reroutes default-scheduler Pods), and the webhook's matchConditions as a patch of its configuration."""
+    webhook reroutes default-scheduler Pods), and the webhooks' matchConditions as patches of both configurations."""
     settings = inputs.settings
     if not settings.scheduler_name:
         raise PolicyError("HAMI_SCHEDULER_NAME is empty: the webhook routes no Pod, so no policy can check routing")
@@ -336,11 +390,22 @@ def render(inputs: Inputs) -> dict[str, str]:
             settings.owned_annotations.owned, settings.scheduler_name, inputs.components
         ),
         "routed.yaml": [*routed(settings, inputs.scope), *reviewed(settings)],
-        "match-conditions.yaml": [conditions],
+        "match-conditions.yaml": [conditions, _workload_conditions(inputs, every)],
     }
     if settings.force_overwrite_default_scheduler:
         files["floor.yaml"] = floor(settings, inputs.scope)
     return {name: _yaml(objects) for name, objects in files.items()}
+
+
+def _workload_conditions(inputs: Inputs, every: Sequence[str]) -> Obj:
+    """The workload configuration's matchConditions, as a patch of it."""
+    found = workload_match_conditions(every, inputs.settings.owned_annotations.prefixes)
+    return {
+        "apiVersion": API,
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": inputs.workloads},
+        "webhooks": [{"name": name, "matchConditions": conditions} for name, conditions in found.items()],
+    }
 
 
 class _Dumper(yaml.SafeDumper):

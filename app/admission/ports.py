@@ -72,6 +72,16 @@ class QuotaPort(Protocol):
         raises QuotaUnavailable when it cannot decide."""
         ...
 
+    def asks(self, pod: PodEdit) -> dict[str, int]:
+        """What the mutated ``pod`` asks of a device quota, per quota resource name (HAMi's arithmetic); {} for
+        nothing. A figure for a workload's warning: the quota's arithmetic stays the quota's."""
+        ...
+
+    def room(self, namespace: str) -> dict[str, int] | None:
+        """The device quota free in ``namespace`` now, per quota resource, from what this process has cached (never
+        waits on the API server); None when unknown (no quota, or the cache cannot be trusted yet)."""
+        ...
+
     def status(self) -> dict[str, Any]:
         """Readiness detail: ``{"ready": bool, ...}`` for /readyz."""
         ...
@@ -92,6 +102,12 @@ class QuotaOff:
 
     def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool) -> Verdict:
         return FITS
+
+    def asks(self, pod: PodEdit) -> dict[str, int]:
+        return {}
+
+    def room(self, namespace: str) -> dict[str, int] | None:
+        return None
 
     def status(self) -> dict[str, Any]:
         return {"ready": True, "quota": "off", "reason": self.reason}

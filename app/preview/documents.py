@@ -19,6 +19,7 @@ import jsonpatch
 from app.admission.edit import Op, pointer
 from app.admission.ports import QuotaOff, ReviewSettings
 from app.admission.review import answer, decide_review, request_namespace
+from app.admission.templates import default_spec
 from app.preview.scope import Scope
 from app.preview.workloads import Found, dig, objects, template_pod
 from app.untrusted import json_document, shown
@@ -173,7 +174,7 @@ def _pod(item: Found, namespace: str, as_new: Sequence[str] | None) -> tuple[dic
         return copy.deepcopy(item.obj), pointer(*item.at)
     template = dig(item.obj, item.template or ())
     if isinstance(template, dict) and isinstance(template.get("spec"), dict):
-        _default_spec(template["spec"])
+        default_spec(template["spec"])
     return copy.deepcopy(template_pod(item, namespace)), pointer(*item.at, *(item.template or ()))
 
 
@@ -198,25 +199,7 @@ def _api_server_defaults(pod: dict[str, Any], namespace: str) -> None:
     if not pod["metadata"].get("namespace"):
         pod["metadata"]["namespace"] = namespace
     if isinstance(pod.get("spec"), dict):
-        _default_spec(pod["spec"])
-
-
-def _default_spec(spec: dict[str, Any]) -> None:
-    """schedulerName (defaulted on templates too) and requests copied from limits (on the Pod only, so the
-    Pods a template creates get them when they are created). In place."""
-    spec.setdefault("schedulerName", "default-scheduler")
-    for field_name in ("initContainers", "containers"):
-        containers = spec.get(field_name)
-        for ctr in containers if isinstance(containers, list) else []:
-            resources = ctr.get("resources") if isinstance(ctr, dict) else None
-            if not isinstance(resources, dict):
-                continue
-            limits = resources.get("limits")
-            if isinstance(limits, dict) and limits:
-                if not isinstance(resources.get("requests"), dict):
-                    resources["requests"] = {}
-                for name, amount in limits.items():
-                    resources["requests"].setdefault(name, amount)
+        default_spec(pod["spec"])
 
 
 def _review(

@@ -10,21 +10,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from app.admission.templates import TEMPLATES, Path, dig
+from app.admission.templates import template_pod as pod_from_template
 from app.untrusted import shown
 
-TEMPLATES: Mapping[str, tuple[str, ...]] = {
-    "Deployment": ("spec", "template"),
-    "StatefulSet": ("spec", "template"),
-    "DaemonSet": ("spec", "template"),
-    "ReplicaSet": ("spec", "template"),
-    "ReplicationController": ("spec", "template"),
-    "Job": ("spec", "template"),
-    "CronJob": ("spec", "jobTemplate", "spec", "template"),
-    "PodTemplate": ("template",),
-}
-"""Per kind, the path of the PodTemplateSpec its controller creates Pods from."""
-
-Path = tuple[str | int, ...]
+__all__ = ["TEMPLATES", "Found", "dig", "objects", "template_pod"]
 
 
 @dataclass(frozen=True)
@@ -75,29 +65,6 @@ def objects(document: Any, at: Path = (), kind: str = "") -> Iterator[Found]:
     yield Found(at, kind, document, () if kind == "Pod" else TEMPLATES.get(kind))
 
 
-def dig(obj: Any, path: Path) -> Any:
-    """The value at ``path`` in ``obj``, or None where the path leaves the document."""
-    for part in path:
-        if isinstance(part, int):
-            obj = obj[part] if isinstance(obj, list) and part < len(obj) else None
-        else:
-            obj = obj.get(part) if isinstance(obj, Mapping) else None
-    return obj
-
-
 def template_pod(found: Found, namespace: str) -> dict[str, Any]:
-    """The Pod a workload's controller would create from its template: the template's labels, annotations
-    and spec, in the workload's namespace."""
-    found_template = dig(found.obj, found.template or ())
-    template: Mapping[str, Any] = found_template if isinstance(found_template, Mapping) else {}
-    found_meta = template.get("metadata")
-    meta: Mapping[str, Any] = found_meta if isinstance(found_meta, Mapping) else {}
-    owner = dig(found.obj, ("metadata", "name"))
-    metadata: dict[str, Any] = {key: meta[key] for key in ("labels", "annotations") if key in meta}
-    metadata["namespace"] = namespace
-    if isinstance(owner, str) and owner:
-        metadata["generateName"] = f"{owner}-"
-    pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata}
-    if "spec" in template:
-        pod["spec"] = template["spec"]
-    return pod
+    """The Pod a workload's controller would create from its template (app/admission/templates.py)."""
+    return pod_from_template(found.obj, found.template or (), namespace)

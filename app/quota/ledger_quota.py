@@ -18,10 +18,12 @@ from typing import Any
 from app.admission.devices.base import Device
 from app.admission.edit import PodEdit
 from app.admission.ports import FITS, QuotaUnavailable, Verdict
+from app.quota.amounts import Amounts
 from app.quota.committer import ADMIT_BUDGET, Committer
 from app.quota.contact import Contact
-from app.quota.decision import Ask, denial
+from app.quota.decision import Ask, account, denial
 from app.quota.demand import amounts, demands
+from app.quota.ledger import Snapshot
 from app.quota.limits import limited
 from app.quota.seams import SYSTEM_CLOCK, Clock, FeedView, LedgerStore
 from app.quota.state import Ticket
@@ -60,8 +62,11 @@ class LedgerQuota:
         or a fresh worker would admit everything before its first ResourceQuota list arrives."""
         return bool(self._unfit()) or bool(self.feed.limits(namespace))
 
+    def asks(self, pod: PodEdit) -> Amounts:
+        return amounts(demands(pod, self._devices))
+
     def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool) -> Verdict:
-        requested = amounts(demands(pod, self._devices))
+        requested = self.asks(pod)
         if not requested:
             return FITS  # no device resource: nothing to count
         deadline = self._clock.monotonic() + ADMIT_BUDGET
@@ -96,6 +101,16 @@ class LedgerQuota:
             return None  # (a request sent again whose entry is there: the commit says it is reserved)
         refused = denial(self.committer.scene(namespace, found), ask.requested)
         return Verdict(refused) if refused else None
+
+    def room(self, namespace: str) -> Amounts | None:
+        """What is certainly free (the limit less what a denial counts as taken), read from the feed and the cached
+        ledger without waiting: a warning's figure, never a decision."""
+        limits = self.feed.limits(namespace)
+        if not limits or self._unfit() or not self.feed.namespace_synced(namespace):
+            return None
+        found = self.feed.ledger(namespace) or Snapshot(namespace, {}, None)
+        taken = account(self.committer.scene(namespace, found)).lower
+        return {name: max(limit - taken.get(name, 0), 0) for name, limit in limits.items()}
 
     # --- helpers ---------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""HTTP transport: POST /webhook, GET /healthz and /readyz. Thin: all policy lives in review.
+"""HTTP transport: POST /webhook (Pods), POST /workloads (their templates), GET /healthz and /readyz. Thin: all
+policy lives in app/admission.
 
 Every request gets an answer a person can read: an AdmissionReview when a uid can
 be read from the body, otherwise an HTTP error status with a Kubernetes Status (a body
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +21,9 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from app import metrics
 from app.admission.notices import KINDS
-from app.admission.ports import QUOTA_REASON, QuotaPort, QuotaUnavailable, ReviewSettings
+from app.admission.ports import QUOTA_REASON, QuotaPort, QuotaUnavailable
 from app.admission.review import Decision, UnreadableReview, answer, decide_review, deny, read_uid, request_namespace
+from app.admission.workloads import WorkloadSettings, decide_workload_review
 from app.readiness import Readiness
 from app.serving.protocol import error_body
 from app.untrusted import UntrustedError, json_document
@@ -36,7 +39,7 @@ class Webhook:
     """What the views need: the settings, the quota port, and the process's readiness (which the worker reads
     from the app too)."""
 
-    settings: ReviewSettings
+    settings: WorkloadSettings
     quota: QuotaPort
     readiness: Readiness
 
@@ -121,20 +124,31 @@ def _unexpected_error(exc: Exception) -> Response:
 
 @blueprint.post("/webhook")
 def webhook() -> Response:
-    """The review, counted and timed under controller-runtime's metric names."""
+    """The review of a Pod."""
+    return _counted(_webhook)
+
+
+@blueprint.post("/workloads")
+def workloads() -> Response:
+    """The check of a workload's Pod template (app/admission/workloads.py): never waits, never refuses by default."""
+    return _counted(_workloads)
+
+
+def _counted(view: Callable[[float], Response]) -> Response:
+    """A view's request counted and timed under controller-runtime's metric names."""
     started = time.perf_counter()
     metrics.request_started()
     code = 500  # what the error handler answers when the view raises
     try:
-        reply = _webhook(started)
+        reply = view(started)
         code = reply.status_code
         return reply
     finally:
         metrics.request_finished(code, time.perf_counter() - started)
 
 
-def _webhook(started: float) -> Response:
-    hook: Webhook = current_app.extensions["hami_webhook"]
+def _read() -> tuple[Any, str] | Response:
+    """The AdmissionReview of the request and its uid, or the HTTP error that says why there is none."""
     document = request.environ.get(DOCUMENT)
     if document is None:
         body = request.get_data(cache=False)
@@ -145,9 +159,55 @@ def _webhook(started: float) -> Response:
         except UntrustedError as exc:
             return _error(400, f"request body is {exc}")
     try:
-        uid = read_uid(document)
+        return document, read_uid(document)
     except UnreadableReview as exc:
         return _error(400, str(exc))
+
+
+def _workloads(started: float) -> Response:
+    hook: Webhook = current_app.extensions["hami_webhook"]
+    read = _read()
+    if isinstance(read, Response):
+        return read
+    document, uid = read
+    if request.mimetype != "application/json":
+        decision = deny(400, "BadRequest", f"contentType={request.content_type}, expected application/json")
+    else:
+        try:
+            decision = decide_workload_review(document, hook.settings, hook.quota, uid)
+        except Exception:  # a warning is not worth a failed apply: failurePolicy Ignore would admit it anyway
+            log.exception("workload check failed", extra={"fields": {"uid": uid}})
+            decision = Decision(allowed=True)
+    reply = _json(answer(document, uid, decision))
+    reply.call_on_close(lambda: _record_workload(document, uid, decision, started))
+    return reply
+
+
+def _record_workload(document: dict[str, Any], uid: str, decision: Decision, started: float) -> None:
+    """One log line per workload checked: which, what was said, how long it took (never the object)."""
+    req: dict[str, Any] = document["request"] if isinstance(document.get("request"), dict) else {}
+    kind: dict[str, Any] = req["kind"] if isinstance(req.get("kind"), dict) else {}
+    fields = {
+        "uid": uid,
+        "namespace": request_namespace(req),
+        "kind": kind.get("kind") or "",
+        "name": req.get("name") or "",
+        "operation": req.get("operation") or "",
+        "allowed": decision.allowed,
+        "code": decision.code,
+        "message": decision.message,
+        "warnings": len(decision.warnings),
+        "ms": round((time.perf_counter() - started) * 1000, 3),
+    }
+    log.info("workload", extra={"fields": fields})
+
+
+def _webhook(started: float) -> Response:
+    hook: Webhook = current_app.extensions["hami_webhook"]
+    read = _read()
+    if isinstance(read, Response):
+        return read
+    document, uid = read
     if request.mimetype != "application/json":
         decision = deny(400, "BadRequest", f"contentType={request.content_type}, expected application/json")
     else:

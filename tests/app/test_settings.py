@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.settings import KNOBS, Settings, SettingsError
+from app.settings import KNOBS, Settings, SettingsError, WorkloadChecks
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -22,6 +22,11 @@ def test_defaults_are_hamis_chart() -> None:
     assert not any(k.startswith(("Ascend", "MR-V", "BI-V")) for k in keys)
 
 
+def test_workload_checks_warn_by_default_and_read_any_case() -> None:
+    assert Settings.from_env({}).workload_checks is WorkloadChecks.WARN
+    assert Settings.from_env({"HAMI_WORKLOAD_CHECKS": " Deny "}).workload_checks is WorkloadChecks.DENY
+
+
 def test_flags_register_ascend_and_iluvatar() -> None:
     keys = [d.key for d in Settings.from_env({"HAMI_ENABLE_ASCEND": "true", "HAMI_ENABLE_ILUVATAR": "1"}).devices]
     assert "Ascend910B3" in keys and "BI-V150" in keys
@@ -33,6 +38,11 @@ def test_flags_register_ascend_and_iluvatar() -> None:
         pytest.param({"HAMI_ENABLE_ASCEND": "yes"}, "HAMI_ENABLE_ASCEND: expected true or false, got 'yes'", id="bool"),
         pytest.param({"HAMI_WEBHOOK_WORKERS": "two"}, "HAMI_WEBHOOK_WORKERS: expected an integer, got 'two'", id="int"),
         pytest.param({"HAMI_WEBHOOK_THREADS": "0"}, "HAMI_WEBHOOK_THREADS: must be at least 1, got 0", id="range"),
+        pytest.param(
+            {"HAMI_WORKLOAD_CHECKS": "refuse"},
+            "HAMI_WORKLOAD_CHECKS: expected warn, deny or off, got 'refuse'",
+            id="choice",
+        ),
         pytest.param(
             {"HAMI_DEVICE_CONFIG": "/nonexistent.yaml"},
             "HAMI_DEVICE_CONFIG: cannot read /nonexistent.yaml",

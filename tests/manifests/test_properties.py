@@ -284,18 +284,21 @@ def test_certgen_job_and_cronjob_create_then_patch(base: list[Obj]) -> None:
         assert pod["serviceAccountName"] == "hami-webhook-certgen"
         assert pod["restartPolicy"] == "OnFailure"
         (create,) = pod["initContainers"]
-        (patch,) = pod["containers"]
-        assert create["command"] == patch["command"] == ["certgen"]
-        assert create["image"] == patch["image"] == webhook_container(base)["image"]
+        patch, workloads = pod["containers"]
+        assert create["command"] == patch["command"] == workloads["command"] == ["certgen"]
+        assert create["image"] == patch["image"] == workloads["image"] == webhook_container(base)["image"]
         created = parser.parse_args([a.replace("$(POD_NAMESPACE)", NAMESPACE) for a in create["args"]])
-        patched = parser.parse_args([a.replace("$(POD_NAMESPACE)", NAMESPACE) for a in patch["args"]])
         assert (created.namespace, created.secret_name) == (NAMESPACE, "hami-webhook-tls"), where
         assert SERVICE_HOSTS <= set(created.host), where
-        assert (patched.namespace, patched.secret_name, patched.webhook_name) == (
-            NAMESPACE,
-            "hami-webhook-tls",
-            "hami-webhook-pods",
-        ), where
+        patched = [
+            parser.parse_args([a.replace("$(POD_NAMESPACE)", NAMESPACE) for a in c["args"]]) for c in (patch, workloads)
+        ]
+        assert [
+            (p.namespace, p.secret_name, p.webhook_name, p.patch_mutating, p.patch_validating) for p in patched
+        ] == [
+            (NAMESPACE, "hami-webhook-tls", "hami-webhook-pods", True, False),
+            (NAMESPACE, "hami-webhook-tls", "hami-webhook-workloads", False, True),
+        ], where
     cron = one(base, "CronJob", "hami-webhook-certgen")["spec"]
     assert cron["concurrencyPolicy"] == "Forbid"
     # Daily runs renew well inside certgen's 30-day renew-before window.

@@ -15,6 +15,7 @@ from tests.manifests.conftest import MANIFESTS, Obj, one
 # The oldest supported minor (matchConditions are GA since 1.30), a recent one, and the newest the package ships.
 VERSIONS = ("1.30.0", "1.34.0", kubernetes_validate.latest_version())
 # Cluster-scoped like the webhook configuration, though kustomize does not know it (the base undoes its namespace).
+WEBHOOK_CONFIGURATIONS = {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
 POLICY_KINDS = {f"{k}AdmissionPolicy{b}" for k in ("Validating", "Mutating") for b in ("", "Binding")}
 # CRDs are not in Kubernetes' schemas; the cert-manager test checks those objects field by field.
 CRD_GROUPS = ("cert-manager.io/",)
@@ -40,7 +41,7 @@ def test_newest_schema_is_at_least_the_newest_tested_minor() -> None:
 
 @pytest.mark.parametrize("mode", ["certgen", "cert-manager", "manual"])
 def test_namespaced_objects_live_in_hami_system(rendered: dict[str, list[Obj]], mode: str) -> None:
-    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", *POLICY_KINDS}
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", *WEBHOOK_CONFIGURATIONS, *POLICY_KINDS}
     misplaced = [
         f"{o['kind']}/{o['metadata']['name']}"
         for o in rendered[mode]

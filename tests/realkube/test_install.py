@@ -92,6 +92,12 @@ def servers() -> Iterator[list[WebhookServer]]:
         server.stop()
 
 
+def workload_bundles(kube: RealKube) -> set[str]:
+    """The caBundles of the workloads' configuration's webhooks (one value when all agree)."""
+    hooks = kube.get("validatingwebhookconfiguration", "hami-webhook-workloads")["webhooks"]
+    return {hook["clientConfig"].get("caBundle", "") for hook in hooks}
+
+
 def test_install_use_upgrade_switch_uninstall(kube: RealKube, tmp_path: Path, servers: list[WebhookServer]) -> None:
     # Install with kubectl's default (strict, server-side) field validation: every object accepted, and no
     # warning about an unknown field. The configuration exists before any certificate: the certgen Job's Pod
@@ -104,6 +110,7 @@ def test_install_use_upgrade_switch_uninstall(kube: RealKube, tmp_path: Path, se
     secret = kube.get("secret", SECRET, namespace=NAMESPACE)
     hook = kube.get("mutatingwebhookconfiguration", CONFIGURATION)["webhooks"][0]
     assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    assert workload_bundles(kube) == {secret["data"]["ca.crt"]}, "certgen's second container patched it too"
     assert calls(kube) == 0
     # The Deployment made a ReplicaSet, which made the Pods: those of hami-system never reach the webhook.
     replica_sets = kube.get("replicasets", "-l", "app.kubernetes.io/component=webhook", namespace=NAMESPACE)
@@ -165,6 +172,7 @@ def test_install_use_upgrade_switch_uninstall(kube: RealKube, tmp_path: Path, se
     assert (
         kube.get("mutatingwebhookconfiguration", CONFIGURATION)["webhooks"][0]["clientConfig"]["caBundle"] == manual_ca
     )
+    assert workload_bundles(kube) == {manual_ca}
     servers.append(webhook_server(kube, tmp_path / "webhook-3").start())
     assert scheduler(kube, pod("gpu-", {"nvidia.com/gpu": "1"})) == "hami-scheduler"
     servers[2].stop()

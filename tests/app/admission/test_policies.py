@@ -21,6 +21,7 @@ SHIPPED = {
     "floor.yaml": MANIFESTS / "components" / "floor" / "floor.yaml",
 }
 WEBHOOK_CONFIGURATION = MANIFESTS / "base" / "mutatingwebhookconfiguration.yaml"
+WORKLOAD_CONFIGURATION = MANIFESTS / "base" / "validatingwebhookconfiguration.yaml"
 
 
 def chart_defaults() -> dict[str, str]:
@@ -35,10 +36,40 @@ def test_shipped_policies_are_the_commands_output_for_the_chart_defaults(name: s
 
 def test_shipped_match_conditions_are_the_commands() -> None:
     """Every resource name of every vendor (Ascend and Iluvatar too: the webhook says why it passes those)."""
-    (written,) = yaml.safe_load(chart_defaults()["match-conditions.yaml"])["webhooks"]
+    pods, workloads = yaml.safe_load_all(chart_defaults()["match-conditions.yaml"])
+    (written,) = pods["webhooks"]
     (shipped,) = yaml.safe_load(WEBHOOK_CONFIGURATION.read_text())["webhooks"]
     assert written["name"] == shipped["name"]
     assert shipped["matchConditions"] == written["matchConditions"]
+    shipped_workloads = yaml.safe_load(WORKLOAD_CONFIGURATION.read_text())
+    assert shipped_workloads["metadata"] == workloads["metadata"]
+    assert [(w["name"], w["matchConditions"]) for w in shipped_workloads["webhooks"]] == [
+        (w["name"], w["matchConditions"]) for w in workloads["webhooks"]
+    ]
+
+
+def test_the_workload_webhooks_cover_every_kind_that_creates_pods_from_a_template() -> None:
+    """Each kind of TEMPLATES is sent, CREATE and UPDATE, to the webhook whose conditions read its template's place;
+    never a subresource (the scale subresource autoscalers call)."""
+    from app.admission.policies import WORKLOAD_WEBHOOKS
+    from app.admission.templates import TEMPLATES
+    from app.admission.workloads import WORKLOAD_KINDS
+
+    paths = {name: path for name, path, _counts in WORKLOAD_WEBHOOKS}
+    covered = {}
+    for hook in yaml.safe_load(WORKLOAD_CONFIGURATION.read_text())["webhooks"]:
+        assert (hook["failurePolicy"], hook["sideEffects"], hook["clientConfig"]["service"]["path"]) == (
+            "Ignore",
+            "None",
+            "/workloads",
+        )
+        assert hook["timeoutSeconds"] <= 5
+        for rule in hook["rules"]:
+            assert rule["operations"] == ["CREATE", "UPDATE"]
+            for resource in rule["resources"]:
+                assert "/" not in resource
+                covered[(rule["apiGroups"][0], resource)] = paths[hook["name"]]
+    assert covered == {WORKLOAD_KINDS[kind]: path for kind, path in TEMPLATES.items()}
 
 
 def test_command_writes_the_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -135,3 +166,45 @@ def test_only_names_the_webhook_takes_for_a_device_pod_are_checked() -> None:
     devices = policy["spec"]["matchConditions"][0]["expression"]
     assert "'nvidia.com/gpu'" in devices and "'nvidia.com/gpumem'" in devices  # a default count applies
     assert "'nvidia.com/priority'" not in devices and "'cambricon.com/mlu.smlu.vcore'" not in devices
+
+
+def _deployment(limits: dict[str, str], annotations: dict[str, str] | None = None, **spec: object) -> dict:
+    template: dict = {"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    template["spec"]["containers"][0]["resources"] = {"limits": limits}
+    if annotations:
+        template["metadata"]["annotations"] = annotations
+    return {"kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 1, **spec, "template": template}}
+
+
+GPU_DEPLOYMENT = _deployment({"nvidia.com/gpu": "1"})
+OWNED = {
+    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "d", "uid": "u", "controller": True}]
+}
+
+
+@pytest.mark.parametrize(
+    ("obj", "old", "sent"),
+    [
+        pytest.param(GPU_DEPLOYMENT, None, True, id="device-template"),
+        pytest.param(_deployment({"cpu": "1"}), None, False, id="cpu-only"),
+        pytest.param(_deployment({"cpu": "1"}, {"hami.io/node-scheduler-policy": "spread"}), None, True, id="hami-key"),
+        pytest.param(_deployment({"cpu": "1"}, {"example.com/x": "y"}), None, False, id="other-annotation"),
+        pytest.param({**GPU_DEPLOYMENT, "metadata": {"name": "d", "labels": {"x": "y"}}}, GPU_DEPLOYMENT, False,
+                     id="update-metadata-only"),
+        pytest.param(_deployment({"nvidia.com/gpu": "1"}, replicas=3), GPU_DEPLOYMENT, True, id="update-replicas"),
+        pytest.param(_deployment({"nvidia.com/gpu": "2"}), GPU_DEPLOYMENT, True, id="update-template"),
+        pytest.param({**GPU_DEPLOYMENT, "metadata": {"name": "d", **OWNED}}, None, False, id="a-controllers"),
+        pytest.param({"kind": "Deployment", "metadata": {"name": "d"}, "spec": {}}, None, False, id="no-template"),
+    ],
+)  # fmt: skip
+def test_the_workload_conditions_send_what_they_say(obj: dict, old: dict | None, sent: bool) -> None:
+    """Evaluated as kube-apiserver evaluates them (cel-python, app/preview/matching.py); the real server decides the
+    same in tests/realkube/test_workload_warnings.py."""
+    from app.preview import matching
+
+    (hook, *_) = yaml.safe_load(WORKLOAD_CONFIGURATION.read_text())["webhooks"]
+    request = {"kind": {"group": "apps", "version": "v1", "kind": "Deployment"}, "object": obj, "oldObject": old}
+    request["operation"] = "UPDATE" if old else "CREATE"
+    result = matching.evaluate(hook["matchConditions"], request)
+    assert result.errors == ()
+    assert (result.outcome is matching.Outcome.MATCH) == sent
