@@ -301,7 +301,7 @@ def test_readme_short_table_rows_are_rows_of_the_table() -> None:
 
 
 def test_kubectl_example_is_what_the_webhook_says(make_settings) -> None:
-    section = ANNOTATIONS_PAGE.read_text().split("## What kubectl shows you", 1)[1]
+    section = ANNOTATIONS_PAGE.read_text().split("## What kubectl shows you", 1)[1].split("\n## ", 1)[0]
     manifest = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.S).group(1))
     shown = re.findall(r"^Warning: (.*)$", section, re.M)
     denied = re.search(r"denied the request: (.*)$", section, re.M).group(1)
