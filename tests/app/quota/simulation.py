@@ -147,7 +147,7 @@ class SimFeed:
         self.pods = PodTable(DEVICES, forget_after=TTL)
         self.quotas = QuotaTable(DEVICES)
         self.quotas.replace([{"metadata": {"namespace": NS, "name": "gpu"}, "spec": {"hard": {MEM: str(limit)}}}])
-        self.ledgers = LedgerTable()
+        self.ledgers = LedgerTable(lambda: worker.sim.now + worker.offset)  # the worker's monotonic clock
         self.watches = {"pods": Watch(), "leases": Watch()}
         self.pod_rv = 0
         self.moves = 0  # ledger changes seen: what wait_ledgers wakes on
@@ -185,6 +185,9 @@ class SimFeed:
 
     def ledger(self, namespace: str) -> Snapshot | None:
         return self.ledgers.get(namespace)
+
+    def first_seen(self, namespace: str) -> dict[str, float]:
+        return self.ledgers.first_seen(namespace)
 
     def offer_ledger(self, found: Snapshot) -> None:
         self.ledgers.offer(found)
@@ -425,6 +428,9 @@ class Simulation:
         self.step = 0
         self.trace: deque[str] = deque(maxlen=40)
         self.problems: list[str] = []  # found in a worker's thread, raised by the scheduler
+        self.checked_rv = -1  # the stored ledger's resourceVersion when last checked
+        self.present: set[str] = set()  # the entries stored then
+        self.gone: set[str] = set()  # entries that left the stored ledger
 
     def new_id(self) -> str:
         self.ids += 1
@@ -577,10 +583,17 @@ class Simulation:
         if committed.get(MEM, 0) > self.limit:
             raise self.violation(f"over-admitted: Pods stored or landing hold {committed[MEM]} > limit {self.limit}")
         found = self.server.ledger_entries()
-        latest = 1.7e9 + self.now + SKEW + TTL + WINDOW + 0.05  # rounding to 0.1 s
-        for entry_id, entry in (found.entries if found else {}).items():
-            if entry.expires > latest:
-                raise self.violation(f"entry {entry_id} holds room until {entry.expires}, past its TTL ({latest})")
+        if found is None or found.rv == self.checked_rv:
+            return
+        self.checked_rv, stored = found.rv, set(found.entries)
+        latest = 1.7e9 + self.now + SKEW + TTL + WINDOW + 0.05  # for the previous version's readers; rounded to 0.1 s
+        for entry_id, entry in found.entries.items():
+            if entry.ttl is None or entry.ttl > TTL + WINDOW or entry.expires > latest:
+                raise self.violation(f"entry {entry_id} holds room past its TTL: {entry}")
+        if stored & self.gone:  # its readers would count its life again from their next sight
+            raise self.violation(f"entries {sorted(stored & self.gone)} came back to the ledger after they left it")
+        self.gone |= self.present - stored
+        self.present = stored
 
     def run(self) -> Outcome:
         before = random.getstate()
@@ -610,18 +623,23 @@ class Simulation:
                 self.resume(other)
         raise self.violation(f"worker {worker.index}'s {kind} did not end")
 
-    def settle(self) -> int:
-        """After the burst, once every TTL has run out: a worker admits exactly the room Pods do not hold."""
-        self.kills_left, self.lost_answers, self.partitions_left = 0, 0.0, 0
-        for worker in self.workers:
-            if worker.cut:
-                self.heal(worker)
-        self.advance(TTL + WINDOW + 2 * SKEW + 1)
+    def deliver_all(self) -> None:
         for worker in self.workers:
             while any(w.pending for w in worker.feed.watches.values()):
                 for kind in worker.feed.watches:
                     while worker.feed.watches[kind].pending:
                         worker.feed.deliver(kind)
+
+    def settle(self) -> int:
+        """After the burst, once every worker has seen the ledger and a TTL has run out since: a worker admits
+        exactly the room Pods do not hold."""
+        self.kills_left, self.lost_answers, self.partitions_left = 0, 0.0, 0
+        for worker in self.workers:
+            if worker.cut:
+                self.heal(worker)
+        self.deliver_all()
+        self.advance(TTL + WINDOW + 1)
+        self.deliver_all()
         used = sum(int(o["spec"]["containers"][0]["resources"]["limits"][MEM]) for o in self.server.pods.values())
         free = (self.limit - used) // 1000
         worker = self.workers[0]
