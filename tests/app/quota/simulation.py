@@ -10,7 +10,8 @@ created and deleted by others; and per-watcher event streams that are delivered 
 one watch, at any delay, interleaved across watches in any order, sometimes cut with 410 Gone (the watcher lists
 again), with bookmarks that move a quiet watch's resourceVersion on. Faults the real server can produce: a write
 applied whose answer is lost, a worker SIGKILLed at any point (holding grants, mid-write), an admitted Pod that
-never lands (another admission plugin refused it), replicas' wall clocks skewed (bounded). What it leaves out
+never lands (another admission plugin refused it), replicas' wall clocks skewed far beyond the TTL (up to ten
+minutes either way) and jumping during a run (a VM resumed, NTP stepping the clock). What it leaves out
 (timing, TLS, the feed's HTTP streaming, the API server's own admission) is why tests/realkube and the
 tests/app/quota tests that use a real kube-apiserver remain the authority; this explores interleavings those
 tests happen not to produce, thousands per minute, replayable from a seed.
@@ -59,7 +60,7 @@ from tests.support.pods import container, pod
 NS, HOME = "ai", "hami"
 MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
 TTL = 60.0
-SKEW = 0.5  # the most a replica's wall clock is off, either way
+SKEW = 600.0  # the most a replica's wall clock is off, either way: ten TTLs (no decision may read it)
 LAND_WITHIN = 3.0  # an admitted Pod is stored within this many seconds of its admission, or never
 MAX_ADMITTING = 3  # admission threads of one worker at a time
 SPIN = 10_000  # clock reads in one step that mean a thread loops without ever waiting
@@ -517,12 +518,18 @@ class Simulation:
                     out.append((0.3, lambda w=worker: setattr(w.feed, "pod_rv", self.server.rv)))
             if self.kills_left:
                 out.append((0.05, lambda w=worker: self.kill(w)))
+            out.append((0.05, lambda w=worker: self.jump(w)))
         for uid in self.landing:
             out.append((1, lambda u=uid: self.land(u)))
         if self.server.pods:
             out.append((0.2, self.delete_some_pod))
         out.append((1, self.advance))
         return out
+
+    def jump(self, worker: Worker) -> None:
+        """The worker's wall clock is set anywhere within SKEW of the true time (its monotonic clock runs on)."""
+        worker.skew = self.rng.uniform(-SKEW, SKEW)
+        self.trace.append(f"{self.now:.3f} worker {worker.index}'s wall clock off by {worker.skew:+.1f} s")
 
     def cut_off(self, worker: Worker) -> None:
         """A black-holed network between the worker and the API server: nothing copied, nothing closed."""
