@@ -425,7 +425,7 @@ def admitted_by(port: int) -> int:
 
 
 def test_one_replica_with_its_clock_off(installed: Installed, skewed: Skewed) -> None:
-    """Replica 0's clocks 90 s behind or ahead (far beyond the TTL): SKEW_BURSTS bursts of SKEW_PODS creates, each
+    """Replica 0's wall clock 90 s behind or ahead (far beyond the TTL): SKEW_BURSTS bursts of SKEW_PODS creates, each
     into room for SKEW_ROOM, never store more than the room, and the skewed replica admits Pods in every burst
     (else this proves nothing); after the bursts, FREED Pods deleted and a TTL waited out, exactly the free room
     is admitted again."""
