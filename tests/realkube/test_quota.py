@@ -412,7 +412,8 @@ def skewed(request: pytest.FixtureRequest, installed: Installed, webhook: Webhoo
         "HAMI_METRICS_BIND": f"127.0.0.1:{port}",
     }
     env = {"HAMI_QUOTA_RESERVATION_TTL": str(CRASH_TTL)}
-    for replicas in replicas_of(installed, env, own_env=[own]):
+    # faults: on a loaded machine a replica may lose the API server for seconds mid-burst and refuse, as designed
+    for replicas in replicas_of(installed, env, faults=True, own_env=[own]):
         yield Skewed(replicas, request.param, port)
 
 
@@ -438,9 +439,9 @@ def test_one_replica_with_its_clock_off(installed: Installed, skewed: Skewed) ->
             _, calls = create_at_once(kube, ns, pod("skew-", ONE_GPU), SKEW_PODS, 32)
             counts.append(len(stored(kube, ns)))
             by_skewed.append(admitted_by(skewed.metrics) - before)
-            others += refusals(calls)
+            others += [c.refusal for c in calls if c.status != 201 and not explained(c)]
         print(f"\nclock {skewed.skew}: stored {counts} (room {SKEW_ROOM}), the skewed replica admitted {by_skewed}")
-        assert max(counts) <= SKEW_ROOM and others == [], (counts, others[:3])
+        assert max(counts) <= SKEW_ROOM and others == [], (counts, others[:3])  # every refusal says why
         assert all(by_skewed), by_skewed
         burst_end = time.monotonic()
         for ns in namespaces:
