@@ -120,13 +120,13 @@ class Committer:
             return self._state(namespace).from_grant(ask, self._clock.monotonic())
 
     def scene(self, namespace: str, found: Snapshot) -> Scene:
-        """What this process knows of the namespace now, for one decision; records first sights of others' grants."""
+        """What this process knows of the namespace now, for one decision."""
         used, held = self.feed.seen(namespace, found.entries)
-        limits, wall, now = self.feed.limits(namespace), self._clock.time(), self._clock.monotonic()
+        limits, first_seen = self.feed.limits(namespace), self.feed.first_seen(namespace)
+        wall, now = self._clock.time(), self._clock.monotonic()
         with self._work:
-            state = self._state(namespace)
-            first_seen = state.sighted(found.entries, wall, now)
-            return Scene(namespace, limits, found.entries, found.mark, used, held, wall, now, state.mine(), first_seen)
+            mine = self._state(namespace).mine()
+        return Scene(namespace, limits, found.entries, found.mark, used, held, wall, now, self._ttl, mine, first_seen)
 
     def settle(self, namespace: str, ticket: Ticket) -> None:
         """Queue the ticket and wait until a committer settles it, within its deadline (plus the one request a
@@ -325,9 +325,8 @@ class Committer:
         with self._work:
             burst = self._state(namespace).burst(scene.now, tries.lost > 0)
         ruling = decide(
-            scene, [t.ask for t in batch], wanted=found.wanted, ask=not tries.asked, burst=burst, ttl=self._ttl,
-            new_id=self._new_id(),
-        )  # fmt: skip
+            scene, [t.ask for t in batch], wanted=found.wanted, ask=not tries.asked, burst=burst, new_id=self._new_id()
+        )
         write = ruling.write
         if write is None:  # nothing to write: the grants being closed are closed (or gone) already
             with self._work:

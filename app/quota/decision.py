@@ -1,6 +1,10 @@
 """The quota decision as a pure function: one snapshot of what a worker knows in, verdicts and the ledger to
 write out. No locks, no clock, no I/O: app/quota/committer.py gathers the snapshot and writes the result.
 
+Every time in a decision is this worker's own monotonic clock: an entry lives for its ``ttl`` from this worker's
+first sight of it, another's grant is certain from WINDOW + SLACK after that sight. No other process's clock is
+read, so no skew between replicas turns held room into free room (docs/rules.md#no-clock-but-its-own).
+
 Rules: docs/rules.md#no-over-admission-under-concurrency; why they hold: docs/quota.md ("Deciding").
 
 - A Pod is admitted only if what is taken *at most* (the namespace's Pods as seen, plus every live entry's
@@ -56,10 +60,11 @@ class Scene:
     mark: int  # the ledger's mark, which this worker's Pod watch has reached
     used: Amounts  # the namespace's Pods as seen
     held: Mapping[str, Held]  # per entry id: what the Pods carrying it were seen to take
-    wall: float  # unix seconds (entries expire on it)
-    now: float  # monotonic seconds (grants' windows)
+    wall: float  # unix seconds: only written into new entries' ``expires``, for the previous version's readers
+    now: float  # monotonic seconds: every judgement of time
+    ttl: float  # this worker's reservation TTL: new entries' life, and that of entries written without one
     mine: Mapping[str, Mine] = field(default_factory=dict)  # this worker's grants, by entry id
-    first_seen: Mapping[str, float] = field(default_factory=dict)  # others' open grants: first sight here (now)
+    first_seen: Mapping[str, float] = field(default_factory=dict)  # each entry's first sight here (default: now)
 
 
 @dataclass(frozen=True)
@@ -121,7 +126,7 @@ class Ruling:
 def account(scene: Scene) -> Account:
     """The live entries; what is taken at least and at most (Pods as seen, plus what entries hold beyond what
     their Pods were seen to take); the entries a write keeps, and the mark that dropping the others needs."""
-    live = {i: e for i, e in scene.entries.items() if e.expires > scene.wall}
+    live = {i: e for i, e in scene.entries.items() if scene.now < scene.first_seen.get(i, scene.now) + life(scene, e)}
     first_seen = {i: scene.first_seen.get(i, scene.now) for i, e in live.items() if e.open and i not in scene.mine}
     certain_until = scene.now - WINDOW - SLACK  # others' grants first seen before this can take nothing more
     lower, upper = dict(scene.used), dict(scene.used)
@@ -142,8 +147,16 @@ def account(scene: Scene) -> Account:
         if certain and (closing or grant is None) and not any(at_least.values()):
             mark = max(mark, held.rv if held is not None else mark)  # its Pods took all its room: drop it
         else:
-            keep[entry_id] = LedgerEntry(entry.expires, dict(grant.spent)) if grant is not None and closing else entry
+            keep[entry_id] = (
+                replace(entry, amounts=dict(grant.spent), open=False) if grant is not None and closing else entry
+            )
     return Account(live, lower, upper, keep, mark, first_seen)
+
+
+def life(scene: Scene, entry: LedgerEntry) -> float:
+    """How long ``entry`` holds room from this worker's first sight: its ``ttl``; one written by the previous
+    version has none, and holds the longest any of ours would (a grant's)."""
+    return entry.ttl if entry.ttl is not None else scene.ttl + WINDOW
 
 
 def denial(scene: Scene, requested: Mapping[str, int]) -> str:
@@ -151,9 +164,7 @@ def denial(scene: Scene, requested: Mapping[str, int]) -> str:
     return overflow(scene.namespace, scene.limits, account(scene).lower, requested)
 
 
-def decide(
-    scene: Scene, asks: Sequence[Ask], *, wanted: int, ask: bool, burst: Burst, ttl: float, new_id: str
-) -> Ruling:
+def decide(scene: Scene, asks: Sequence[Ask], *, wanted: int, ask: bool, burst: Burst, new_id: str) -> Ruling:
     """Verdicts for ``asks`` on ``scene``, in order; a write when any is reserved, a grant of this worker is
     closed, or (``ask``) an undecided one asks the holders of open grants to close them (``wanted`` + 1).
 
@@ -187,10 +198,10 @@ def decide(
         extra = ahead(scene.limits, plus(counted.upper, taking), taking, len(reserve), burst)
         entry = asks[reserve[0]].uid if len(reserve) == 1 and not extra else new_id
         # a Pod admitted into a grant as its window ends may appear a TTL later
-        expires = round(scene.wall + ttl + (WINDOW if extra else 0), 1)
-        keep[entry] = LedgerEntry(expires, plus(taking, extra), open=bool(extra))
+        ttl = scene.ttl + (WINDOW if extra else 0)
+        keep[entry] = LedgerEntry(round(scene.wall + ttl, 1), plus(taking, extra), bool(extra), ttl)
         if _size(keep) > MAX_LEDGER_BYTES:  # too big: take nothing ahead, then refuse the batch
-            extra, keep[entry] = {}, LedgerEntry(expires, dict(taking))
+            extra, keep[entry] = {}, LedgerEntry(round(scene.wall + scene.ttl, 1), dict(taking), ttl=scene.ttl)
             if _size(keep) > MAX_LEDGER_BYTES:
                 del keep[entry]
                 return replace(decided, full=tuple(reserve), write=Write(keep, counted.mark, raised))

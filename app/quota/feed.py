@@ -77,6 +77,10 @@ class Feed(Streams):
         with self._lock:
             return self.ledgers.get(namespace)
 
+    def first_seen(self, namespace: str) -> dict[str, float]:
+        with self._lock:
+            return self.ledgers.first_seen(namespace)
+
     def offer_ledger(self, found: Snapshot) -> None:
         """A ledger this process read or wrote: newer than the cache, unless the watch was quicker."""
         with self._lock:

@@ -2,9 +2,12 @@
 
 The Lease ``hami-quota-<namespace>`` lives in the webhook's own namespace, so the webhook's write access
 stays inside it. Its annotation ``hami.io/quota-ledger`` holds
-``{id: {"expires": unix seconds, "amounts": {resource: amount}, "open": true?}}``: room set aside for Pods
-admitted (or, while open, about to be admitted) that some worker may not have seen yet; the Pods carry the
-id in their ``hami.io/quota-reservation`` annotation. ``hami.io/quota-ledger-mark`` is the resourceVersion
+``{id: {"ttl": seconds, "expires": unix seconds, "amounts": {resource: amount}, "open": true?}}``: room set
+aside for Pods admitted (or, while open, about to be admitted) that some worker may not have seen yet; the Pods
+carry the id in their ``hami.io/quota-reservation`` annotation. Each reader holds an entry's room for ``ttl``
+seconds from when it first saw the entry, on its own monotonic clock; ``expires`` (the writer's wall clock plus
+``ttl``) is written only for the previous version's readers, which judge by it, and never read
+(docs/rules.md#no-clock-but-its-own). ``hami.io/quota-ledger-mark`` is the resourceVersion
 up to which a worker must have seen the namespace's Pods before it decides on this ledger: an entry is
 dropped once the writer has seen its Pods take all its room, and the mark moves to their resourceVersion,
 so every reader counts the Pods instead. ``hami.io/quota-ledger-wanted`` counts the times a worker could
@@ -18,6 +21,7 @@ This module is the ledger's encoding only (no I/O, no Kubernetes client): app/qu
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +40,9 @@ MAX_LEDGER_BYTES = 250_000
 
 @dataclass(frozen=True)
 class LedgerEntry:
-    """Amounts set aside until ``expires`` (unix seconds) for the Pods that will carry this entry's id.
+    """Amounts set aside for the Pods that will carry this entry's id, for ``ttl`` seconds from each reader's
+    first sight (None: written by the previous version, which wrote no ``ttl``: the reader's own TTL applies).
+    ``expires`` is for the previous version's readers only.
 
     Closed (``open`` false): the amounts of Pods already admitted. Open: a grant, room a worker took ahead and
     may still admit into, on its own, for a short window after writing it; it closes it by writing what it
@@ -46,6 +52,7 @@ class LedgerEntry:
     expires: float
     amounts: Amounts
     open: bool = False
+    ttl: float | None = None
 
 
 @dataclass(frozen=True)
@@ -89,7 +96,8 @@ def encode(entries: Mapping[str, LedgerEntry]) -> str:
 
 
 def _encoded(entry: LedgerEntry) -> dict[str, Any]:
-    out: dict[str, Any] = {"expires": entry.expires, "amounts": entry.amounts}
+    out: dict[str, Any] = {} if entry.ttl is None else {"ttl": entry.ttl}
+    out |= {"expires": entry.expires, "amounts": entry.amounts}
     if entry.open:
         out["open"] = True
     return out
@@ -103,7 +111,15 @@ def _entries(raw: Any) -> dict[str, LedgerEntry]:
     for uid, entry in raw.items():
         try:
             amounts = {str(k): int(v) for k, v in entry["amounts"].items()}
-            out[str(uid)] = LedgerEntry(float(entry["expires"]), amounts, entry.get("open") is True)
+            out[str(uid)] = LedgerEntry(float(entry["expires"]), amounts, entry.get("open") is True, _ttl(entry))
         except (KeyError, TypeError, ValueError, AttributeError):
             continue
     return out
+
+
+def _ttl(entry: Mapping[str, Any]) -> float | None:
+    """An entry's ``ttl``; None when it has none (the previous version's) or one no writer of ours writes."""
+    ttl = entry.get("ttl")
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl < math.inf:
+        return None
+    return float(ttl)

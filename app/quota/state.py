@@ -1,19 +1,18 @@
 """What one worker process keeps per quota'd namespace between admissions: the admissions queued for the next
 group commit, the grants it holds (room taken ahead, admitted into without the API server), its recent pace,
-the request uids it reserved, and when it first saw other workers' grants. The Committer
-(app/quota/committer.py) holds its lock around every method here; none of them does I/O.
+and the request uids it reserved (when it first saw each ledger entry, the feed keeps: app/quota/tables.py).
+The Committer (app/quota/committer.py) holds its lock around every method here; none of them does I/O.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from app.admission.ports import FITS, QuotaUnavailable, Verdict
 from app.quota.amounts import Amounts, accumulate
 from app.quota.decision import WINDOW, Ask, Burst, Mine, Write
-from app.quota.ledger import LedgerEntry
 
 REMEMBERED = 4096  # request uids remembered per namespace, so a request sent again is not reserved twice
 
@@ -62,7 +61,6 @@ class NamespaceState:
     grants: dict[str, Grant] = field(default_factory=dict)
     admitted: deque[float] = field(default_factory=deque)  # when recent admissions were made (their rate)
     reserved: dict[str, str] = field(default_factory=dict)  # request uid -> the entry that holds its room
-    first_seen: dict[str, float] = field(default_factory=dict)  # others' open grants: when first seen here
     retry_at: float = 0.0  # monotonic: a closing of grants that failed is not tried again before
 
     def from_grant(self, ask: Ask, now: float) -> Verdict | None:
@@ -82,14 +80,6 @@ class NamespaceState:
     def mine(self) -> dict[str, Mine]:
         """This worker's grants as the decision sees them."""
         return {i: Mine(dict(g.spent), g.frozen) for i, g in self.grants.items()}
-
-    def sighted(self, entries: Mapping[str, LedgerEntry], wall: float, now: float) -> dict[str, float]:
-        """Record the first sight of other workers' live open grants in ``entries``; the sights before."""
-        before = self.first_seen
-        self.first_seen = {
-            i: before.get(i, now) for i, e in entries.items() if e.open and i not in self.grants and e.expires > wall
-        }
-        return dict(before)
 
     def burst(self, now: float, contended: bool) -> Burst:
         while self.admitted and self.admitted[0] < now - 1:

@@ -14,7 +14,7 @@ import logging
 import sys
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,10 +206,30 @@ class QuotaTable(_Relisted):
 
 class LedgerTable(_Relisted):
     """The newest ledger Lease seen per quota'd namespace: from the watch, and from this process's own
-    reads and writes (whichever is newer wins)."""
+    reads and writes (whichever is newer wins); and when this process first saw each of its entries, on its own
+    monotonic clock: an entry's life counts from there, never from a time another process wrote
+    (docs/rules.md#no-clock-but-its-own)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._by_namespace: dict[str, Snapshot] = {}
+        self._first_seen: dict[str, dict[str, float]] = {}  # namespace -> entry id -> first sight here
+        self._listed = False
+
+    def replace(self, items: Iterable[Mapping[str, Any]]) -> None:
+        """A fresh list: first sights of entries still there stand. What the first list of a process finds
+        counts as new (its room held up to one TTL longer than its writer meant); said once."""
+        super().replace(items)
+        self._first_seen = {ns: seen for ns, seen in self._first_seen.items() if ns in self._by_namespace}
+        if not self._listed:
+            self._listed = True
+            found = sum(len(s.entries) for s in self._by_namespace.values())
+            if found:
+                log.info(
+                    "quota: %d ledger entries found at start count as new: this process never saw them written, "
+                    "so their room is held for up to one TTL from now",
+                    found,
+                )
 
     def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -219,6 +239,7 @@ class LedgerTable(_Relisted):
         namespace = name[len(LEDGER_PREFIX) :]
         if kind == "DELETED":
             self._by_namespace.pop(namespace, None)
+            self._first_seen.pop(namespace, None)
         elif self._newer(namespace, resource_version(meta.get("resourceVersion"))):
             # parsed only when newer: the writer's own write comes back by the watch after it offered it
             self.offer(snapshot(namespace, obj))
@@ -226,6 +247,8 @@ class LedgerTable(_Relisted):
     def offer(self, found: Snapshot) -> None:
         if self._newer(found.namespace, found.rv):
             self._by_namespace[found.namespace] = found
+            before, now = self._first_seen.get(found.namespace, {}), self._clock()
+            self._first_seen[found.namespace] = {i: before.get(i, now) for i in found.entries}
 
     def _newer(self, namespace: str, rv: int) -> bool:
         current = self._by_namespace.get(namespace)
@@ -233,3 +256,7 @@ class LedgerTable(_Relisted):
 
     def get(self, namespace: str) -> Snapshot | None:
         return self._by_namespace.get(namespace)
+
+    def first_seen(self, namespace: str) -> dict[str, float]:
+        """When this process first saw each entry of the namespace's newest ledger (monotonic seconds)."""
+        return dict(self._first_seen.get(namespace) or {})

@@ -45,17 +45,18 @@ def start_replicas(
     env: dict[str, str] | None = None,
     kubeconfigs: Sequence[str] = (),
     forwarder: bool = True,
+    own_env: Sequence[dict[str, str]] = (),
 ) -> Replicas:
     """`count` webhook processes behind the ClusterIP (the installed one stopped); each ready before return.
     ``kubeconfigs``: each replica's own (its own way to the API server); ``forwarder``: False when the caller
-    puts its own Service in front of them."""
+    puts its own Service in front of them; ``own_env``: each replica's environment on top of ``env``."""
     installed.webhook.stop()
     work.mkdir(parents=True, exist_ok=True)
     replicas = Replicas([])
     try:
         for i in range(count):
             server = installed.webhook.with_address("127.0.0.1", free_port(), work / f"replica-{i}.log")
-            server.env = {**server.env, **(env or {})}
+            server.env = {**server.env, **(env or {}), **(own_env[i] if i < len(own_env) else {})}
             if kubeconfigs:
                 server = replace(server, kubeconfig=kubeconfigs[i])
             replicas.servers.append(server.launch())

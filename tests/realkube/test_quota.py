@@ -6,9 +6,12 @@ nothing is refused except by the quota."""
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
 import threading
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -21,10 +24,13 @@ import yaml
 
 from tests.realkube.cluster import RealKube
 from tests.realkube.faults import FaultyProxy
+from tests.realkube.fixtures import CI
 from tests.realkube.install import Installed, WebhookServer, apply, get
 from tests.realkube.pods import Created, create_at_once, pod
 from tests.realkube.replicas import Replicas, start_replicas
 from tests.realkube.service import ReadyService
+from tests.support import ROOT
+from tests.support.ports import free_port
 
 MEM = "nvidia.com/gpumem"
 ONE_GPU = {"nvidia.com/gpu": "1", MEM: "1000"}  # K of these fit in a quota of K * 1000
@@ -368,3 +374,85 @@ def test_a_replica_cut_off_mid_burst(installed: Installed, partitionable: Partit
     finally:
         for name in (ns, *spare):
             kube.kubectl("delete", "namespace", "--wait=false", name)
+
+
+# --- one replica's clocks off ---------------------------------------------------------------------------------
+SKEW_ROOM, SKEW_PODS, SKEW_BURSTS = 100, 300, 3
+FREED = 10  # Pods deleted from each namespace after the bursts: the free room admitted again
+
+
+def faketime() -> str:
+    """libfaketime's path, installed by scripts/install-faketime.sh when missing (as root): skipped where it cannot
+    be had, except under CI=true, where the test fails instead."""
+    script = ROOT / "scripts" / "install-faketime.sh"
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        (pytest.fail if CI else pytest.skip)(f"libfaketime cannot be had ({script}): {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+@dataclass
+class Skewed:
+    replicas: Replicas
+    skew: str  # libfaketime's offset of replica 0's clocks
+    metrics: int  # replica 0's /metrics port
+
+
+@pytest.fixture(params=["-90s", "+90s"])
+def skewed(request: pytest.FixtureRequest, installed: Installed, webhook: WebhookServer) -> Iterator[Skewed]:
+    """Three replicas with a short reservation TTL; replica 0's wall clock runs ``request.param`` off, its
+    monotonic clock true (tests/realkube/faketime/sitecustomize.py says why it is loaded there)."""
+    port = free_port()
+    shim = str(Path(__file__).with_name("faketime"))
+    own = {
+        "LD_PRELOAD": faketime(),
+        "FAKETIME": request.param,
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [shim, os.environ.get("PYTHONPATH")])),
+        "HAMI_METRICS_BIND": f"127.0.0.1:{port}",
+    }
+    env = {"HAMI_QUOTA_RESERVATION_TTL": str(CRASH_TTL)}
+    # faults: on a loaded machine a replica may lose the API server for seconds mid-burst and refuse, as designed
+    for replicas in replicas_of(installed, env, faults=True, own_env=[own]):
+        yield Skewed(replicas, request.param, port)
+
+
+def admitted_by(port: int) -> int:
+    """Pods a replica admitted (patched) so far, by its /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    lines = [line for line in text.splitlines() if line.startswith('hami_webhook_decisions_total{outcome="patched"')]
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in lines)
+
+
+def test_one_replica_with_its_clock_off(installed: Installed, skewed: Skewed) -> None:
+    """Replica 0's wall clock 90 s behind or ahead (far beyond the TTL): SKEW_BURSTS bursts of SKEW_PODS creates, each
+    into room for SKEW_ROOM, never store more than the room, and the skewed replica admits Pods in every burst
+    (else this proves nothing); after the bursts, FREED Pods deleted and a TTL waited out, exactly the free room
+    is admitted again."""
+    kube = installed.kube
+    namespaces = [quota_namespace(kube, SKEW_ROOM, f"limits.{MEM}") for _ in range(SKEW_BURSTS)]
+    try:
+        counts, by_skewed, others = [], [], []
+        for ns in namespaces:
+            before = admitted_by(skewed.metrics)
+            _, calls = create_at_once(kube, ns, pod("skew-", ONE_GPU), SKEW_PODS, 32)
+            counts.append(len(stored(kube, ns)))
+            by_skewed.append(admitted_by(skewed.metrics) - before)
+            others += [c.refusal for c in calls if c.status != 201 and not explained(c)]
+        print(f"\nclock {skewed.skew}: stored {counts} (room {SKEW_ROOM}), the skewed replica admitted {by_skewed}")
+        assert max(counts) <= SKEW_ROOM and others == [], (counts, others[:3])  # every refusal says why
+        assert all(by_skewed), by_skewed
+        burst_end = time.monotonic()
+        for ns in namespaces:
+            names = [p["metadata"]["name"] for p in stored(kube, ns)[:FREED]]
+            kube.kubectl("delete", "pods", "-n", ns, "--wait=false", *names)
+        time.sleep(max(burst_end + CRASH_TTL + 1 - time.monotonic(), 0))
+        for ns in namespaces:
+            free = SKEW_ROOM - len(stored(kube, ns))
+            _, calls = create_at_once(kube, ns, pod("after-", ONE_GPU), free + 5, 8)
+            assert refusals(calls) == []
+            assert sum(c.status == 201 for c in calls) == free and len(stored(kube, ns)) == SKEW_ROOM, free
+    finally:
+        for ns in namespaces:
+            kube.kubectl("delete", "namespace", "--wait=false", ns)

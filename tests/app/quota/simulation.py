@@ -10,7 +10,8 @@ created and deleted by others; and per-watcher event streams that are delivered 
 one watch, at any delay, interleaved across watches in any order, sometimes cut with 410 Gone (the watcher lists
 again), with bookmarks that move a quiet watch's resourceVersion on. Faults the real server can produce: a write
 applied whose answer is lost, a worker SIGKILLed at any point (holding grants, mid-write), an admitted Pod that
-never lands (another admission plugin refused it), replicas' wall clocks skewed (bounded). What it leaves out
+never lands (another admission plugin refused it), replicas' wall clocks skewed far beyond the TTL (up to ten
+minutes either way) and jumping during a run (a VM resumed, NTP stepping the clock). What it leaves out
 (timing, TLS, the feed's HTTP streaming, the API server's own admission) is why tests/realkube and the
 tests/app/quota tests that use a real kube-apiserver remain the authority; this explores interleavings those
 tests happen not to produce, thousands per minute, replayable from a seed.
@@ -58,7 +59,7 @@ from tests.support.pods import container, pod
 NS, HOME = "ai", "hami"
 MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
 TTL = 60.0
-SKEW = 0.5  # the most a replica's wall clock is off, either way
+SKEW = 600.0  # the most a replica's wall clock is off, either way: ten TTLs (no decision may read it)
 LAND_WITHIN = 3.0  # an admitted Pod is stored within this many seconds of its admission, or never
 MAX_ADMITTING = 3  # admission threads of one worker at a time
 SPIN = 10_000  # clock reads in one step that mean a thread loops without ever waiting
@@ -146,7 +147,7 @@ class SimFeed:
         self.pods = PodTable(DEVICES, forget_after=TTL)
         self.quotas = QuotaTable(DEVICES)
         self.quotas.replace([{"metadata": {"namespace": NS, "name": "gpu"}, "spec": {"hard": {MEM: str(limit)}}}])
-        self.ledgers = LedgerTable()
+        self.ledgers = LedgerTable(lambda: worker.sim.now + worker.offset)  # the worker's monotonic clock
         self.watches = {"pods": Watch(), "leases": Watch()}
         self.pod_rv = 0
         self.moves = 0  # ledger changes seen: what wait_ledgers wakes on
@@ -184,6 +185,9 @@ class SimFeed:
 
     def ledger(self, namespace: str) -> Snapshot | None:
         return self.ledgers.get(namespace)
+
+    def first_seen(self, namespace: str) -> dict[str, float]:
+        return self.ledgers.first_seen(namespace)
 
     def offer_ledger(self, found: Snapshot) -> None:
         self.ledgers.offer(found)
@@ -422,6 +426,9 @@ class Simulation:
         self.step = 0
         self.trace: deque[str] = deque(maxlen=40)
         self.problems: list[str] = []  # found in a worker's thread, raised by the scheduler
+        self.checked_rv = -1  # the stored ledger's resourceVersion when last checked
+        self.present: set[str] = set()  # the entries stored then
+        self.gone: set[str] = set()  # entries that left the stored ledger
 
     def new_id(self) -> str:
         self.ids += 1
@@ -508,12 +515,18 @@ class Simulation:
                     out.append((0.3, lambda w=worker: setattr(w.feed, "pod_rv", self.server.rv)))
             if self.kills_left:
                 out.append((0.05, lambda w=worker: self.kill(w)))
+            out.append((0.05, lambda w=worker: self.jump(w)))
         for uid in self.landing:
             out.append((1, lambda u=uid: self.land(u)))
         if self.server.pods:
             out.append((0.2, self.delete_some_pod))
         out.append((1, self.advance))
         return out
+
+    def jump(self, worker: Worker) -> None:
+        """The worker's wall clock is set anywhere within SKEW of the true time (its monotonic clock runs on)."""
+        worker.skew = self.rng.uniform(-SKEW, SKEW)
+        self.trace.append(f"{self.now:.3f} worker {worker.index}'s wall clock off by {worker.skew:+.1f} s")
 
     def cut_off(self, worker: Worker) -> None:
         """A black-holed network between the worker and the API server: nothing copied, nothing closed."""
@@ -574,10 +587,17 @@ class Simulation:
         if committed.get(MEM, 0) > self.limit:
             raise self.violation(f"over-admitted: Pods stored or landing hold {committed[MEM]} > limit {self.limit}")
         found = self.server.ledger_entries()
-        latest = 1.7e9 + self.now + SKEW + TTL + WINDOW + 0.05  # rounding to 0.1 s
-        for entry_id, entry in (found.entries if found else {}).items():
-            if entry.expires > latest:
-                raise self.violation(f"entry {entry_id} holds room until {entry.expires}, past its TTL ({latest})")
+        if found is None or found.rv == self.checked_rv:
+            return
+        self.checked_rv, stored = found.rv, set(found.entries)
+        latest = 1.7e9 + self.now + SKEW + TTL + WINDOW + 0.05  # for the previous version's readers; rounded to 0.1 s
+        for entry_id, entry in found.entries.items():
+            if entry.ttl is None or entry.ttl > TTL + WINDOW or entry.expires > latest:
+                raise self.violation(f"entry {entry_id} holds room past its TTL: {entry}")
+        if stored & self.gone:  # its readers would count its life again from their next sight
+            raise self.violation(f"entries {sorted(stored & self.gone)} came back to the ledger after they left it")
+        self.gone |= self.present - stored
+        self.present = stored
 
     def run(self) -> Outcome:
         before = random.getstate()
@@ -607,18 +627,23 @@ class Simulation:
                 self.resume(other)
         raise self.violation(f"worker {worker.index}'s {kind} did not end")
 
-    def settle(self) -> int:
-        """After the burst, once every TTL has run out: a worker admits exactly the room Pods do not hold."""
-        self.kills_left, self.lost_answers, self.partitions_left = 0, 0.0, 0
-        for worker in self.workers:
-            if worker.cut:
-                self.heal(worker)
-        self.advance(TTL + WINDOW + 2 * SKEW + 1)
+    def deliver_all(self) -> None:
         for worker in self.workers:
             while any(w.pending for w in worker.feed.watches.values()):
                 for kind in worker.feed.watches:
                     while worker.feed.watches[kind].pending:
                         worker.feed.deliver(kind)
+
+    def settle(self) -> int:
+        """After the burst, once every worker has seen the ledger and a TTL has run out since: a worker admits
+        exactly the room Pods do not hold."""
+        self.kills_left, self.lost_answers, self.partitions_left = 0, 0.0, 0
+        for worker in self.workers:
+            if worker.cut:
+                self.heal(worker)
+        self.deliver_all()
+        self.advance(TTL + WINDOW + 1)
+        self.deliver_all()
         used = sum(int(o["spec"]["containers"][0]["resources"]["limits"][MEM]) for o in self.server.pods.values())
         free = (self.limit - used) // 1000
         worker = self.workers[0]

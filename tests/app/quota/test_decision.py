@@ -4,6 +4,7 @@ properties the protocol rests on, over generated ledgers (hypothesis)."""
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from app.admission.ports import FITS, Verdict
 from app.quota.decision import SHARE, SLACK, WINDOW, Ask, Burst, Mine, Ruling, Scene, account, decide
-from app.quota.ledger import MAX_LEDGER_BYTES, LedgerEntry
+from app.quota.ledger import LEDGER_ANNOTATION, MAX_LEDGER_BYTES, LedgerEntry, snapshot
 from app.quota.tables import Held
 from tests.support import ROOT
 
@@ -25,12 +26,12 @@ WALL, NOW, TTL = 1_700_000_000.0, 500.0, 60.0
 
 
 def scene(limit: int = 10, used: int = 0, **changes: object) -> Scene:
-    base = Scene("ai", {MEM: limit}, {}, 0, {MEM: used} if used else {}, {}, WALL, NOW)
+    base = Scene("ai", {MEM: limit}, {}, 0, {MEM: used} if used else {}, {}, WALL, NOW, TTL)
     return replace(base, **changes)
 
 
 def entry(memory: int, *, open: bool = False, expires: float = WALL + 30) -> LedgerEntry:
-    return LedgerEntry(expires, {MEM: memory}, open)
+    return LedgerEntry(expires, {MEM: memory}, open, TTL)
 
 
 def ask(uid: str, memory: int, dry_run: bool = False) -> Ask:
@@ -38,7 +39,7 @@ def ask(uid: str, memory: int, dry_run: bool = False) -> Ask:
 
 
 def decided(at: Scene, *asks: Ask, rate: int = 0, ask: bool = True) -> Ruling:
-    return decide(at, asks, wanted=0, ask=ask, burst=Burst(rate), ttl=TTL, new_id="new")
+    return decide(at, asks, wanted=0, ask=ask, burst=Burst(rate), new_id="new")
 
 
 def run(at: Scene, *asks: Ask) -> tuple:  # type: ignore[type-arg]
@@ -51,7 +52,8 @@ def full(used: int, requested: int, limit: int) -> Verdict:
     return Verdict(f"exceeding resource quota: namespace ai {MEM} used {used} + requested {requested} > limit {limit}")
 
 
-TTL_ENTRY = LedgerEntry(round(WALL + TTL, 1), {MEM: 4})
+TTL_ENTRY = LedgerEntry(round(WALL + TTL, 1), {MEM: 4}, ttl=TTL)
+PREVIOUS = LedgerEntry(WALL - 1000, {MEM: 9})  # as the previous version wrote it (no ttl), long expired by WALL
 SEEN = {"old": Held({MEM: 3}, rv=42)}
 CASES = {
     "room: reserved alone under its uid": (scene(), [ask("u", 4)], ((None,), ({"u": TTL_ENTRY}, 0, 0, "u"))),
@@ -73,8 +75,23 @@ CASES = {
         [ask("u", 6)],
         ((full(5, 6, 10),), None),
     ),
-    "an expired entry counts nothing, and is pruned by the write": (
-        scene(entries={"old": entry(9, expires=WALL)}),
+    "an entry a TTL after its first sight here counts nothing, and is pruned by the write": (
+        scene(entries={"old": entry(9)}, first_seen={"old": NOW - TTL}),
+        [ask("u", 4)],
+        ((None,), ({"u": TTL_ENTRY}, 0, 0, "u")),
+    ),
+    "an entry holds room for its TTL from first sight here, whatever its writer's wall clock says": (
+        scene(entries={"old": entry(9, expires=WALL - 1000)}, first_seen={"old": NOW - TTL + 1}),
+        [ask("u", 4)],
+        ((full(9, 4, 10),), None),
+    ),
+    "the previous version's entry (no ttl) holds room for the TTL and a window from first sight here": (
+        scene(entries={"old": PREVIOUS}, first_seen={"old": NOW - TTL}),
+        [ask("u", 4)],
+        ((full(9, 4, 10),), None),
+    ),
+    "the previous version's entry past the TTL and a window from first sight here counts nothing": (
+        scene(entries={"old": PREVIOUS}, first_seen={"old": NOW - TTL - WINDOW}),
         [ask("u", 4)],
         ((None,), ({"u": TTL_ENTRY}, 0, 0, "u")),
     ),
@@ -101,7 +118,7 @@ CASES = {
     "this worker's closing grant is cut to what went into it": (
         scene(entries={"g": entry(8, open=True)}, mine={"g": Mine({MEM: 2}, closing=True)}),
         [ask("u", 4)],
-        ((None,), ({"g": LedgerEntry(WALL + 30, {MEM: 2}), "u": TTL_ENTRY}, 0, 0, "u")),
+        ((None,), ({"g": LedgerEntry(WALL + 30, {MEM: 2}, ttl=TTL), "u": TTL_ENTRY}, 0, 0, "u")),
     ),
     "a request outside the limited resources fits": (scene(), [Ask("u", {GPU: 1})], ((FITS,), None)),
 }
@@ -114,14 +131,12 @@ def test_decision(at: Scene, asks: list[Ask], expected: tuple) -> None:  # type:
 
 def test_a_burst_takes_room_ahead_at_most_a_share_of_what_is_left() -> None:
     made = decide(
-        scene(limit=1000, used=200), [ask("a", 1), ask("b", 1)], wanted=0, ask=True, burst=Burst(3), ttl=TTL, new_id="g"
+        scene(limit=1000, used=200), [ask("a", 1), ask("b", 1)], wanted=0, ask=True, burst=Burst(3), new_id="g"
     )
     assert made.verdicts == (None, None) and made.reserved == (0, 1) and made.write is not None
-    assert made.write.entry == "g" and made.write.entries["g"].open
+    assert made.write.entry == "g" and made.write.entries["g"].open and made.write.entries["g"].ttl == TTL + WINDOW
     assert made.write.ahead == {MEM: 16}  # 8 batches of 2; well under (1000 - 202) / 4
-    tight = decide(
-        scene(limit=30, used=2), [ask("a", 1), ask("b", 1)], wanted=0, ask=True, burst=Burst(3), ttl=TTL, new_id="g"
-    )
+    tight = decide(scene(limit=30, used=2), [ask("a", 1), ask("b", 1)], wanted=0, ask=True, burst=Burst(3), new_id="g")
     assert tight.write is not None and tight.write.ahead == {MEM: (30 - 4) // SHARE}
 
 
@@ -131,13 +146,47 @@ def test_a_full_ledger_refuses_the_batch() -> None:
     assert made.full == (0,) and made.reserved == () and made.verdicts == (None,)
 
 
+# --- a rolling upgrade: the previous version wrote ``expires`` only, and judged entries by it on its wall clock ----
+PREVIOUS_TEXT = json.dumps(
+    {"u": {"expires": WALL + TTL, "amounts": {MEM: 4}}, "g": {"expires": WALL + 61, "amounts": {MEM: 3}, "open": True}}
+)
+
+
+def test_the_previous_versions_entries_hold_room_for_this_workers_ttl_from_first_sight() -> None:
+    """Entries without a ``ttl`` live this worker's TTL and a window (the longest it writes) from first sight
+    here; their ``expires`` is not read, so a wall clock an hour off changes nothing."""
+    lease = {"metadata": {"resourceVersion": "7", "annotations": {LEDGER_ANNOTATION: PREVIOUS_TEXT}}}
+    found = snapshot("ai", lease).entries
+    assert found == {"u": LedgerEntry(WALL + TTL, {MEM: 4}), "g": LedgerEntry(WALL + 61, {MEM: 3}, open=True)}
+    for wall in (WALL - 3600, WALL + 3600):
+        at = scene(entries=found, wall=wall, first_seen=dict.fromkeys(found, NOW - TTL - WINDOW + 0.1))
+        assert set(account(at).live) == {"u", "g"} and account(at).upper == {MEM: 7}
+        assert account(replace(at, first_seen=dict.fromkeys(found, NOW - TTL - WINDOW))).live == {}
+
+
+def test_what_this_version_writes_reads_as_before_for_the_previous_version() -> None:
+    """Its readers keep an entry while ``expires`` (float unix seconds) is ahead of their wall clock, and count
+    ``amounts`` (and ``open``) as before; the new ``ttl`` they ignore. Each entry written carries them, ``expires``
+    being the writer's wall clock plus the entry's life, as the previous version wrote it."""
+    lone = decided(scene(), ask("u", 4)).write
+    grant = decided(scene(limit=1000), ask("a", 1), ask("b", 1), rate=3).write
+    assert lone is not None and grant is not None
+    assert json.loads(lone.text()) == {"u": {"ttl": TTL, "expires": WALL + TTL, "amounts": {MEM: 4}}}
+    assert json.loads(grant.text()) == {
+        "new": {"ttl": TTL + WINDOW, "expires": WALL + TTL + WINDOW, "amounts": {MEM: 2 + 16}, "open": True}
+    }
+
+
 # --- properties ---------------------------------------------------------------------------------
 
 amount = st.integers(0, 6)
 entries = st.dictionaries(
     st.sampled_from([f"e{i}" for i in range(8)]),
     st.builds(
-        lambda m, o, live: entry(m, open=o, expires=WALL + (30 if live else -1)), amount, st.booleans(), st.booleans()
+        lambda m, o, previous: replace(entry(m, open=o), ttl=None if previous else TTL),
+        amount,
+        st.booleans(),
+        st.booleans(),
     ),
     max_size=6,
 )
@@ -155,7 +204,7 @@ def scenes(draw: st.DrawFn) -> Scene:
         if draw(st.booleans())
     }
     used = sum(h.amounts[MEM] for h in held.values()) + draw(amount)
-    first_seen = {i: NOW - draw(st.sampled_from([0.0, WINDOW + SLACK])) for i in found}
+    first_seen = {i: NOW - draw(st.sampled_from([0.0, WINDOW + SLACK, TTL, TTL + WINDOW])) for i in found}
     mine = {
         i: Mine({MEM: draw(st.integers(0, e.amounts[MEM]))}, draw(st.booleans()))
         for i, e in found.items()
@@ -180,7 +229,7 @@ def possibly_taken(at: Scene) -> int:
     worker's closing grants at what went into them; every other entry, open or not, at its amounts)."""
     total = at.used.get(MEM, 0)
     for entry_id, found in at.entries.items():
-        if found.expires > at.wall:
+        if at.now < at.first_seen.get(entry_id, at.now) + (TTL + WINDOW if found.ttl is None else found.ttl):
             grant = at.mine.get(entry_id)
             room = grant.spent if grant is not None and grant.closing else found.amounts
             held = at.held.get(entry_id)
