@@ -12,6 +12,7 @@ import datetime
 import json
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -78,9 +79,8 @@ class Target:
 
 def collect(args: argparse.Namespace) -> list[Standing]:
     """The standings asked for; QuotaCommandError for anything that stops them."""
-    import time
-
-    from app.kube.config import LOAD_ERRORS, load_configuration
+    from app.kube.config import load_configuration
+    from app.quota.limits import quota_factors
     from app.quota.standing import standing
     from app.quota.tables import PodTable, QuotaTable
     from app.settings import Settings, SettingsError
@@ -95,8 +95,9 @@ def collect(args: argparse.Namespace) -> list[Standing]:
     try:
         configuration = load_configuration(args.kubeconfig, context=args.context)
         namespace = None if args.all_namespaces else args.namespace or _context_namespace(args)
-    except (*LOAD_ERRORS, Exception) as exc:  # a file that is not YAML, or not a kubeconfig: the loader's own errors
-        raise QuotaCommandError(f"cannot load the kubeconfig: {_one_line(exc)}") from exc
+    except Exception as exc:  # LOAD_ERRORS, and a file that is not YAML or not a kubeconfig: the loader's own errors
+        where = args.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        raise QuotaCommandError(f"cannot load the kubeconfig ({where}): {_one_line(exc)}") from exc
     target = Target(namespace, args.webhook_namespace or settings.home_namespace)
     api = _api(configuration)
     try:
@@ -104,7 +105,7 @@ def collect(args: argparse.Namespace) -> list[Standing]:
         quotas = QuotaTable(settings.devices)
         quotas.replace(reads.resource_quotas())
         if target.namespace is not None and not quotas.objects(target.namespace):
-            names = sorted({n for d in settings.devices for n in _quota_names(d)})
+            names = sorted(quota_factors(settings.devices))
             raise QuotaCommandError(
                 f"namespace {target.namespace} has no device quota (no ResourceQuota limits {', '.join(names)})"
             )
@@ -119,11 +120,6 @@ def collect(args: argparse.Namespace) -> list[Standing]:
         api.close()
 
 
-def _quota_names(device: Any) -> list[str]:
-    names = device.quota_names
-    return [n for n in (names.memory, names.cores, names.count) if n]
-
-
 def _context_namespace(args: argparse.Namespace) -> str:
     """The namespace the kubeconfig's context names (kubectl's default for -n), else "default"."""
     from kubernetes import config
@@ -134,9 +130,8 @@ def _context_namespace(args: argparse.Namespace) -> str:
                 return file.read().strip() or "default"
         except OSError:
             return "default"
-    _, active = config.list_kube_config_contexts(config_file=args.kubeconfig or os.environ.get("KUBECONFIG"))
+    contexts, active = config.list_kube_config_contexts(config_file=args.kubeconfig or os.environ.get("KUBECONFIG"))
     if args.context:
-        contexts, _ = config.list_kube_config_contexts(config_file=args.kubeconfig or os.environ.get("KUBECONFIG"))
         active = next((c for c in contexts if c.get("name") == args.context), active)
     return str((active.get("context") or {}).get("namespace") or "default")
 

@@ -122,9 +122,11 @@ def test_bad_input_is_one_line_and_exit_1(cluster: Cluster, viewer: tuple[str, s
         + ", ".join(sorted(n for n in quota_names()))
         + ")"
     )
-    assert one_line_error(quota(str(tmp_path / "absent"), "-A")).startswith("error: cannot load the kubeconfig: ")
-    (tmp_path / "garbage").write_text("clusters: [oops")
-    assert one_line_error(quota(str(tmp_path / "garbage"), "-A")).startswith("error: cannot load the kubeconfig: ")
+    for name, text in (("absent", None), ("garbage", "clusters: [oops"), ("not-a-kubeconfig", "just text")):
+        if text is not None:
+            (tmp_path / name).write_text(text)
+        said = one_line_error(quota(str(tmp_path / name), "-A"))
+        assert said.startswith(f"error: cannot load the kubeconfig ({tmp_path / name}): "), said
 
     cluster.quota({f"limits.{MEM}": "10000"})
     forbidden = one_line_error(quota(kubeconfig, "-n", cluster.ns, *home))
