@@ -76,7 +76,9 @@ class QuotaGauges:
 
     def collect(self) -> Iterator[Any]:
         directory = os.environ.get(MULTIPROC_ENV)
-        yield from self._families(_newest_rows(directory) if directory else self.rows)
+        rows = _newest_rows(directory) if directory else self.rows
+        if rows:  # no quota'd namespace (or quota off): not even the families' HELP lines
+            yield from self._families(rows)
 
     def _families(self, rows: Sequence[QuotaRow]) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily

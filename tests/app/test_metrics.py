@@ -148,6 +148,15 @@ def test_taken_metrics_port_is_logged_and_admissions_go_on(pki: LocalFiles) -> N
             assert served.post(KINDS["patched"](0))[0] == 200
 
 
+def test_quota_off_exports_no_quota_gauges(pki: LocalFiles) -> None:
+    with serve(pki, HAMI_QUOTA_ENABLED="false", HAMI_WEBHOOK_WORKERS="1") as served:
+        assert served.post(KINDS["patched"](0))[0] == 200
+        text = served.scrape()
+        assert "hami_webhook_decisions_total" in text
+        assert not [line for line in text.splitlines() if line.startswith(tuple(metrics.QuotaGauges.NAMES))]
+        assert not [name for name in metrics.QuotaGauges.NAMES if f"# HELP {name} " in text]
+
+
 def test_metrics_can_be_turned_off(pki: LocalFiles) -> None:
     with serve(pki, HAMI_METRICS_BIND="", HAMI_WEBHOOK_WORKERS="1") as served:
         assert served.post(KINDS["patched"](0))[0] == 200
