@@ -21,20 +21,21 @@ from app.admission.policies import Inputs, PolicyError, render
 from app.preview.documents import INVALID, DocumentReview, Options, admission_review, namespace_labels, preview
 from app.preview.scope import ScopeError, load_scope
 from app.preview.workloads import TEMPLATES
+from app.quota.command import add_quota_command
 from app.settings import Settings, SettingsError
 from app.untrusted import MAX_YAML_BYTES, UntrustedError, yaml_documents
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
+def main(argv: Sequence[str] | None = None, prog: str = "hami-webhook") -> int:
+    parser = _parser(prog)
     args = parser.parse_args(argv)
     return int(args.run(args))
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hami-webhook", description=__doc__)
+def _parser(prog: str = "hami-webhook") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
     serve = commands.add_parser(
@@ -114,6 +115,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     policies.add_argument("--out", metavar="DIR", help="write one file per policy there (default: all to stdout)")
     policies.set_defaults(run=_policies)
+    add_quota_command(commands)
     return parser
 
 

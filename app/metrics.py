@@ -10,19 +10,22 @@ Without the directory (tests, ``hami-webhook review``) the same collectors count
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from prometheus_client import Counter, Gauge, Histogram
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+QUOTA_FILE = "quota-{pid}.json"  # a worker's quota figures in the multiprocess directory (its *.db are the rest)
 WEBHOOK = "/webhook"  # controller-runtime labels requests with the webhook's path
 log = logging.getLogger("hami_webhook.metrics")
 
@@ -42,6 +45,77 @@ class Collectors:
     quota_feed_synced: Gauge
     quota_ledger_writes: Counter
     quota_ledger_full: Counter
+    quota: QuotaGauges
+
+
+QuotaRow = tuple[str, str, str, int, int, int]
+"""One quota'd namespace's resource: namespace, resource, the ResourceQuota setting its limit, limit, used, held."""
+
+
+class QuotaGauges:
+    """The per-namespace quota gauges, labelled as HAMi's scheduler labels hami_resource_quota_used/_limit
+    (``quota_name`` is the resource) plus ``resourcequota``, the object whose limit applies.
+
+    A custom collector (prometheus_client's documented extension point), not Gauges: a namespace whose quota went,
+    or a limit that changed (a label), must leave no series, which multiprocess gauge files cannot forget. Each
+    worker publishes its whole set (``quota_standings``); a scrape reads the newest one: no API call, no lock.
+    """
+
+    NAMES: ClassVar[dict[str, str]] = {
+        "hami_webhook_quota_limit": "The namespace's device quota limit for the resource: the smallest of its "
+        "ResourceQuotas (label resourcequota names it).",
+        "hami_webhook_quota_used": "What the namespace's Pods use of the resource, with HAMi's arithmetic.",
+        "hami_webhook_quota_held": "Room the quota ledger holds for the namespace's Pods admitted but not seen yet.",
+    }
+
+    def __init__(self) -> None:
+        self.rows: Sequence[QuotaRow] = ()  # without a multiprocess directory: this process's own
+
+    def describe(self) -> list[Any]:
+        return list(self._families([]))
+
+    def collect(self) -> Iterator[Any]:
+        directory = os.environ.get(MULTIPROC_ENV)
+        rows = _newest_rows(directory) if directory else self.rows
+        if rows:  # no quota'd namespace (or quota off): not even the families' HELP lines
+            yield from self._families(rows)
+
+    def _families(self, rows: Sequence[QuotaRow]) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        # as HAMi's: the limit gauge has no limit label, the others have it
+        labels = ["namespace", "quota_name", "limit", "resourcequota"]
+        texts = self.NAMES
+        limit, used, held = (
+            GaugeMetricFamily(name, texts[name], labels=labels if name != LIMIT else labels[:2] + labels[3:])
+            for name in texts
+        )
+        for namespace, resource, quota, amount, in_use, in_ledger in rows:
+            limit.add_metric([namespace, resource, quota], amount)
+            used.add_metric([namespace, resource, str(amount), quota], in_use)
+            held.add_metric([namespace, resource, str(amount), quota], in_ledger)
+        yield from (limit, used, held)
+
+
+LIMIT = "hami_webhook_quota_limit"
+
+
+def _newest_rows(directory: str) -> list[QuotaRow]:
+    """The quota figures the worker that published last published (all workers watch the same streams)."""
+    newest: tuple[int, str] | None = None
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name.startswith("quota-") and entry.name.endswith(".json"):
+                stamp = entry.stat().st_mtime_ns
+                if newest is None or stamp > newest[0]:
+                    newest = (stamp, entry.path)
+    if newest is None:
+        return []
+    try:
+        with open(newest[1], encoding="utf-8") as file:
+            return [tuple(row) for row in json.load(file)]
+    except (OSError, ValueError):  # removed as its worker died, between the scan and the read
+        return []
 
 
 @cache
@@ -102,7 +176,11 @@ def collectors() -> Collectors:
             "hami_webhook_quota_ledger_full", "Admissions refused (HTTP 500) because the namespace's quota ledger "
             "could hold no more reservations of Pods not seen yet.", ["pod_namespace"],
         ),
+        quota=QuotaGauges(),
     )  # fmt: skip
+    from prometheus_client import REGISTRY
+
+    REGISTRY.register(found.quota)  # in memory (no multiprocess directory); the master registers its own
     # Exported from the start (0 in flight, an empty histogram), not only after a worker's first request.
     found.in_flight.labels(WEBHOOK)
     found.latency.labels(WEBHOOK)
@@ -134,6 +212,18 @@ def certificate_rejected() -> None:
 def quota_feed_synced(resource: str, synced: bool) -> None:
     """The quota feed's list+watch of ``resource`` (pods, resourcequotas) is (or is no longer) in sync."""
     collectors().quota_feed_synced.labels(resource).set(1 if synced else 0)
+
+
+def quota_standings(rows: Sequence[QuotaRow]) -> None:
+    """This process's quota figures now, replacing the ones it published before (an empty list: none)."""
+    directory = os.environ.get(MULTIPROC_ENV)
+    if not directory:
+        collectors().quota.rows = list(rows)
+        return
+    path = os.path.join(directory, QUOTA_FILE.format(pid=os.getpid()))
+    with tempfile.NamedTemporaryFile("w", dir=directory, prefix=".quota-", delete=False, encoding="utf-8") as file:
+        json.dump(list(rows), file, separators=(",", ":"))
+    os.replace(file.name, path)  # whole or not at all: a scrape never reads half a file
 
 
 def quota_ledger_write(outcome: str) -> None:
@@ -168,6 +258,10 @@ def process_dead(pid: int) -> None:
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(pid)
+    directory = os.environ.get(MULTIPROC_ENV)
+    if directory:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(directory, QUOTA_FILE.format(pid=pid)))
 
 
 def serve(bind: str) -> tuple[str, int]:
@@ -180,6 +274,7 @@ def serve(bind: str) -> tuple[str, int]:
     host, _, port = bind.rpartition(":")
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)
+    registry.register(QuotaGauges())
     server, _thread = start_http_server(int(port), host.strip("[]") or "0.0.0.0", registry=registry)
     address = server.server_address
     return str(address[0]), int(address[1])

@@ -24,10 +24,12 @@ from app import metrics
 from app.admission.devices.base import Device
 from app.quota.amounts import Amounts
 from app.quota.ledger import MANAGED_BY, Snapshot, resource_version
+from app.quota.standing import Standing, standing
 from app.quota.stream import Stream, Streams, cut
 from app.quota.tables import Held, LedgerTable, NamespacePods, PodTable, QuotaTable
 
 log = logging.getLogger("hami_webhook.quota")
+GAUGES_EVERY = 1.0  # seconds between refreshes of the quota gauges (published only when they changed)
 
 
 class Feed(Streams):
@@ -57,6 +59,7 @@ class Feed(Streams):
         )
         self._pod_streams: dict[str, Stream] = {}
         self._synced = threading.Event()
+        self._gauges: threading.Thread | None = None
 
     # --- reads (any thread) ------------------------------------------------------------------------
 
@@ -117,6 +120,12 @@ class Feed(Streams):
                 if remaining <= 0 or not self._pods_moved.wait(remaining):
                     return False
 
+    def standings(self, wall: float) -> list[Standing]:
+        """Every quota'd namespace whose Pods have been listed, as this process sees it now (no API call)."""
+        with self._lock:
+            listed = sorted(ns for ns, s in self._pod_streams.items() if s.listed.is_set())
+            return [standing(ns, self.quotas, self.pods, self.ledgers.get(ns), wall) for ns in listed]
+
     def synced(self, wait: float = 0) -> bool:
         """The first lists are in: ResourceQuotas, and the Pods of every namespace that had a device quota
         then; waits up to ``wait`` seconds for it (a freshly started worker)."""
@@ -153,6 +162,21 @@ class Feed(Streams):
             metrics.quota_feed_synced(name, False)
         for stream in (self._quota_stream, self._lease_stream):
             self._start(stream)
+        self._gauges = threading.Thread(target=self._publish_gauges, name="quota gauges", daemon=True)
+        self._gauges.start()
+
+    def _publish_gauges(self) -> None:
+        """The quota gauges from this process's tables, refreshed apart from any admission: a scrape reads what
+        was published last, and costs neither an API call nor the feed's lock."""
+        last: list[Standing] | None = None
+        while not self._stop.wait(GAUGES_EVERY):
+            if not self._synced.is_set():  # a fresh worker publishes nothing rather than too little
+                continue
+            found = self.standings(time.time())
+            if found != last:
+                rows = [(s.namespace, f.resource, f.quota, f.limit, f.used, f.held) for s in found for f in s.figures]
+                metrics.quota_standings(rows)
+                last = found
 
     def stop(self, timeout: float = 5.0) -> None:
         """End every thread: wake their backoff waits and cut their open watches."""
@@ -165,6 +189,8 @@ class Feed(Streams):
         for stream in streams:
             if stream.thread is not None:
                 stream.thread.join(timeout)
+        if self._gauges is not None:
+            self._gauges.join(timeout)
         self._api_client.close()
 
     def threads(self) -> list[threading.Thread]:

@@ -55,6 +55,17 @@ def tightest(limits: Iterable[Amounts]) -> Amounts:
     return out
 
 
+def set_by(objects: Mapping[str, Amounts]) -> dict[str, tuple[int, str]]:
+    """The smallest limit per resource over a namespace's quota objects (by name), and the object that sets it:
+    the first name in order among equals, so every reader names the same one."""
+    out: dict[str, tuple[int, str]] = {}
+    for obj in sorted(objects):
+        for name, limit in objects[obj].items():
+            if name not in out or limit < out[name][0]:
+                out[name] = (limit, obj)
+    return out
+
+
 def limited(limits: Mapping[str, int], requested: Mapping[str, int]) -> bool:
     """The request touches a resource the namespace limits."""
     return any(name in limits for name in requested)

@@ -92,6 +92,10 @@ class PodTable:
         """What the Pods carrying this reservation took, and the resourceVersion by which a watch has seen them."""
         return self._held.get((namespace, reservation))
 
+    def count(self, namespace: str) -> int:
+        """The namespace's Pods that hold some of its quota."""
+        return len(self._by_namespace.get(namespace) or ())
+
     def __len__(self) -> int:
         return len(self._pods)
 
@@ -198,6 +202,10 @@ class QuotaTable(_Relisted):
 
     def limits(self, namespace: str) -> Amounts:
         return tightest((self._by_namespace.get(namespace) or {}).values())
+
+    def objects(self, namespace: str) -> dict[str, Amounts]:
+        """The namespace's ResourceQuotas with device limits, by name."""
+        return dict(self._by_namespace.get(namespace) or {})
 
     def namespaces(self) -> set[str]:
         """The namespaces with a device quota: the ones whose Pods are watched."""

@@ -148,6 +148,15 @@ def test_taken_metrics_port_is_logged_and_admissions_go_on(pki: LocalFiles) -> N
             assert served.post(KINDS["patched"](0))[0] == 200
 
 
+def test_quota_off_exports_no_quota_gauges(pki: LocalFiles) -> None:
+    with serve(pki, HAMI_QUOTA_ENABLED="false", HAMI_WEBHOOK_WORKERS="1") as served:
+        assert served.post(KINDS["patched"](0))[0] == 200
+        text = served.scrape()
+        assert "hami_webhook_decisions_total" in text
+        assert not [line for line in text.splitlines() if line.startswith(tuple(metrics.QuotaGauges.NAMES))]
+        assert not [name for name in metrics.QuotaGauges.NAMES if f"# HELP {name} " in text]
+
+
 def test_metrics_can_be_turned_off(pki: LocalFiles) -> None:
     with serve(pki, HAMI_METRICS_BIND="", HAMI_WEBHOOK_WORKERS="1") as served:
         assert served.post(KINDS["patched"](0))[0] == 200
@@ -178,3 +187,36 @@ def test_quota_feed_sync_hook() -> None:
     assert value("hami_webhook_quota_feed_synced", resource="pods") == 1
     metrics.quota_feed_synced("pods", False)
     assert value("hami_webhook_quota_feed_synced", resource="pods") == 0
+
+
+def quota_samples() -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
+    """What a scrape of the master's quota gauges yields now."""
+    return {
+        (s.name, tuple(sorted(s.labels.items())), s.value) for f in metrics.QuotaGauges().collect() for s in f.samples
+    }
+
+
+def test_quota_gauges_read_the_newest_workers_figures_and_forget_a_dead_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In the gunicorn master: each worker's whole set of figures is a file; a scrape reads the newest (all workers
+    watch the same objects), a dead worker's goes with it, and none at all means no series (quota off)."""
+    monkeypatch.setenv(metrics.MULTIPROC_ENV, str(tmp_path))
+    assert quota_samples() == set()
+    row = ("ai", "nvidia.com/gpumem", "gpu", 8000, 2000, 500)
+    older = tmp_path / metrics.QUOTA_FILE.format(pid=1)
+    older.write_text(json.dumps([[*row[:3], 8000, 1000, 0]]))
+    os.utime(older, ns=(1, 1))
+    metrics.quota_standings([row])  # this process, now
+    labels = {"namespace": "ai", "quota_name": "nvidia.com/gpumem", "resourcequota": "gpu"}
+    limited = tuple(sorted((labels | {"limit": "8000"}).items()))
+    assert quota_samples() == {
+        ("hami_webhook_quota_limit", tuple(sorted(labels.items())), 8000.0),
+        ("hami_webhook_quota_used", limited, 2000.0),
+        ("hami_webhook_quota_held", limited, 500.0),
+    }
+    metrics.process_dead(os.getpid())
+    assert not (tmp_path / metrics.QUOTA_FILE.format(pid=os.getpid())).exists()
+    assert ("hami_webhook_quota_used", limited, 1000.0) in quota_samples()
+    metrics.quota_standings([])  # the namespace's quota went
+    assert quota_samples() == set()

@@ -81,6 +81,9 @@ def test_alerts_cover_the_usual_thresholds(monitoring: list[Obj]) -> None:
     assert "> 0.01" in by_name["HamiWebhookErrorRate"]["expr"]
     assert "7 * 86400" in by_name["HamiWebhookCertificateExpiresSoon"]["expr"]
     assert "hami_webhook_quota_feed_synced" in by_name["HamiWebhookQuotaFeedOutOfSync"]["expr"]
+    near = by_name["HamiWebhookQuotaNearLimit"]
+    assert ">= 0.9" in near["expr"] and near["for"] == "15m" and near["labels"]["severity"] == "warning"
+    assert all(f"max by (namespace, quota_name) (hami_webhook_quota_{g}" in near["expr"] for g in ("used", "limit"))
     [hook] = one(monitoring, "MutatingWebhookConfiguration", "hami-webhook-pods")["webhooks"]
     assert f'fail_open_count{{name="{hook["name"]}"}}' in by_name["HamiWebhookFailedOpen"]["expr"]
     watched = {"HamiWebhookBypassed": (ROUTED, REVIEWED), "HamiAllocationAnnotationRefused": (GUARD,)}

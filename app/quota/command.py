@@ -1,0 +1,307 @@
+"""``hami-webhook quota`` (also ``kubectl hami quota``): where quota'd namespaces stand, read with the caller's
+kubeconfig: their ResourceQuotas, Pods and ledger Leases, counted by app/quota/standing.py on the same tables the
+admission decides on. It only reads (get, list); the RBAC it needs ships as hami-webhook-quota-viewer.
+
+Exit codes, as kubectl's: 0 the figures printed, 1 anything that stopped them (each a one-line ``error:``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kubernetes import client
+
+    from app.quota.standing import Standing
+
+FAILED = 1
+TIMEOUT = 10.0  # seconds per API request
+LEASES = "leases.coordination.k8s.io"
+VIEWER = "hami-webhook-quota-viewer"
+
+
+class QuotaCommandError(Exception):
+    """What stops the command, in one line."""
+
+
+def add_quota_command(commands: Any) -> None:
+    """Register ``quota`` on the CLI's subcommands (argparse only: the Kubernetes client loads when it runs)."""
+    quota = commands.add_parser(
+        "quota",
+        help="show each quota'd namespace's device quota: limit, used, held, free (reads only)",
+        description="Print, per namespace and resource, the device quota's LIMIT (the smallest ResourceQuota), "
+        "what its Pods USE, what the quota ledger HOLDs for Pods admitted but not seen yet, what is FREE, and the "
+        "PODS counted, with the admission's own arithmetic. Reads ResourceQuotas, Pods and the ledger Leases "
+        "with your kubeconfig (RBAC: hami-webhook-quota-viewer). Exit 0 printed, 1 error.",
+    )
+    scope = quota.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", help="the namespace (default: the kubeconfig context's)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace with a device quota")
+    quota.add_argument("-o", "--output", choices=("wide", "json", "yaml"), help="output format (default: a table)")
+    quota.add_argument("--context", help="the kubeconfig context to use")
+    quota.add_argument("--kubeconfig", help="path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    quota.add_argument(
+        "--webhook-namespace",
+        help="where the webhook keeps its ledger Leases (default: HAMI_NAMESPACE, else hami-system)",
+    )
+    quota.add_argument(
+        "--config", help="HAMi device config YAML, or its ConfigMap (default: HAMI_DEVICE_CONFIG or the chart's)"
+    )
+    quota.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        found = collect(args)
+    except QuotaCommandError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return FAILED
+    if not found:
+        print("No device quota found in any namespace.", file=sys.stderr)
+        return 0
+    print(render(found, args.output, wide_scope=bool(args.all_namespaces)), end="")
+    return 0
+
+
+@dataclass(frozen=True)
+class Target:
+    namespace: str | None  # None: every namespace
+    home: str  # the webhook's namespace: its ledger Leases
+
+
+def collect(args: argparse.Namespace) -> list[Standing]:
+    """The standings asked for; QuotaCommandError for anything that stops them."""
+    from app.kube.config import load_configuration
+    from app.quota.limits import quota_factors
+    from app.quota.standing import standing
+    from app.quota.tables import PodTable, QuotaTable
+    from app.settings import Settings, SettingsError
+
+    env = dict(os.environ)
+    if args.config:
+        env["HAMI_DEVICE_CONFIG"] = args.config
+    try:
+        settings = Settings.from_env(env)
+    except SettingsError as exc:
+        raise QuotaCommandError(f"invalid setting: {exc}") from exc
+    try:
+        configuration = load_configuration(args.kubeconfig, context=args.context)
+        namespace = None if args.all_namespaces else args.namespace or _context_namespace(args)
+    except Exception as exc:  # LOAD_ERRORS, and a file that is not YAML or not a kubeconfig: the loader's own errors
+        where = args.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        raise QuotaCommandError(f"cannot load the kubeconfig ({where}): {_one_line(exc)}") from exc
+    target = Target(namespace, args.webhook_namespace or settings.home_namespace)
+    api = _api(configuration)
+    try:
+        reads = Reads(api, target)
+        quotas = QuotaTable(settings.devices)
+        quotas.replace(reads.resource_quotas())
+        if target.namespace is not None and not quotas.objects(target.namespace):
+            names = sorted(quota_factors(settings.devices))
+            raise QuotaCommandError(
+                f"namespace {target.namespace} has no device quota (no ResourceQuota limits {', '.join(names)})"
+            )
+        pods = PodTable(settings.devices, forget_after=0)
+        namespaces = sorted(quotas.namespaces())
+        for name in namespaces:
+            pods.replace(name, reads.pods(name))
+        ledgers = reads.ledgers(namespaces)
+        wall = time.time()
+        return [standing(ns, quotas, pods, ledgers.get(ns), wall) for ns in namespaces]
+    finally:
+        api.close()
+
+
+def _context_namespace(args: argparse.Namespace) -> str:
+    """The namespace the kubeconfig's context names (kubectl's default for -n), else "default"."""
+    from kubernetes import config
+
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and not (args.kubeconfig or args.context):
+        try:
+            with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace", encoding="utf-8") as file:
+                return file.read().strip() or "default"
+        except OSError:
+            return "default"
+    contexts, active = config.list_kube_config_contexts(config_file=args.kubeconfig or os.environ.get("KUBECONFIG"))
+    if args.context:
+        active = next((c for c in contexts if c.get("name") == args.context), active)
+    return str((active.get("context") or {}).get("namespace") or "default")
+
+
+def _api(configuration: client.Configuration) -> client.ApiClient:
+    from kubernetes import client
+
+    configuration.retries = False  # one try per request: a user waits for an answer, not for urllib3's retries
+    return client.ApiClient(configuration)
+
+
+class Reads:
+    """The GETs and LISTs the command makes, each failure turned into one line naming what was refused."""
+
+    def __init__(self, api: client.ApiClient, target: Target) -> None:
+        self._api = api
+        self._target = target
+
+    def resource_quotas(self) -> list[dict[str, Any]]:
+        ns = self._target.namespace
+        if ns is None:
+            return self._list("/api/v1/resourcequotas", "list resourcequotas in all namespaces")
+        self._namespace_exists(ns)
+        return self._list(f"/api/v1/namespaces/{ns}/resourcequotas", f"list resourcequotas in namespace {ns}")
+
+    def pods(self, namespace: str) -> list[dict[str, Any]]:
+        return self._list(f"/api/v1/namespaces/{namespace}/pods", f"list pods in namespace {namespace}")
+
+    def ledgers(self, namespaces: Sequence[str]) -> dict[str, Any]:
+        """Each namespace's ledger as stored (absent: nothing held); a ledger that does not parse is an error."""
+        from app.quota.ledger import LEDGER_PREFIX, MANAGED_BY, snapshot
+
+        home = self._target.home
+        base = f"/apis/coordination.k8s.io/v1/namespaces/{home}/leases"
+        leases: dict[str, dict[str, Any]] = {}
+        if self._target.namespace is None:
+            query = {"labelSelector": MANAGED_BY}
+            listed = self._list(base, f"list {LEASES} in namespace {home}", query)
+            leases = {lease["metadata"]["name"][len(LEDGER_PREFIX) :]: lease for lease in listed}
+        for ns in namespaces:
+            if self._target.namespace is not None:
+                name = f"{LEDGER_PREFIX}{ns}"
+                found = self._get(f"{base}/{name}", f"get {LEASES} {name} in namespace {home}")
+                if found is not None:
+                    leases[ns] = found
+            if ns in leases:
+                malformed(leases[ns], home)
+        return {ns: snapshot(ns, lease) for ns, lease in leases.items() if ns in namespaces}
+
+    def _namespace_exists(self, ns: str) -> None:
+        from app.kube.errors import ApiError
+
+        try:
+            self._get(f"/api/v1/namespaces/{ns}", f"get namespace {ns}", missing_ok=False)
+        except QuotaCommandError as exc:
+            if isinstance(exc.__cause__, ApiError) and exc.__cause__.code == 404:
+                raise QuotaCommandError(f'namespaces "{ns}" not found') from exc
+            if isinstance(exc.__cause__, ApiError) and exc.__cause__.code == 403:
+                return  # no right to look at namespaces: its ResourceQuotas will tell
+            raise
+
+    def _list(self, path: str, action: str, query: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        found = self._request(path, action, query)
+        assert found is not None
+        return list(found.get("items") or [])
+
+    def _get(self, path: str, action: str, missing_ok: bool = True) -> dict[str, Any] | None:
+        from app.kube.errors import NOT_FOUND, ApiError
+
+        try:
+            return self._request(path, action, None)
+        except QuotaCommandError as exc:
+            if missing_ok and isinstance(exc.__cause__, ApiError) and exc.__cause__.code == NOT_FOUND:
+                return None
+            raise
+
+    def _request(self, path: str, action: str, query: dict[str, str] | None) -> dict[str, Any] | None:
+        from app.kube.errors import ApiError
+        from app.kube.transport import request
+
+        try:
+            return request(self._api, "GET", path, timeout=TIMEOUT, query=query, action=action)
+        except ApiError as exc:
+            if exc.code == 403:
+                hint = f"; bind the {VIEWER} ClusterRole, and its Role in {self._target.home} (docs/quota.md)"
+                raise QuotaCommandError(f"forbidden: cannot {action}: {exc.message}{hint}") from exc
+            raise QuotaCommandError(f"cannot {action}: {exc.http_line()}") from exc
+        except Exception as exc:  # no answer: TLS, DNS, refused, timed out
+            host = self._api.configuration.host
+            raise QuotaCommandError(
+                f"cannot {action}: the API server at {host} did not answer: {_one_line(exc)}"
+            ) from exc
+
+
+def malformed(lease: Mapping[str, Any], home: str) -> None:
+    """QuotaCommandError when the ledger annotation is not what the webhook writes (a hand edit): the webhook
+    drops what it cannot read, so the figures would hide it."""
+    from app.quota.ledger import LEDGER_ANNOTATION, snapshot
+
+    name = (lease.get("metadata") or {}).get("name") or ""
+    text = ((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
+    if text is None:
+        return
+    where = f"quota ledger {home}/{name} is malformed: annotation {LEDGER_ANNOTATION}"
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise QuotaCommandError(f"{where} is not JSON ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise QuotaCommandError(f"{where} is not a JSON object")
+    parsed = snapshot(name, lease).entries
+    bad = sorted(str(k) for k in raw if str(k) not in parsed)
+    if bad:
+        raise QuotaCommandError(f"{where}: entry {bad[0]!r} lacks a numeric expires or amounts")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+# --- output --------------------------------------------------------------------------------------------------
+
+
+def rows(found: Sequence[Standing]) -> list[dict[str, Any]]:
+    """One item per namespace and resource (the JSON/YAML output)."""
+    out = []
+    for one in found:
+        for figure in one.figures:
+            hold = one.oldest
+            out.append(
+                {
+                    "namespace": one.namespace,
+                    "resource": figure.resource,
+                    "limit": figure.limit,
+                    "used": figure.used,
+                    "held": figure.held,
+                    "free": figure.free,
+                    "pods": one.pods,
+                    "resourceQuota": figure.quota,
+                    "oldestHold": None if hold is None else {"id": hold.id, "expires": _when(hold.expires)},
+                }
+            )
+    return out
+
+
+def render(found: Sequence[Standing], output: str | None, *, wide_scope: bool) -> str:
+    items = rows(found)
+    if output == "json":
+        return json.dumps({"items": items}, indent=2) + "\n"
+    if output == "yaml":
+        import yaml
+
+        return str(yaml.safe_dump({"items": items}, sort_keys=False))
+    header = ["RESOURCE", "LIMIT", "USED", "HELD", "FREE", "PODS"]
+    if wide_scope:
+        header.insert(0, "NAMESPACE")
+    if output == "wide":
+        header += ["RESOURCEQUOTA", "OLDEST-HOLD", "EXPIRES"]
+    table = [header]
+    for item in items:
+        line = [item["resource"], *(str(item[k]) for k in ("limit", "used", "held", "free", "pods"))]
+        if wide_scope:
+            line.insert(0, item["namespace"])
+        if output == "wide":
+            hold = item["oldestHold"] or {"id": "<none>", "expires": "<none>"}
+            line += [item["resourceQuota"], hold["id"], hold["expires"]]
+        table.append(line)
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    return "".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in table)
+
+
+def _when(unix: float) -> str:
+    return datetime.datetime.fromtimestamp(unix, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,71 @@
+"""Where a namespace stands, from the tables the feed keeps (pure): what is used, what the ledger holds beyond what
+its Pods were seen to take, which ResourceQuota sets each limit, which hold is the oldest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.admission.annotations import QUOTA_RESERVATION_ANNOTATION
+from app.quota.ledger import LedgerEntry, Snapshot
+from app.quota.limits import set_by
+from app.quota.standing import Hold, standing
+from app.quota.tables import PodTable, QuotaTable
+from app.settings import Settings
+from tests.support.pods import container, pod
+
+MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
+NS, WALL = "ai", 1_000_000.0
+
+
+def stored(uid: str, devices: int, memory: int, reservation: str = "") -> dict[str, Any]:
+    obj = pod(container(limits={GPU: str(devices), MEM: str(memory)}), name=uid, namespace=NS)
+    obj["metadata"] |= {"uid": uid, "resourceVersion": "10"}
+    if reservation:
+        obj["metadata"]["annotations"] = {QUOTA_RESERVATION_ANNOTATION: reservation}
+    return obj
+
+
+def rq(name: str, hard: dict[str, str]) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": NS}, "spec": {"hard": hard}}
+
+
+@pytest.fixture
+def tables() -> tuple[QuotaTable, PodTable]:
+    devices = Settings.from_env({}).devices
+    quotas, pods = QuotaTable(devices), PodTable(devices, forget_after=60)
+    quotas.replace([rq("b-gpu", {f"limits.{MEM}": "10000", GPU: "4"}), rq("a-small", {MEM: "8000"})])
+    return quotas, pods
+
+
+def test_used_held_and_the_quota_that_sets_each_limit(tables: tuple[QuotaTable, PodTable]) -> None:
+    quotas, pods = tables
+    # r1 is half seen (one of its two Pods), r2 not at all and open (a grant), r3 expired, r4 fully seen
+    pods.replace(NS, [stored("p1", 2, 1000, "r1"), stored("p2", 1, 500), stored("p4", 1, 700, "r4")])
+    entries = {
+        "r1": LedgerEntry(WALL + 30, {MEM: 3000, GPU: 3}),
+        "r2": LedgerEntry(WALL + 10, {MEM: 1200, GPU: 1}, open=True),
+        "r3": LedgerEntry(WALL - 1, {MEM: 5000, GPU: 1}),
+        "r4": LedgerEntry(WALL + 5, {MEM: 700, GPU: 1}),
+    }
+    found = standing(NS, quotas, pods, Snapshot(NS, entries, None, 5), WALL)
+    by = {f.resource: f for f in found.figures}
+    assert (by[MEM].limit, by[MEM].quota, by[GPU].limit, by[GPU].quota) == (8000, "a-small", 4, "b-gpu")
+    assert (by[MEM].used, by[GPU].used) == (2000 + 500 + 700, 2 + 1 + 1)
+    assert (by[MEM].held, by[GPU].held) == ((3000 - 2000) + 1200, (3 - 2) + 1)
+    assert by[MEM].free == 8000 - 3200 - 2200 and by[GPU].free == 0  # never below 0 (4 - 4 - 2)
+    assert found.pods == 3
+    assert found.oldest == Hold("r2", WALL + 10)  # r4 is used up, r3 expired
+
+
+def test_no_ledger_nothing_held_and_no_quota_no_figure(tables: tuple[QuotaTable, PodTable]) -> None:
+    quotas, pods = tables
+    found = standing(NS, quotas, pods, None, WALL)
+    assert [(f.resource, f.used, f.held) for f in found.figures] == [(GPU, 0, 0), (MEM, 0, 0)]
+    assert found.oldest is None and found.pods == 0
+    assert standing("elsewhere", quotas, pods, None, WALL).figures == ()
+
+
+def test_equal_limits_name_the_first_quota_by_name() -> None:
+    assert set_by({"b": {MEM: 5}, "a": {MEM: 5}, "c": {MEM: 9, GPU: 1}}) == {MEM: (5, "a"), GPU: (1, "c")}

@@ -1,0 +1,224 @@
+"""Quota you can see, through the real API server (each pinned version) with two webhook replicas behind the
+Service: both replicas' gauges, ``hami-webhook quota -o json`` and ``kubectl hami quota`` show the figures this
+test computes itself from the Pods it created (HAMi's arithmetic: memory per device times the devices), a
+ResourceQuota's series go with it, a smaller one moves the limit and its label; the dashboard and the alert name
+only series a live /metrics has."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes.utils import parse_quantity
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.manifests.test_monitoring import DASHBOARD, selectors
+from tests.realkube.cluster import RealKube, kubectl_binary
+from tests.realkube.install import Installed, WebhookServer, apply
+from tests.realkube.pods import create_at_once, pod
+from tests.realkube.replicas import Replicas, start_replicas
+from tests.support import ROOT
+
+MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
+GAUGES = ("hami_webhook_quota_limit", "hami_webhook_quota_used", "hami_webhook_quota_held")
+BIN = Path(sys.executable).parent  # hami-webhook and kubectl-hami, as the package installs them
+
+
+@pytest.fixture
+def two_webhooks(any_installed: Installed) -> Iterator[Replicas]:
+    """Two replicas (one worker each, as the Deployment runs them) with /metrics on free loopback ports; a hold
+    lasts 5 minutes (HAMI_QUOTA_RESERVATION_TTL), longer than the test looks at it on a loaded machine."""
+    work = any_installed.work / f"view-{uuid.uuid4().hex[:6]}"
+    env = {"HAMI_METRICS_BIND": "127.0.0.1:0", "HAMI_QUOTA_RESERVATION_TTL": "300"}
+    replicas = start_replicas(any_installed, 2, work, env)
+    try:
+        yield replicas
+    finally:
+        logs = replicas.stop()
+        if not any_installed.webhook.running:
+            any_installed.webhook.start()
+    for log in logs:
+        assert "Traceback" not in log, log
+
+
+def metrics_url(server: WebhookServer) -> str:
+    found = re.search(r"metrics: serving (http://\S+/metrics)", server.log.read_text())
+    assert found, server.log.read_text()[-2000:]
+    return found.group(1)
+
+
+def scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Every sample of a /metrics page by name."""
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return out
+
+
+def quota_series(url: str, ns: str) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
+    samples = scrape(url)
+    return {
+        (name, tuple(sorted(labels.items())), value)
+        for name in GAUGES
+        for labels, value in samples.get(name, [])
+        if labels["namespace"] == ns
+    }
+
+
+def expected_series(ns: str, figures: dict[str, dict[str, Any]]) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
+    """The gauges as the figures say, labelled as HAMi's scheduler labels its quota gauges (plus resourcequota)."""
+    out = set()
+    for resource, f in figures.items():
+        base = {"namespace": ns, "quota_name": resource, "resourcequota": f["quota"]}
+        with_limit = tuple(sorted((base | {"limit": str(f["limit"])}).items()))
+        out.add(("hami_webhook_quota_limit", tuple(sorted(base.items())), float(f["limit"])))
+        out.add(("hami_webhook_quota_used", with_limit, float(f["used"])))
+        out.add(("hami_webhook_quota_held", with_limit, float(f["held"])))
+    return out
+
+
+def gpu_pod(name: str, devices: int, memory: int) -> dict[str, Any]:
+    return pod(name, {GPU: str(devices), MEM: str(memory)})
+
+
+def demand(obj: dict[str, Any]) -> dict[str, int]:
+    """HAMi's arithmetic, written out here: a container's gpumem is per device, so it counts times the devices."""
+    limits = {k: int(parse_quantity(v)) for k, v in obj["spec"]["containers"][0]["resources"]["limits"].items()}
+    return {GPU: limits[GPU], MEM: limits[GPU] * limits[MEM]}  # stored "1000" reads back as "1k"
+
+
+def figures(
+    limits: dict[str, dict[str, int]], pods: list[dict[str, Any]], held: dict[str, int]
+) -> dict[str, dict[str, Any]]:
+    """Per resource: the smallest limit and the ResourceQuota setting it, what ``pods`` use, what is ``held``."""
+    out = {}
+    for r in (GPU, MEM):
+        limit, quota = min((q[r], name) for name, q in limits.items() if r in q)
+        out[r] = {"limit": limit, "quota": quota, "used": sum(demand(p)[r] for p in pods), "held": held.get(r, 0)}
+    return out
+
+
+def quota_command(kube: RealKube, *args: str, program: str = "hami-webhook") -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "KUBECONFIG": kube.kubeconfig_path}
+    env = {k: v for k, v in env.items() if not k.startswith(("KUBERNETES_", "HAMI_"))}
+    command = [str(BIN / program), *args] if program != "kubectl" else [kubectl_binary(), *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_gauges_and_the_quota_command_show_the_figures(any_installed: Installed, two_webhooks: Replicas) -> None:
+    kube = any_installed.kube
+    urls = [metrics_url(s) for s in two_webhooks.servers]
+    ns = kube.namespace(f"e2e-view-{uuid.uuid4().hex[:8]}")
+    limits = {"gpu": {MEM: 20000, GPU: 10}}
+    apply(kube, resource_quota(ns, "gpu", limits["gpu"]))
+    try:
+        small, big = gpu_pod("small-", 1, 1000), gpu_pod("big-", 2, 1500)
+        _, calls = create_at_once(kube, ns, small, 4, 4)
+        _, more = create_at_once(kube, ns, big, 2, 2)
+        assert [c.status for c in calls + more] == [201] * 6, [c.refusal for c in calls + more]
+        pods = kube.get("pods", namespace=ns)["items"]
+        gone = [p["metadata"]["name"] for p in pods][::3]
+        settled = expected_series(ns, figures(limits, pods, {}))
+        for url in urls:  # every grant taken ahead in the bursts closed: nothing held beyond the Pods
+            kube.wait_for(lambda url=url: quota_series(url, ns) == settled, 30, interval=0.5)
+        kube.kubectl("delete", "pod", "-n", ns, "--wait=false", *gone)
+        alive = [p for p in pods if p["metadata"]["name"] not in gone]
+        time.sleep(1.5)  # the next admission alone, not in a burst: its room is a reservation, not a grant
+        # A hold with no Pod: admitted (room reserved), then refused by storage (the name is taken).
+        phantom = gpu_pod(alive[0]["metadata"]["name"], 1, 2500)
+        taken = kube.kubectl("create", "-n", ns, "-f", "-", stdin=json.dumps(phantom), check=False)
+        assert "AlreadyExists" in taken.stderr, taken.stderr
+
+        expected = expected_series(ns, figures(limits, alive, demand(phantom)))
+        for url in urls:
+            kube.wait_for(lambda url=url: quota_series(url, ns) == expected, 30, interval=0.5)
+
+        shown = quota_command(kube, "quota", "-n", ns, "-o", "json")
+        assert shown.returncode == 0, shown.stderr
+        items = {i["resource"]: i for i in json.loads(shown.stdout)["items"]}
+        for resource, f in figures(limits, alive, demand(phantom)).items():
+            item = items[resource]
+            assert (item["limit"], item["used"], item["held"], item["resourceQuota"]) == (
+                f["limit"], f["used"], f["held"], f["quota"]
+            )  # fmt: skip
+            assert item["free"] == f["limit"] - f["used"] - f["held"] and item["pods"] == len(alive)
+            assert item["oldestHold"] is not None
+
+        # A second, smaller ResourceQuota sets the memory limit now, and its label says so.
+        limits["gpu-small"] = {MEM: 15000}
+        apply(kube, resource_quota(ns, "gpu-small", limits["gpu-small"]))
+        expected = expected_series(ns, figures(limits, alive, demand(phantom)))
+        for url in urls:
+            kube.wait_for(lambda url=url: quota_series(url, ns) == expected, 30, interval=0.5)
+
+        # The plugin: kubectl finds it on PATH and runs it.
+        listed = quota_command(kube, "plugin", "list", program="kubectl")
+        assert f"{BIN / 'kubectl-hami'}" in listed.stdout, listed.stdout + listed.stderr
+        table = quota_command(kube, "hami", "quota", "-n", ns, program="kubectl")
+        assert table.returncode == 0, table.stderr
+        header, *lines = table.stdout.splitlines()
+        assert header.split() == ["RESOURCE", "LIMIT", "USED", "HELD", "FREE", "PODS"]
+        mem = figures(limits, alive, demand(phantom))[MEM]
+        row = [MEM, mem["limit"], mem["used"], mem["held"], mem["limit"] - mem["used"] - mem["held"], len(alive)]
+        assert [str(v) for v in row] in [line.split() for line in lines], table.stdout
+
+        live_metrics_name_the_dashboards_series(kube, urls[0])
+        shown_all = quota_command(kube, "quota", "-A")
+        assert shown_all.returncode == 0 and ns in shown_all.stdout, shown_all.stderr
+        print(f"\n$ hami-webhook quota -A\n{shown_all.stdout}\n$ curl {urls[1]} | grep hami_webhook_quota_")
+        print("\n".join(sorted(f"{n}{dict(labels)} {v}" for n, labels, v in quota_series(urls[1], ns))))
+
+        # The ResourceQuotas go: so do the namespace's series, on both replicas.
+        kube.kubectl("delete", "resourcequota", "-n", ns, "gpu", "gpu-small")
+        for url in urls:
+            kube.wait_for(lambda url=url: quota_series(url, ns) == set(), 30, interval=0.5)
+    finally:
+        kube.kubectl("delete", "namespace", "--wait=false", ns)
+
+
+def resource_quota(ns: str, name: str, hard: dict[str, int]) -> dict[str, Any]:
+    spec = {"hard": {f"limits.{r}": str(v) for r, v in hard.items()}}
+    return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": name, "namespace": ns}, "spec": spec}
+
+
+# Series that exist only after their first event (a labelled counter has no sample before), or only in the API
+# server's /metrics after a webhook failed open: named by the dashboard or the rules, absent from a fresh scrape.
+AFTER_AN_EVENT = {
+    "hami_webhook_quota_ledger_full_total",
+    "hami_webhook_quota_denials_total",
+    "hami_webhook_warnings_total",
+    "apiserver_admission_webhook_fail_open_count",
+    "apiserver_validating_admission_policy_check_total",
+}
+
+
+def live_metrics_name_the_dashboards_series(kube: RealKube, url: str) -> None:
+    """Every expression of the dashboard and the PrometheusRule parses and selects series a live scrape has (the
+    webhook's /metrics and the API server's), the quota gauges among them."""
+    live = set(scrape(url)) | {
+        line.split("{")[0].split(" ")[0]
+        for line in kube.kubectl("get", "--raw", "/metrics").stdout.splitlines()
+        if line and not line.startswith("#")
+    }
+    rules_file = ROOT / "manifests" / "components" / "monitoring" / "prometheusrule.yaml"
+    rules = [r for g in yaml.safe_load(rules_file.read_text())["spec"]["groups"] for r in g["rules"]]
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    exprs = [r["expr"] for r in rules] + [t["expr"] for p in panels for t in p["targets"]]
+    named = {n for e in exprs for n in selectors(e.replace("$namespace", "hami-system"))}
+    assert set(GAUGES) <= named & live
+    assert named - live <= AFTER_AN_EVENT, sorted(named - live - AFTER_AN_EVENT)
