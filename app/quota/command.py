@@ -8,7 +8,6 @@ Exit codes, as kubectl's: 0 the figures printed, 1 anything that stopped them (e
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -114,8 +113,9 @@ def collect(args: argparse.Namespace) -> list[Standing]:
         for name in namespaces:
             pods.replace(name, reads.pods(name))
         ledgers = reads.ledgers(namespaces)
-        wall = time.time()
-        return [standing(ns, quotas, pods, ledgers.get(ns), wall) for ns in namespaces]
+        # A reader that just started: every entry is new to it, and holds its room for its whole life from now.
+        now, ttl = time.monotonic(), settings.quota_reservation_ttl
+        return [standing(ns, quotas, pods, ledgers.get(ns), now=now, ttl=ttl, first_seen={}) for ns in namespaces]
     finally:
         api.close()
 
@@ -271,7 +271,7 @@ def rows(found: Sequence[Standing]) -> list[dict[str, Any]]:
                     "free": figure.free,
                     "pods": one.pods,
                     "resourceQuota": figure.quota,
-                    "oldestHold": None if hold is None else {"id": hold.id, "expires": _when(hold.expires)},
+                    "oldestHold": None if hold is None else {"id": hold.id, "expiresIn": f"{hold.left:.0f}s"},
                 }
             )
     return out
@@ -289,19 +289,15 @@ def render(found: Sequence[Standing], output: str | None, *, wide_scope: bool) -
     if wide_scope:
         header.insert(0, "NAMESPACE")
     if output == "wide":
-        header += ["RESOURCEQUOTA", "OLDEST-HOLD", "EXPIRES"]
+        header += ["RESOURCEQUOTA", "OLDEST-HOLD", "EXPIRES-IN"]
     table = [header]
     for item in items:
         line = [item["resource"], *(str(item[k]) for k in ("limit", "used", "held", "free", "pods"))]
         if wide_scope:
             line.insert(0, item["namespace"])
         if output == "wide":
-            hold = item["oldestHold"] or {"id": "<none>", "expires": "<none>"}
-            line += [item["resourceQuota"], hold["id"], hold["expires"]]
+            hold = item["oldestHold"] or {"id": "<none>", "expiresIn": "<none>"}
+            line += [item["resourceQuota"], hold["id"], hold["expiresIn"]]
         table.append(line)
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     return "".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in table)
-
-
-def _when(unix: float) -> str:
-    return datetime.datetime.fromtimestamp(unix, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -45,6 +45,7 @@ class Feed(Streams):
         self._pods_moved = threading.Condition(self._lock)
         self._ledgers_moved = threading.Condition(self._lock)
         self.pods = PodTable(devices, forget_after)
+        self._ttl = forget_after  # the reservation TTL: what an entry written without one holds, for the gauges
         self.quotas = QuotaTable(devices)
         self.ledgers = LedgerTable()
         leases = client.CoordinationV1Api(api_client)
@@ -120,11 +121,23 @@ class Feed(Streams):
                 if remaining <= 0 or not self._pods_moved.wait(remaining):
                     return False
 
-    def standings(self, wall: float) -> list[Standing]:
-        """Every quota'd namespace whose Pods have been listed, as this process sees it now (no API call)."""
+    def standings(self, now: float) -> list[Standing]:
+        """Every quota'd namespace whose Pods have been listed, as this process sees it at ``now`` (its monotonic
+        clock, the one its first sights of ledger entries are on); no API call."""
         with self._lock:
             listed = sorted(ns for ns, s in self._pod_streams.items() if s.listed.is_set())
-            return [standing(ns, self.quotas, self.pods, self.ledgers.get(ns), wall) for ns in listed]
+            return [
+                standing(
+                    ns,
+                    self.quotas,
+                    self.pods,
+                    self.ledgers.get(ns),
+                    now=now,
+                    ttl=self._ttl,
+                    first_seen=self.ledgers.first_seen(ns),
+                )
+                for ns in listed
+            ]
 
     def synced(self, wait: float = 0) -> bool:
         """The first lists are in: ResourceQuotas, and the Pods of every namespace that had a device quota
@@ -172,7 +185,7 @@ class Feed(Streams):
         while not self._stop.wait(GAUGES_EVERY):
             if not self._synced.is_set():  # a fresh worker publishes nothing rather than too little
                 continue
-            found = self.standings(time.time())
+            found = self.standings(time.monotonic())
             if found != last:
                 rows = [(s.namespace, f.resource, f.quota, f.limit, f.used, f.held) for s in found for f in s.figures]
                 metrics.quota_standings(rows)

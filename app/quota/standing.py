@@ -2,15 +2,17 @@
 seen yet, and what is free. The gauges (app/quota/feed.py) and ``hami-webhook quota`` (app/quota/command.py) both
 count with this, on the same tables the admission decides on, so the three never disagree on the arithmetic.
 
-Pure: no clock (``wall`` is passed in), no I/O. What the figures mean: docs/quota.md ("Looking at quota").
+Pure: no clock (``now``, the reader's monotonic seconds, and its first sights are passed in; docs/rules.md,
+"No clock but its own"), no I/O. What the figures mean: docs/quota.md ("Looking at quota").
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app.quota.amounts import unseen
-from app.quota.decision import Scene, account
+from app.quota.decision import Scene, account, life
 from app.quota.ledger import Snapshot
 from app.quota.limits import set_by
 from app.quota.tables import PodTable, QuotaTable
@@ -37,7 +39,7 @@ class Hold:
     """A ledger entry holding room for Pods not seen yet."""
 
     id: str
-    expires: float  # unix seconds
+    left: float  # seconds until this reader lets it go: its life from this reader's first sight of it
 
 
 @dataclass(frozen=True)
@@ -45,25 +47,38 @@ class Standing:
     namespace: str
     figures: tuple[Figure, ...]  # by resource name
     pods: int  # the Pods counted in ``used``
-    oldest: Hold | None  # the hold that expires first, if any
+    oldest: Hold | None  # the hold let go first, if any
 
 
-def standing(namespace: str, quotas: QuotaTable, pods: PodTable, ledger: Snapshot | None, wall: float) -> Standing:
-    """The namespace's figures from the tables (no figure when it has no device quota) and its ledger as read."""
+def standing(
+    namespace: str,
+    quotas: QuotaTable,
+    pods: PodTable,
+    ledger: Snapshot | None,
+    *,
+    now: float,
+    ttl: float,
+    first_seen: Mapping[str, float],
+) -> Standing:
+    """The namespace's figures from the tables (no figure when it has no device quota) and its ledger as read, an
+    entry live for its life from ``first_seen`` (an entry not in it: first seen ``now``, as by a reader that just
+    started, which holds its room the longest)."""
     limits = set_by(quotas.objects(namespace))
     entries = ledger.entries if ledger is not None else {}
     seen = {i: found for i in entries if (found := pods.held(namespace, i)) is not None}
     used = pods.used(namespace)
-    scene = Scene(namespace, {n: v[0] for n, v in limits.items()}, entries, 0, used, seen, wall, 0.0)
-    taken = account(scene).upper  # no grant is this reader's: each counts at its full amounts
+    limited = {n: v[0] for n, v in limits.items()}
+    scene = Scene(namespace, limited, entries, 0, used, seen, 0.0, now, ttl, first_seen=first_seen)
+    counted = account(scene)
+    taken = counted.upper  # no grant is this reader's: each counts at its full amounts
     holds = [
-        Hold(i, e.expires)
-        for i, e in entries.items()
-        if e.expires > wall and any(unseen(e.amounts, seen[i].amounts if i in seen else None).values())
+        Hold(i, first_seen.get(i, now) + life(scene, e) - now)
+        for i, e in counted.live.items()
+        if any(unseen(e.amounts, seen[i].amounts if i in seen else None).values())
     ]
     figures = tuple(
         Figure(name, limit, quota, used.get(name, 0), taken.get(name, 0) - used.get(name, 0))
         for name, (limit, quota) in sorted(limits.items())
     )
-    oldest = min(holds, key=lambda h: (h.expires, h.id)) if holds else None
+    oldest = min(holds, key=lambda h: (h.left, h.id)) if holds else None
     return Standing(namespace, figures, pods.count(namespace), oldest)

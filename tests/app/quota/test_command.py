@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,6 @@ import yaml
 
 from app.quota.demand import Demand
 from app.quota.ledger import LEDGER_ANNOTATION
-from app.quota.standing import standing
 from tests.app.quota.conftest import GPU, MEM, Cluster
 from tests.support import ROOT
 from tests.support.pods import container, pod
@@ -70,15 +70,14 @@ def test_the_command_shows_what_the_port_counts(cluster: Cluster, start_quota) -
     }
     assert items[MEM]["oldestHold"]["id"] == "phantom"
     # The port's own tables say the same (the gauges are published from them).
-    with port.feed._lock:
-        mine = standing(cluster.ns, port.feed.quotas, port.feed.pods, port.feed.ledgers.get(cluster.ns), 0)
+    (mine,) = [s for s in port.feed.standings(time.monotonic()) if s.namespace == cluster.ns]
     assert {f.resource: (f.limit, f.used, f.held) for f in mine.figures} == {
         r: (i["limit"], i["used"], i["held"]) for r, i in items.items()
     }
     wide = quota(cluster.kubeconfig, "-A", "--webhook-namespace", cluster.home, "-o", "wide")
     header, *lines = wide.stdout.splitlines()
     assert header.split() == [
-        "NAMESPACE", "RESOURCE", "LIMIT", "USED", "HELD", "FREE", "PODS", "RESOURCEQUOTA", "OLDEST-HOLD", "EXPIRES"
+        "NAMESPACE", "RESOURCE", "LIMIT", "USED", "HELD", "FREE", "PODS", "RESOURCEQUOTA", "OLDEST-HOLD", "EXPIRES-IN"
     ]  # fmt: skip
     mine_lines = [line.split() for line in lines if line.startswith(cluster.ns)]
     assert [(row[1], row[7], row[8]) for row in mine_lines] == [(GPU, "gpu", "phantom"), (MEM, "gpu", "phantom")]

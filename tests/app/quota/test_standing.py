@@ -16,7 +16,7 @@ from app.settings import Settings
 from tests.support.pods import container, pod
 
 MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
-NS, WALL = "ai", 1_000_000.0
+NS, NOW, TTL = "ai", 5_000.0, 60.0  # NOW: the reader's monotonic clock
 
 
 def stored(uid: str, devices: int, memory: int, reservation: str = "") -> dict[str, Any]:
@@ -41,30 +41,33 @@ def tables() -> tuple[QuotaTable, PodTable]:
 
 def test_used_held_and_the_quota_that_sets_each_limit(tables: tuple[QuotaTable, PodTable]) -> None:
     quotas, pods = tables
-    # r1 is half seen (one of its two Pods), r2 not at all and open (a grant), r3 expired, r4 fully seen
+    # r1 is half seen (one of its two Pods), r2 not at all and open (a grant), r3 expired (first seen more than
+    # its ttl ago), r4 fully seen; r5 was written by the previous version (no ttl: the reader's TTL + a window).
+    # The writers' ``expires`` are nonsense on purpose: no reader judges by another's wall clock.
     pods.replace(NS, [stored("p1", 2, 1000, "r1"), stored("p2", 1, 500), stored("p4", 1, 700, "r4")])
     entries = {
-        "r1": LedgerEntry(WALL + 30, {MEM: 3000, GPU: 3}),
-        "r2": LedgerEntry(WALL + 10, {MEM: 1200, GPU: 1}, open=True),
-        "r3": LedgerEntry(WALL - 1, {MEM: 5000, GPU: 1}),
-        "r4": LedgerEntry(WALL + 5, {MEM: 700, GPU: 1}),
+        "r1": LedgerEntry(0, {MEM: 3000, GPU: 3}, ttl=60),
+        "r2": LedgerEntry(0, {MEM: 1200, GPU: 1}, open=True, ttl=15),
+        "r3": LedgerEntry(1e12, {MEM: 5000, GPU: 1}, ttl=60),
+        "r4": LedgerEntry(0, {MEM: 700, GPU: 1}, ttl=60),
     }
-    found = standing(NS, quotas, pods, Snapshot(NS, entries, None, 5), WALL)
+    first_seen = {"r1": NOW - 30, "r2": NOW - 5, "r3": NOW - 61, "r4": NOW - 55}
+    found = standing(NS, quotas, pods, Snapshot(NS, entries, None, 5), now=NOW, ttl=TTL, first_seen=first_seen)
     by = {f.resource: f for f in found.figures}
     assert (by[MEM].limit, by[MEM].quota, by[GPU].limit, by[GPU].quota) == (8000, "a-small", 4, "b-gpu")
     assert (by[MEM].used, by[GPU].used) == (2000 + 500 + 700, 2 + 1 + 1)
     assert (by[MEM].held, by[GPU].held) == ((3000 - 2000) + 1200, (3 - 2) + 1)
     assert by[MEM].free == 8000 - 3200 - 2200 and by[GPU].free == 0  # never below 0 (4 - 4 - 2)
     assert found.pods == 3
-    assert found.oldest == Hold("r2", WALL + 10)  # r4 is used up, r3 expired
+    assert found.oldest == Hold("r2", 10)  # r4 is used up, r3 expired; r2 has 10 of its 15 s left, r1 30 of 60
 
 
 def test_no_ledger_nothing_held_and_no_quota_no_figure(tables: tuple[QuotaTable, PodTable]) -> None:
     quotas, pods = tables
-    found = standing(NS, quotas, pods, None, WALL)
+    found = standing(NS, quotas, pods, None, now=NOW, ttl=TTL, first_seen={})
     assert [(f.resource, f.used, f.held) for f in found.figures] == [(GPU, 0, 0), (MEM, 0, 0)]
     assert found.oldest is None and found.pods == 0
-    assert standing("elsewhere", quotas, pods, None, WALL).figures == ()
+    assert standing("elsewhere", quotas, pods, None, now=NOW, ttl=TTL, first_seen={}).figures == ()
 
 
 def test_equal_limits_name_the_first_quota_by_name() -> None:
