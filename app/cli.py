@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from app.admission.policies import Inputs, PolicyError, render
 from app.preview.documents import INVALID, DocumentReview, Options, admission_review, namespace_labels, preview
+from app.preview.policies import Inputs, PolicyError, render
 from app.preview.scope import ScopeError, load_scope
 from app.preview.workloads import TEMPLATES
 from app.quota.command import add_quota_command

@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from app.admission.policies import GUARD
+from app.preview.policies import GUARD
 from bench.policies import in_turn, over_rounds, table
 from tests.realkube.cluster import RealKube, build_binaries, pinned_versions
 from tests.realkube.pods import IMAGE, Api

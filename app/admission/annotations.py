@@ -5,7 +5,7 @@ keys this webhook adds. A prefix (the part before ``/``) is HAMi's when HAMi or 
 annotation under it; on a device Pod, every annotation under such a prefix must be a key of TABLE and must
 hold a value its reader understands. Each finding is a warning, or with HAMI_STRICT_ANNOTATIONS a denial;
 docs/annotations.md has the reasons. A key HAMi's scheduler or device plugins write (OWNERS) is never the
-author's on any Pod: ``forged`` names it for the webhook's denial, and app/admission/policies.py guards it where the
+author's on any Pod: ``forged`` names it for the webhook's denial, and app/preview/policies.py guards it where the
 webhook does not look.
 """
 

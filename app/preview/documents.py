@@ -231,7 +231,7 @@ def _review(
             return Entry(f"{label}: rejected by the API server: {reach.why}", DENIED, tuple(notes)), []
         annotations = dig(pod, ("metadata", "annotations"))
         forged = settings.owned_annotations.forged(annotations) if isinstance(annotations, Mapping) else ""
-        if forged:  # the allocation guard (app/admission/policies.py) looks where the webhook does not
+        if forged:  # the allocation guard (app/preview/policies.py) looks where the webhook does not
             why = f"refused by the API server's allocation guard: {forged}"
             return Entry(f"{label}: not sent to the webhook ({reach.why}): {why}", DENIED, tuple(notes)), []
         line = f"{label}: not sent to the webhook ({reach.why}): created unchanged; if it were sent: {verdict}"

@@ -17,7 +17,7 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from app.admission.policies import ROUTED
+from app.preview.policies import ROUTED
 from tests.manifests.conftest import Obj, create, kubectl_env, one
 from tests.realkube.cluster import RealKube
 from tests.realkube.faults import FaultyProxy

@@ -10,7 +10,7 @@ import promql_parser
 import pytest
 
 from app import metrics
-from app.admission.policies import GUARD, REVIEWED, ROUTED
+from app.preview.policies import GUARD, REVIEWED, ROUTED
 from tests.manifests.conftest import Obj, kustomize, one, write_overlay
 from tests.support import ROOT
 

@@ -1,4 +1,4 @@
-"""The admission policies the manifests install (app/admission/policies.py), enforced by the API server itself on each
+"""The admission policies the manifests install (app/preview/policies.py), enforced by the API server itself on each
 pinned
 version: the allocation guard and the webhook's denial of forged allocations, the routed and reviewed policies,
 the floor (1.36+), and the emergency switch with and without it.
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from app.admission.policies import FLOOR, GUARD, REVIEWED, ROUTED
+from app.preview.policies import FLOOR, GUARD, REVIEWED, ROUTED
 from tests.realkube.cluster import RealKube, kubectl_binary
 from tests.realkube.hami_scheduler import (
     ASCEND_ACCOUNT,

@@ -22,14 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
 from app.admission.annotations import GPU_TYPE_ANNOTATION
-from app.admission.ports import QuotaOff
+from app.admission.devices.base import Device
+from app.admission.ports import QuotaOff, ReviewSettings
 from app.admission.review import DEFAULT_SCHEDULER, decide
-from app.settings import Settings
 
 Obj = dict[str, Any]
 API = "admissionregistration.k8s.io/v1"
@@ -55,11 +55,19 @@ NOT_MIRROR = {
 }
 
 
+class PolicySettings(ReviewSettings, Protocol):
+    """What the policies are written from besides a review's settings: every vendor of the device config, those a
+    flag keeps off too (HAMi's scheduler may allocate them). app/settings.py's Settings is one."""
+
+    @property
+    def every_device(self) -> tuple[Device, ...]: ...
+
+
 @dataclass(frozen=True)
 class Inputs:
     """What the policies are written from."""
 
-    settings: Settings
+    settings: PolicySettings
     scope: Mapping[str, Any]
     """The webhook of the MutatingWebhookConfiguration: its namespaceSelector and objectSelector."""
     components: Sequence[str] = ()
@@ -238,7 +246,7 @@ def allocation_guard(owned: Sequence[str], scheduler: str, components: Sequence[
     return [_policy("ValidatingAdmissionPolicy", GUARD, spec), binding]
 
 
-def _device_names(settings: Settings) -> list[str]:
+def _device_names(settings: PolicySettings) -> list[str]:
     """The resource names that alone make the webhook take a Pod for a device Pod, found by asking the vendors as
     the webhook does (a one-container Pod asking for one of them): an enabled vendor's count, and its memory or
     cores where a default count applies. A lone name that no vendor claims (Cambricon's vcore, NVIDIA's priority)
@@ -248,7 +256,7 @@ def _device_names(settings: Settings) -> list[str]:
     return [name for name in names if _claimed(name, settings)]
 
 
-def _claimed(name: str, settings: Settings) -> bool:
+def _claimed(name: str, settings: PolicySettings) -> bool:
     limits = {name: "1"}
     ctr = {"name": "probe", "image": "probe", "resources": {"limits": limits, "requests": dict(limits)}}
     spec = {"schedulerName": settings.scheduler_name, "containers": [ctr]}  # past the scheduler-name gate
@@ -256,7 +264,7 @@ def _claimed(name: str, settings: Settings) -> bool:
     return bool(decide(probe, settings, QuotaOff(), namespace="probe", uid="probe", dry_run=True).devices)
 
 
-def _on_device_pods(settings: Settings, *conditions: Obj, reinvocation: str = "") -> Obj:
+def _on_device_pods(settings: PolicySettings, *conditions: Obj, reinvocation: str = "") -> Obj:
     """The start of a policy's spec over the device Pods being created, mirror Pods apart, that also meet
     ``conditions``: it fails closed (an error in it refuses the Pod); the caller adds what it checks or sets."""
     spec: Obj = {"failurePolicy": "Fail"}
@@ -267,7 +275,7 @@ def _on_device_pods(settings: Settings, *conditions: Obj, reinvocation: str = ""
     return spec
 
 
-def routed(settings: Settings, scope: Mapping[str, Any]) -> list[Obj]:
+def routed(settings: PolicySettings, scope: Mapping[str, Any]) -> list[Obj]:
     """A device Pod stored on default-scheduler, or bound to a node while meant for HAMi's scheduler, is what a
     webhook that was skipped or failed open leaves: denied in the webhook's scope, a warning outside it."""
     scheduler = settings.scheduler_name
@@ -324,7 +332,7 @@ def _complement(selector: Mapping[str, Any]) -> list[Obj]:
     return negated
 
 
-def reviewed(settings: Settings) -> list[Obj]:
+def reviewed(settings: PolicySettings) -> list[Obj]:
     """A warning, everywhere, for a device Pod bound for HAMi's scheduler that the webhook never marked: its
     devices and quota were not checked (an opted-out Pod naming the scheduler itself, or a failed-open call)."""
     scheduler = settings.scheduler_name
@@ -344,7 +352,7 @@ def reviewed(settings: Settings) -> list[Obj]:
     return [_policy("ValidatingAdmissionPolicy", REVIEWED, spec), binding]
 
 
-def floor(settings: Settings, scope: Mapping[str, Any]) -> list[Obj]:
+def floor(settings: PolicySettings, scope: Mapping[str, Any]) -> list[Obj]:
     """In the webhook's scope, a device Pod on default-scheduler is routed to HAMi's scheduler in process, before
     any webhook, and again after them (a later webhook that adds a device): under failurePolicy Ignore an outage
     then leaves device Pods unmutated but routed. Only with HAMI_FORCE_OVERWRITE_DEFAULT_SCHEDULER on, the one

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.admission.policies import GUARD, ROUTED, Inputs, render
 from app.cli import main
+from app.preview.policies import GUARD, ROUTED, Inputs, render
 from app.preview.scope import load_scope
 from app.settings import Settings
 from tests.support import ROOT
@@ -51,9 +51,9 @@ def test_shipped_match_conditions_are_the_commands() -> None:
 def test_the_workload_webhooks_cover_every_kind_that_creates_pods_from_a_template() -> None:
     """Each kind of TEMPLATES is sent, CREATE and UPDATE, to the webhook whose conditions read its template's place;
     never a subresource (the scale subresource autoscalers call)."""
-    from app.admission.policies import WORKLOAD_WEBHOOKS
     from app.admission.templates import TEMPLATES
     from app.admission.workloads import WORKLOAD_KINDS
+    from app.preview.policies import WORKLOAD_WEBHOOKS
 
     paths = {name: path for name, path, _counts in WORKLOAD_WEBHOOKS}
     covered = {}
