@@ -115,7 +115,7 @@ def _parser(prog: str = "hami-webhook") -> argparse.ArgumentParser:
     )
     policies.add_argument("--out", metavar="DIR", help="write one file per policy there (default: all to stdout)")
     policies.set_defaults(run=_policies)
-    add_quota_command(commands)
+    add_quota_command(commands, _settings)
     return parser
 
 
@@ -168,12 +168,17 @@ def sample_review() -> dict[str, Any]:
     return admission_review(pod, uid="705ab4f5-6393-11e8-b7cc-42010a800002")
 
 
-def _review(args: argparse.Namespace) -> int:
+def _settings(args: argparse.Namespace) -> Settings:
+    """The settings from the environment, with ``--config`` as HAMI_DEVICE_CONFIG; SettingsError names the bad one."""
     env = dict(os.environ)
     if args.config:
         env["HAMI_DEVICE_CONFIG"] = args.config
+    return Settings.from_env(env)
+
+
+def _review(args: argparse.Namespace) -> int:
     try:
-        settings = Settings.from_env(env)
+        settings = _settings(args)
     except SettingsError as exc:
         print(f"hami-webhook: invalid setting: {exc}", file=sys.stderr)
         return INVALID
@@ -226,16 +231,13 @@ class _PlainDumper(yaml.SafeDumper):
 
 
 def _policies(args: argparse.Namespace) -> int:
-    env = dict(os.environ)
-    if args.config:
-        env["HAMI_DEVICE_CONFIG"] = args.config
     components = args.hami_component or []
     wrong = [c for c in components if len(c.split(":")) != 2 or not all(c.split(":"))]
     if wrong:
         print(f"hami-webhook: --hami-component {wrong[0]!r}: expected NAMESPACE:NAME", file=sys.stderr)
         return INVALID
     try:
-        settings = Settings.from_env(env)
+        settings = _settings(args)
         scope = load_scope(args.webhook_config)
     except (SettingsError, ScopeError) as exc:
         print(f"hami-webhook: {exc}", file=sys.stderr)

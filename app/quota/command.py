@@ -8,11 +8,12 @@ Exit codes, as kubectl's: 0 the figures printed, 1 anything that stopped them (e
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from kubernetes import client
 
     from app.quota.standing import Standing
+    from app.quota.startup import QuotaSettings
 
 FAILED = 1
 TIMEOUT = 10.0  # seconds per API request
@@ -31,8 +33,9 @@ class QuotaCommandError(Exception):
     """What stops the command, in one line."""
 
 
-def add_quota_command(commands: Any) -> None:
-    """Register ``quota`` on the CLI's subcommands (argparse only: the Kubernetes client loads when it runs)."""
+def add_quota_command(commands: Any, settings: Callable[[argparse.Namespace], QuotaSettings]) -> None:
+    """Register ``quota`` on the CLI's subcommands (argparse only: the Kubernetes client loads when it runs);
+    ``settings`` reads them for the parsed arguments (the CLI's own loader, --config included)."""
     quota = commands.add_parser(
         "quota",
         help="show each quota'd namespace's device quota: limit, used, held, free (reads only)",
@@ -54,12 +57,12 @@ def add_quota_command(commands: Any) -> None:
     quota.add_argument(
         "--config", help="HAMi device config YAML, or its ConfigMap (default: HAMI_DEVICE_CONFIG or the chart's)"
     )
-    quota.set_defaults(run=run)
+    quota.set_defaults(run=functools.partial(run, settings=settings))
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, settings: Callable[[argparse.Namespace], QuotaSettings]) -> int:
     try:
-        found = collect(args)
+        found = collect(args, settings)
     except QuotaCommandError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return FAILED
@@ -76,20 +79,16 @@ class Target:
     home: str  # the webhook's namespace: its ledger Leases
 
 
-def collect(args: argparse.Namespace) -> list[Standing]:
+def collect(args: argparse.Namespace, load: Callable[[argparse.Namespace], QuotaSettings]) -> list[Standing]:
     """The standings asked for; QuotaCommandError for anything that stops them."""
     from app.kube.config import load_configuration
     from app.quota.limits import quota_factors
     from app.quota.standing import standing
     from app.quota.tables import PodTable, QuotaTable
-    from app.settings import Settings, SettingsError
 
-    env = dict(os.environ)
-    if args.config:
-        env["HAMI_DEVICE_CONFIG"] = args.config
     try:
-        settings = Settings.from_env(env)
-    except SettingsError as exc:
+        settings = load(args)
+    except ValueError as exc:  # the settings' own error (SettingsError) names the variable
         raise QuotaCommandError(f"invalid setting: {exc}") from exc
     try:
         configuration = load_configuration(args.kubeconfig, context=args.context)
