@@ -2,9 +2,9 @@
 
     python -m bench.apiserver [--smoke] [--pods 300] [--burst 300] [--rounds 3] [--json FILE]
 
-One control plane (tests/realkube) and the webhook installed the way a user does it (tests/realkube/install.py),
-run as two replicas behind its Service (tests/realkube/replicas.py). HAMi's webhook (the reference build,
-tests/support/hami.py) runs the same way: two processes behind a Service of its own and the same forwarder,
+One control plane (tests/realkube) and the webhook installed the way a user does it (testbed/install.py),
+run as two replicas behind its Service (testbed/replicas.py). HAMi's webhook (the reference build,
+testbed/hami.py) runs the same way: two processes behind a Service of its own and the same forwarder,
 called through a copy of our MutatingWebhookConfiguration that differs only in its name, Service and CA. Three
 namespaces, labelled so that each configuration matches one of them and the third none. Then, in one run:
 
@@ -38,13 +38,13 @@ from typing import Any
 from bench.inprocess import percentile
 from bench.quota import apiserver_metrics, control_plane, device_pod
 from certgen.local import write_local
-from tests.realkube.cluster import LOOPBACK, RealKube
-from tests.realkube.install import NAMESPACE, Installed, install
-from tests.realkube.pods import Api, create_at_once
-from tests.realkube.replicas import forward, start_replicas
-from tests.support import hami
-from tests.support.ports import free_port
-from tests.support.tls import client_context
+from testbed import hami
+from testbed.api import Api, create_at_once
+from testbed.cluster import LOOPBACK, RealKube
+from testbed.install import NAMESPACE, Installed, install
+from testbed.ports import free_port
+from testbed.replicas import forward, start_replicas
+from testbed.tls import client_context
 
 CASES = ("none", "hami", "product")
 LABEL = "hami-bench/webhook"  # which configuration matches a namespace: its value is the case

@@ -41,7 +41,7 @@ print(json.dumps({"http": reply.status_code, "code": detail[0], "message": detai
 
 def review_with(limits: dict[str, object]) -> bytes:
     from app.cli import admission_review
-    from tests.support.pods import container, pod
+    from testbed.pods import container, pod
 
     obj = pod(container("c", limits, image=None, defaulted=False), name="p")
     return json.dumps(admission_review(obj, uid="bench")).encode()

@@ -36,9 +36,9 @@ import yaml
 
 from app.preview.policies import GUARD
 from bench.policies import in_turn, over_rounds, table
-from tests.realkube.cluster import RealKube, build_binaries, pinned_versions
-from tests.realkube.pods import IMAGE, Api
-from tests.support import ROOT
+from testbed import ROOT
+from testbed.api import IMAGE, Api
+from testbed.cluster import RealKube, build_binaries, pinned_versions
 
 SHIPPED = Path("manifests/base/policies/allocation-guard.yaml")
 BASELINE = "dc89e44"

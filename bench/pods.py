@@ -11,7 +11,7 @@ import copy
 from typing import Any
 
 from app.cli import admission_review
-from tests.support.pods import container, pod
+from testbed.pods import container, pod
 
 
 def _container(name: str, limits: dict[str, str], *, env: int = 8, privileged: bool = False) -> dict[str, Any]:

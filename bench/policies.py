@@ -32,9 +32,9 @@ from typing import Any
 import yaml
 
 from bench.inprocess import percentile
-from tests.realkube.cluster import RealKube, build_binaries, pinned_versions
-from tests.realkube.pods import IMAGE, Api
-from tests.support import ROOT
+from testbed import ROOT
+from testbed.api import IMAGE, Api
+from testbed.cluster import RealKube, build_binaries, pinned_versions
 
 POLICIES = (ROOT / "manifests" / "base" / "policies", ROOT / "manifests" / "components" / "floor")
 LABEL = "hami-bench/policies"

@@ -50,13 +50,13 @@ from app.quota.startup import open_quota
 from app.readiness import Readiness
 from app.settings import Settings
 from bench.inprocess import percentile
-from tests.app.reviews import admission_review
-from tests.realkube.cluster import RealKube, binaries_from_env, build_binaries, pinned_versions
-from tests.realkube.install import Installed, install
-from tests.realkube.pods import Api, create_at_once
-from tests.realkube.replicas import start_replicas
-from tests.support.pods import container, pod
-from tests.support.ports import free_port
+from testbed.api import Api, create_at_once
+from testbed.cluster import RealKube, binaries_from_env, build_binaries, pinned_versions
+from testbed.install import Installed, install
+from testbed.pods import container, pod
+from testbed.ports import free_port
+from testbed.replicas import start_replicas
+from testbed.reviews import admission_review
 
 MEM = "nvidia.com/gpumem"
 GPU = {"nvidia.com/gpu": "1", MEM: "1000"}

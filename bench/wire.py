@@ -24,11 +24,11 @@ from typing import Any
 
 from bench import counted
 from certgen.local import LocalFiles, write_local
-from tests.support import ROOT, hami
-from tests.support.ports import free_port
-from tests.support.servers import Server as Gunicorn
-from tests.support.servers import gunicorn, stop
-from tests.support.tls import client_context
+from testbed import ROOT, hami
+from testbed.ports import free_port
+from testbed.servers import Server as Gunicorn
+from testbed.servers import gunicorn, stop
+from testbed.tls import client_context
 
 WRK_SCRIPT = Path(__file__).with_name("wrk.lua")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -159,7 +159,7 @@ class Server(Measured):
 
 @dataclass
 class Peer(Measured):
-    """HAMi's own webhook (Go, one process), served by tests/support/hami.py: the reference for CPU per review."""
+    """HAMi's own webhook (Go, one process), served by testbed/hami.py: the reference for CPU per review."""
 
     port: int
     pid: int

@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 from certgen.local import write_local
-from tests.support.ports import free_port
-from tests.support.servers import gunicorn, stop, wait_ready
-from tests.support.tls import client_context
+from testbed.ports import free_port
+from testbed.servers import gunicorn, stop, wait_ready
+from testbed.tls import client_context
 
 REVIEW = json.dumps(
     {

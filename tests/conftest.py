@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed import HAMI_EXAMPLES, hami
 from tests.realkube.fixtures import (  # noqa: F401
     any_installed,
     any_kube,
@@ -18,7 +19,6 @@ from tests.realkube.fixtures import (  # noqa: F401
     real_kube,
     webhook,
 )
-from tests.support import HAMI_EXAMPLES, hami
 from tests.tiers import pytest_collection_modifyitems, tier_guard  # noqa: F401  (the tiers)
 
 # A gunicorn a test starts serves /metrics on a free loopback port unless the test names one: never
@@ -41,7 +41,7 @@ def hami_examples() -> Path:
 
 @pytest.fixture(scope="session")
 def hami_reference(pytestconfig: pytest.Config) -> hami.Reference:
-    """HAMi's webhook, scheduler and chart renderer built from its source (tests/support/hami.py), once a session.
+    """HAMi's webhook, scheduler and chart renderer built from its source (testbed/hami.py), once a session.
 
     A machine that cannot build them (no source, Go or module proxy) skips; under CI=true they must build.
     """

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from scripts.commit_msg import problems
-from tests.support import ROOT
+from testbed import ROOT
 
 LONG = "quota: " + "x" * 66
 

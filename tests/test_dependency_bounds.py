@@ -29,13 +29,13 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from certgen.local import LocalFiles
-from tests.app.reviews import admission_review
-from tests.realkube.cluster import RealKube
-from tests.support import ROOT
-from tests.support.pods import container, pod
-from tests.support.ports import free_port
-from tests.support.servers import Server, serving_env, stop, wait_ready
-from tests.support.tls import client_context
+from testbed import ROOT
+from testbed.cluster import RealKube
+from testbed.pods import container, pod
+from testbed.ports import free_port
+from testbed.reviews import admission_review
+from testbed.servers import Server, serving_env, stop, wait_ready
+from testbed.tls import client_context
 
 
 def requirements(review: bool = True) -> list[Requirement]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT
+from testbed import ROOT
 
 PAGES = [
     ROOT / "README.md",

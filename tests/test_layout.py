@@ -11,7 +11,7 @@ import fnmatch
 import re
 from pathlib import Path
 
-from tests.support import ROOT
+from testbed import ROOT
 
 PAGE = ROOT / "docs" / "development.md"
 COMPLETE = ("app", "certgen")

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT
+from testbed import ROOT
 from tests.tiers import REACHES
 
 EXAMPLES = """
 import os
 import socket
 import pytest
-from tests.support.servers import gunicorn
+from testbed.servers import gunicorn
 
 
 def test_pure():

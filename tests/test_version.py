@@ -9,7 +9,7 @@ import re
 
 import yaml
 
-from tests.support import ROOT, version
+from testbed import ROOT, version
 
 IMAGE = re.compile(r"\bhami-webhook:([0-9][^\s\"'`]*)")
 NEW_TAG = re.compile(r"\bnewTag: *([^\s,}]+)")

@@ -31,9 +31,9 @@ ORDER = (UNIT, SERVER, CLUSTER)
 REACHES = {
     CLUSTER: (
         "tests.realkube.fixtures",  # the control planes, shared by every suite
-        "tests.realkube.cluster.RealKube",
-        "tests.realkube.cluster.build_binaries",
-        "tests.support.hami.build",  # HAMi's webhook, built from Go
+        "testbed.cluster.RealKube",
+        "testbed.cluster.build_binaries",
+        "testbed.hami.build",  # HAMi's webhook, built from Go
     ),
     SERVER: (
         "subprocess",
@@ -45,8 +45,8 @@ REACHES = {
         "requests",
         "multiprocessing",
         "concurrent.futures.process",
-        "tests.support.servers",
-        "tests.support.ports",
+        "testbed.servers",
+        "testbed.ports",
         "tests.app.quota.simulation",  # a long run: thousands of seeded schedules
     ),
 }
@@ -64,8 +64,8 @@ LONG_RUN = 1000
 """A property test drawing more examples than this (a fuzz of thousands of bodies) is a long run: like the
 simulation's schedules, it goes with the server tier, the minutes one, so that `unit` stays the minute loop."""
 
-OURS = "tests"
-"""Helpers followed into: the repository's own test code (app/ and certgen/ are what the tests exercise)."""
+OURS = ("tests", "testbed")
+"""Helpers followed into: the tests and their harness, testbed/ (app/ and certgen/ are what they exercise)."""
 
 AUDITED = frozenset(
     {
@@ -115,7 +115,7 @@ class Reach:
         named = named_tier(qualified(obj))
         if named is not None:
             return named
-        if module != OURS and not module.startswith(OURS + "."):
+        if not any(module == ours or module.startswith(ours + ".") for ours in OURS):
             return UNIT
         return self.within(obj)
 
@@ -179,7 +179,7 @@ def referenced(function: types.FunctionType) -> Iterator[Any]:
         if value is None:
             continue
         yield value
-        if isinstance(value, types.ModuleType) and value.__name__.startswith(OURS + "."):
+        if isinstance(value, types.ModuleType) and value.__name__.startswith(tuple(ours + "." for ours in OURS)):
             yield from (getattr(value, attr) for attr in names if hasattr(value, attr))
     for cell in function.__closure__ or ():
         try:
@@ -262,7 +262,7 @@ def guard(request: pytest.FixtureRequest) -> Iterator[None]:
         pytest.fail(
             "this test is marked unit (tests/tiers.py found no server or cluster helper in what it uses) but "
             f"opened a socket or started a process ({', '.join(sorted(set(seen)))}); use the helper that says so "
-            "(tests/support/servers.py, ports.py), or name the module in tests/tiers.py's REACHES",
+            "(testbed/servers.py, ports.py), or name the module in tests/tiers.py's REACHES",
             pytrace=False,
         )
 

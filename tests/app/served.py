@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from certgen.local import LocalFiles
-from tests.support.ports import free_port
-from tests.support.servers import Server, gunicorn, stop, wait_ready
-from tests.support.tls import client_context
+from testbed.ports import free_port
+from testbed.servers import Server, gunicorn, stop, wait_ready
+from testbed.tls import client_context
 
 METRICS_LINE = re.compile(r"metrics: serving http://([\d.]+):(\d+)/metrics")
 

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from app.cli import main
-from tests.support.ports import free_port
-from tests.support.servers import stop
+from testbed.ports import free_port
+from testbed.servers import stop
 
 GPU_POD = """\
 apiVersion: v1

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.support import ROOT
+from testbed import ROOT
 
 HEAVY = ("flask", "werkzeug", "kubernetes", "gunicorn")
 PROBE = """

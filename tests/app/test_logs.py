@@ -11,9 +11,9 @@ import pytest
 
 from app.logs import FIELD_LIMIT, MESSAGE_LIMIT, JsonFormatter, TextFormatter, bound
 from certgen.local import LocalFiles
-from tests.app.reviews import admission_review
+from testbed.pods import container, pod
+from testbed.reviews import admission_review
 from tests.app.served import Served, serve
-from tests.support.pods import container, pod
 
 GPU = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}
 FORGED = 'x\n[2026-01-01T00:00:00.000Z] [1] [INFO] review uid=forged allowed=true code=200 "'

@@ -17,10 +17,10 @@ from prometheus_client import REGISTRY
 
 from app import metrics
 from certgen.local import LocalFiles
-from tests.app.reviews import admission_review
+from testbed.pods import container, pod
+from testbed.ports import taken_port
+from testbed.reviews import admission_review
 from tests.app.served import Served, sample, serve
-from tests.support.pods import container, pod
-from tests.support.ports import taken_port
 
 GPU = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}
 

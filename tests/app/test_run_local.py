@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT
-from tests.support.ports import free_port, taken_port
-from tests.support.servers import Server, stop, wait_ready
-from tests.support.tls import client_context
+from testbed import ROOT
+from testbed.ports import free_port, taken_port
+from testbed.servers import Server, stop, wait_ready
+from testbed.tls import client_context
 
 SCRIPT = ROOT / "scripts" / "run-local.sh"
 DECODER = re.compile(r"^\s*(\| python3 -c .*)$", re.M)

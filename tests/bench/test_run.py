@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT
+from testbed import ROOT
 
 
 def test_smoke_run_prints_every_part_and_writes_results(tmp_path: Path, go_toolchain: str) -> None:

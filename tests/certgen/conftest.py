@@ -16,8 +16,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from certgen import cli
+from testbed.cluster import RealKube
 from tests.certgen.helpers import MUTATING, VALIDATING, Certgen, Cluster, Run, namespace
-from tests.realkube.cluster import RealKube
 from tests.realkube.faults import FaultyProxy
 
 

@@ -18,9 +18,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from certgen import pki
-from tests.realkube.cluster import RealKube
+from testbed.cluster import RealKube
+from testbed.tls import client_context
 from tests.realkube.faults import FaultyProxy
-from tests.support.tls import client_context
 
 SECRET = "hami-webhook-tls"
 CA_SECRET = "hami-webhook-tls-ca"

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from certgen import cli
+from testbed import ROOT
+from testbed.ports import free_port
 from tests.certgen.helpers import CA_SECRET, HOSTS, SECRET, Certgen, Cluster, json_lines, read_secret
 from tests.realkube.faults import FaultyProxy
-from tests.support import ROOT
-from tests.support.ports import free_port
 
 NAMESPACE, WEBHOOK = "hami-system", "hami-webhook"  # for command lines refused before any request
 CREATE = ("create", "--namespace", NAMESPACE, "--secret-name", SECRET)

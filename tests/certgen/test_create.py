@@ -14,6 +14,7 @@ import pytest
 from cryptography import x509
 
 from certgen import certificates
+from testbed.cluster import RealKube
 from tests.certgen.helpers import (
     CA_SECRET,
     HOSTS,
@@ -34,7 +35,6 @@ from tests.certgen.helpers import (
     seed_secrets,
     spki,
 )
-from tests.realkube.cluster import RealKube
 from tests.realkube.faults import FaultyProxy
 
 DAY = timedelta(days=1)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from certgen import resources
+from testbed.cluster import RealKube
 from tests.certgen.helpers import (
     HOSTS,
     MUTATING,
@@ -29,7 +30,6 @@ from tests.certgen.helpers import (
     webhook,
     webhook_configuration,
 )
-from tests.realkube.cluster import RealKube
 from tests.realkube.faults import FaultyProxy
 
 MATERIAL = issue(HOSTS, now=datetime.now(UTC))

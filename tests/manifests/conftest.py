@@ -9,34 +9,23 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from certgen.local import write_local
-from tests.realkube.cluster import RealKube, kubectl_binary
-from tests.support import ROOT
+from testbed import ROOT
+from testbed.cluster import RealKube, kubectl_binary
+from testbed.install import MANIFESTS, kustomize
 
-MANIFESTS = ROOT / "manifests"
 README = ROOT / "README.md"
 NAMESPACE = "hami-system"
 # How README examples refer to this repository's manifests/ directory.
 README_MANIFESTS = "../hami-webhook/manifests"
 
 Obj = dict[str, Any]
-
-
-def kustomize(directory: Path) -> list[Obj]:
-    """The objects ``kubectl kustomize directory`` renders; fails the test with kubectl's message."""
-    proc = subprocess.run(
-        [kubectl_binary(), "kustomize", str(directory)], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert proc.returncode == 0, f"kubectl kustomize {directory} failed:\n{proc.stderr}"
-    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
 
 
 def readme_overlays() -> dict[str, str]:

@@ -18,11 +18,11 @@ from urllib.parse import parse_qs
 import pytest
 
 from app.preview.policies import ROUTED
+from testbed import ROOT
+from testbed.cluster import RealKube
+from testbed.ports import free_port
 from tests.manifests.conftest import Obj, create, kubectl_env, one
-from tests.realkube.cluster import RealKube
 from tests.realkube.faults import FaultyProxy
-from tests.support import ROOT
-from tests.support.ports import free_port
 
 SCRIPT = ROOT / "scripts" / "emergency-failure-policy.sh"
 MWC = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")

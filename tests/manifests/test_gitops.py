@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from certgen.resources import desired_webhooks
+from testbed import ROOT
 from tests.manifests.conftest import Obj, find, kustomize, one, write_overlay
-from tests.support import ROOT
 
 GITOPS = ROOT / "docs" / "gitops.md"
 MWC = "MutatingWebhookConfiguration"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import ROOT
+from testbed import ROOT
 
 DOCKERFILE = ROOT / "Dockerfile"
 CONSTRAINTS = ROOT / "constraints.txt"

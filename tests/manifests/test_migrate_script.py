@@ -19,10 +19,10 @@ from urllib.parse import parse_qs
 import pytest
 
 from certgen.resources import desired_webhooks
+from testbed import ROOT
+from testbed.cluster import RealKube, kubectl_binary
 from tests.manifests.conftest import MANIFESTS, Obj, create, kubectl_env, kustomize, one, write_overlay
-from tests.realkube.cluster import RealKube, kubectl_binary
 from tests.realkube.faults import FaultyProxy
-from tests.support import ROOT
 
 SCRIPT = ROOT / "scripts" / "migrate-from-hami.sh"
 MWC = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")

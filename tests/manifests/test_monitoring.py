@@ -11,8 +11,8 @@ import pytest
 
 from app import metrics
 from app.preview.policies import GUARD, REVIEWED, ROUTED
+from testbed import ROOT
 from tests.manifests.conftest import Obj, kustomize, one, write_overlay
-from tests.support import ROOT
 
 DASHBOARD = ROOT / "docs" / "grafana-dashboard.json"
 # The API server's own (docs/operations.md)

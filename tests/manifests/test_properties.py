@@ -12,9 +12,9 @@ import yaml
 
 from app.settings import Settings
 from certgen.cli import build_parser
+from testbed import ROOT
+from testbed import version as project_version
 from tests.manifests.conftest import MANIFESTS, NAMESPACE, Obj, containers, find, one, pod_specs
-from tests.support import ROOT
-from tests.support import version as project_version
 
 MODES = ["certgen", "cert-manager", "manual"]
 WEBHOOK_LABELS = {"app.kubernetes.io/name": "hami-webhook", "app.kubernetes.io/component": "webhook"}

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support import ROOT, version
+from testbed import ROOT, version
 
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
 ACTIONLINT = "github.com/rhysd/actionlint/cmd/actionlint@v1.7.12"

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from testbed import hami
 from tests.parity import harness
 from tests.parity.run import Checker
 from tests.parity.setups import SETUPS, SetUp
 from tests.parity.tally import Tally
-from tests.support import hami
 
 CHECKERS: dict[str, Checker] = {}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from tests.support import ROOT
+from testbed import ROOT
 
 RULES = ROOT / "docs" / "rules.md"
 HEADING = "### Parity with HAMi's code"

@@ -1,6 +1,6 @@
 """Both webhooks for one set-up, asked the same AdmissionReview: HAMi's over TLS, ours through its Flask views.
 
-HAMi's webhook is its real binary (tests/support/hami.py) with the device config its chart renders; this one is
+HAMi's webhook is its real binary (testbed/hami.py) with the device config its chart renders; this one is
 `create_app` with the settings an admin would carry over, asked in process (the HTTP framing in front of it has
 suites of its own), so thousands of Pods stay within CI's minutes.
 """
@@ -19,9 +19,9 @@ from typing import Any
 
 import jsonpatch
 
+from testbed import hami
+from testbed.tls import client_context
 from tests.parity.setups import SetUp
-from tests.support import hami
-from tests.support.tls import client_context
 
 
 @dataclass(frozen=True)

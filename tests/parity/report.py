@@ -15,11 +15,11 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
+from testbed import HAMI_EXAMPLES, hami
 from tests.parity import harness
 from tests.parity.run import Checker, example_reviews, sweep_reviews
 from tests.parity.setups import SETUPS
 from tests.parity.tally import UNDOCUMENTED, Tally
-from tests.support import HAMI_EXAMPLES, hami
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.realkube.cluster import ADMIN_TOKEN, RealKube, kubeconfig
+from testbed.cluster import ADMIN_TOKEN, RealKube, kubeconfig
 
 READS = ("GET", "HEAD", "OPTIONS")
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "proxy-connection"}

@@ -1,10 +1,10 @@
-"""Fixtures for tests against a real Kubernetes control plane (tests/realkube/cluster.py), for every suite.
+"""Fixtures for tests against a real Kubernetes control plane (testbed/cluster.py), for every suite.
 
 `real_kube` (session): the newest pinned version; `any_kube`: each pinned version in turn (newest and the
 oldest the manifests support), for what must hold on both. Binaries are built by scripts/kube-binaries.sh the
 first time unless KUBE_APISERVER_BIN, KUBE_CONTROLLER_MANAGER_BIN and ETCD_BIN point at binaries (then only one
 version runs). With no Go toolchain the tests skip, except under CI=true, where they run or fail.
-`installed` / `any_installed` (session): the webhook installed the way a user does it (tests/realkube/install.py).
+`installed` / `any_installed` (session): the webhook installed the way a user does it (testbed/install.py).
 `go_toolchain` (session): Go's path, for a test whose own process builds the binaries (skip without, fail on CI).
 `bare_kube` (session): a second cluster of the newest version with nothing installed, and `api` a FaultyProxy in
 front of it (tests/realkube/faults.py), for certgen's and the quota's own tests; after each test the
@@ -23,7 +23,7 @@ from typing import TypeVar
 
 import pytest
 
-from tests.realkube.cluster import (
+from testbed.cluster import (
     Binaries,
     RealKube,
     binaries_from_env,
@@ -31,8 +31,8 @@ from tests.realkube.cluster import (
     build_scheduler,
     pinned_versions,
 )
+from testbed.install import Installed, WebhookServer, install
 from tests.realkube.faults import FaultyProxy
-from tests.realkube.install import Installed, WebhookServer, install
 
 CI = os.environ.get("CI") == "true"
 Built = TypeVar("Built")

@@ -2,11 +2,11 @@
 device plugin registers them.
 
 `install_chart` applies the chart's own objects for the scheduler and the device plugin's ServiceAccount, as Helm's
-engine renders them for the cluster's version (tests/support/hami.py `manifests`) and for a release named `gpu` in
+engine renders them for the cluster's version (testbed/hami.py `manifests`) and for a release named `gpu` in
 `hami-system`, so every name is the release's (`gpu-hami-scheduler`), not the install guide's `hami` in `kube-
 system` that the allocation guard once pinned: ServiceAccounts, RBAC, the scheduler's ConfigMaps and its Deployment,
 plus the TLS Secret the chart's certificate Job would make. The Deployment's Pod stays Pending (nothing runs
-default-scheduler here); `run_scheduler` runs its two containers as the kubelet would (tests/realkube/kubelet.py),
+default-scheduler here); `run_scheduler` runs its two containers as the kubelet would (testbed/kubelet.py),
 each with a TokenRequest token of the Pod's ServiceAccount: kube-scheduler with the chart's `hami-scheduler` profile
 and HAMi's cmd/scheduler as its extender (/filter, /bind). What the Pod's network namespace and projected token
 would give them is spelled out instead:
@@ -34,11 +34,11 @@ from typing import Any
 
 import yaml
 
-from tests.realkube.cluster import RealKube
-from tests.realkube.install import apply, token
-from tests.realkube.kubelet import container, process_env
-from tests.support import hami
-from tests.support.ports import free_port
+from testbed import hami
+from testbed.cluster import RealKube
+from testbed.install import apply, token
+from testbed.kubelet import container, process_env
+from testbed.ports import free_port
 
 Obj = dict[str, Any]
 RELEASE, HAMI_NAMESPACE = "gpu", "hami-system"  # helm install gpu hami-charts/hami -n hami-system

@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 
-from tests.realkube.forwarder import splice
-from tests.realkube.install import WebhookServer
-from tests.support import ROOT
+from testbed import ROOT
+from testbed.forwarder import splice
+from testbed.install import WebhookServer
 
 
 def manifest_probe() -> dict[str, Any]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from certgen.local import write_local
-from tests.realkube.cluster import RealKube
+from testbed.cluster import RealKube
 
 NAME = "zz-sidecar-injector"
 LABEL = {"inject": "gpu"}

@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 from cryptography import x509
 
+from testbed.api import GPU, pod
+from testbed.cluster import BUILD_SCRIPT, RealKube
+from testbed.install import CONFIGURATION, SECRET, SERVICE_HOST, WebhookServer, webhook_server
+from testbed.ports import free_port
+from testbed.tls import client_context
 from tests.manifests.conftest import NAMESPACE, write_overlay
-from tests.realkube.cluster import BUILD_SCRIPT, RealKube
 from tests.realkube.fixtures import CI, NEWEST, Clusters
-from tests.realkube.install import CONFIGURATION, SECRET, SERVICE_HOST, WebhookServer, webhook_server
-from tests.realkube.pods import GPU, pod
-from tests.support.ports import free_port
-from tests.support.tls import client_context
 
 SERVING = "hami-webhook-serving"
 

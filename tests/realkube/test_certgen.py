@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.realkube.cluster import python_tool
-from tests.realkube.install import (
+from testbed.cluster import python_tool
+from testbed.install import (
     CA_SECRET,
     CONFIGURATION,
     NAMESPACE,

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.realkube.cluster import RealKube
-from tests.realkube.install import Installed
+from testbed.cluster import RealKube
+from testbed.install import Installed
 
 MEM = "nvidia.com/gpumem"
 Obj = dict[str, Any]

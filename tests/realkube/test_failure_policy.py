@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.realkube.cluster import kubectl_binary
-from tests.realkube.install import CONFIGURATION, Installed, WebhookServer, get, run_certgen
-from tests.realkube.pods import GPU, create, pod
-from tests.support import ROOT
+from testbed import ROOT
+from testbed.api import GPU, create, pod
+from testbed.cluster import kubectl_binary
+from testbed.install import CONFIGURATION, Installed, WebhookServer, get, run_certgen
 
 
 def policy(installed: Installed) -> str:

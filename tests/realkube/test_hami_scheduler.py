@@ -1,6 +1,6 @@
 """HAMi's own scheduler still binds through the allocation guard.
 
-HAMi's cmd/scheduler (built from its source, tests/support/hami.py) and kube-scheduler of the cluster's version,
+HAMi's cmd/scheduler (built from its source, testbed/hami.py) and kube-scheduler of the cluster's version,
 configured and authorized as HAMi's Helm chart configures them for a release `gpu` in `hami-system`
 (tests/realkube/hami_scheduler.py), schedule and bind device Pods our webhook admitted onto GPU Nodes registered
 as HAMi's NVIDIA device plugin registers them, writing their allocation annotations as the scheduler's
@@ -26,7 +26,10 @@ from typing import Any
 
 import pytest
 
-from tests.realkube.cluster import RealKube
+from testbed import hami
+from testbed.api import GPU, create, pod
+from testbed.cluster import RealKube
+from testbed.install import Installed, install, token
 from tests.realkube.fixtures import NEWEST, Clusters
 from tests.realkube.hami_scheduler import (
     BIND_PHASE,
@@ -42,9 +45,6 @@ from tests.realkube.hami_scheduler import (
     run_scheduler,
     updates_after_allocate,
 )
-from tests.realkube.install import Installed, install, token
-from tests.realkube.pods import GPU, create, pod
-from tests.support import hami
 
 Obj = dict[str, Any]
 NODES = ("gpu-node-1", "gpu-node-2")

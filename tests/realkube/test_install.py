@@ -2,7 +2,7 @@
 the controllers turning the Job, CronJob and Deployment into Pods, re-apply, the emergency switch, a switch
 of TLS mode with `--prune`, and uninstall.
 
-What the kubelet would run is run here from the Pods the controllers made (tests/realkube/install.py). The
+What the kubelet would run is run here from the Pods the controllers made (testbed/install.py). The
 webhook's calls are counted by the API server itself (`apiserver_admission_webhook_request_total`).
 """
 
@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from tests.manifests.conftest import MANIFESTS, NAMESPACE, README, kustomize, manual_overlay
-from tests.realkube.cluster import RealKube, kubectl_binary
-from tests.realkube.fixtures import NEWEST, OLDEST, Clusters
-from tests.realkube.install import (
+from testbed import ROOT
+from testbed.api import pod
+from testbed.cluster import RealKube, kubectl_binary
+from testbed.install import (
     CERTGEN,
     CONFIGURATION,
     SECRET,
@@ -30,9 +30,9 @@ from tests.realkube.install import (
     run_job,
     webhook_server,
 )
-from tests.realkube.pods import pod
+from tests.manifests.conftest import MANIFESTS, NAMESPACE, README, kustomize, manual_overlay
+from tests.realkube.fixtures import NEWEST, OLDEST, Clusters
 from tests.realkube.test_match_conditions import calls
-from tests.support import ROOT
 
 Obj = dict[str, Any]
 

@@ -19,9 +19,9 @@ import pytest
 
 from app.admission.devices.config import load_device_config
 from app.admission.devices.registry import build_devices
-from tests.realkube.cluster import RealKube
-from tests.realkube.install import CONFIGURATION, WEBHOOK, Installed
-from tests.support.pods import pod as build_pod
+from testbed.cluster import RealKube
+from testbed.install import CONFIGURATION, WEBHOOK, Installed
+from testbed.pods import pod as build_pod
 
 VENDOR_RESOURCES = sorted(
     {

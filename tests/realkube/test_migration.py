@@ -26,13 +26,13 @@ from typing import Any
 import pytest
 
 from certgen.local import write_local
+from testbed import ROOT, pods
+from testbed.cluster import RealKube, kubectl_binary
+from testbed.install import Installed, install
 from tests.manifests.conftest import MANIFESTS, write_overlay
 from tests.manifests.test_migrate_script import hamis
-from tests.realkube.cluster import RealKube, kubectl_binary
 from tests.realkube.fixtures import NEWEST, Clusters
-from tests.realkube.install import Installed, install
 from tests.realkube.test_match_conditions import metric
-from tests.support import ROOT, pods
 
 Obj = dict[str, Any]
 HAMI = "vgpu.hami.io"

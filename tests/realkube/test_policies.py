@@ -21,7 +21,10 @@ from typing import Any
 import pytest
 
 from app.preview.policies import FLOOR, GUARD, REVIEWED, ROUTED
-from tests.realkube.cluster import RealKube, kubectl_binary
+from testbed import ROOT, hami
+from testbed.api import GPU, create, pod
+from testbed.cluster import RealKube, kubectl_binary
+from testbed.install import IGNORE_LABEL, Installed, WebhookServer, apply, namespace, token
 from tests.realkube.hami_scheduler import (
     ASCEND_ACCOUNT,
     ASCEND_NAMESPACE,
@@ -32,10 +35,7 @@ from tests.realkube.hami_scheduler import (
     ascend_device_plugin,
     chart_accounts,
 )
-from tests.realkube.install import IGNORE_LABEL, Installed, WebhookServer, apply, namespace, token
-from tests.realkube.pods import GPU, create, pod
 from tests.realkube.sidecar import LABEL, sidecar_injector
-from tests.support import ROOT, hami
 
 FORGED = {
     "hami.io/bind-time": "1757923200",

@@ -22,15 +22,15 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.realkube.cluster import RealKube
+from testbed import ROOT
+from testbed.api import Created, create_at_once, pod
+from testbed.cluster import RealKube
+from testbed.install import Installed, WebhookServer, apply, get
+from testbed.ports import free_port
+from testbed.replicas import Replicas, start_replicas
 from tests.realkube.faults import FaultyProxy
 from tests.realkube.fixtures import CI
-from tests.realkube.install import Installed, WebhookServer, apply, get
-from tests.realkube.pods import Created, create_at_once, pod
-from tests.realkube.replicas import Replicas, start_replicas
 from tests.realkube.service import ReadyService
-from tests.support import ROOT
-from tests.support.ports import free_port
 
 MEM = "nvidia.com/gpumem"
 ONE_GPU = {"nvidia.com/gpu": "1", MEM: "1000"}  # K of these fit in a quota of K * 1000

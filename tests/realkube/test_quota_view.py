@@ -22,12 +22,12 @@ import yaml
 from kubernetes.utils import parse_quantity
 from prometheus_client.parser import text_string_to_metric_families
 
+from testbed import ROOT
+from testbed.api import create_at_once, pod
+from testbed.cluster import RealKube, kubectl_binary
+from testbed.install import Installed, WebhookServer, apply
+from testbed.replicas import Replicas, start_replicas
 from tests.manifests.test_monitoring import DASHBOARD, selectors
-from tests.realkube.cluster import RealKube, kubectl_binary
-from tests.realkube.install import Installed, WebhookServer, apply
-from tests.realkube.pods import create_at_once, pod
-from tests.realkube.replicas import Replicas, start_replicas
-from tests.support import ROOT
 
 MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
 GAUGES = ("hami_webhook_quota_limit", "hami_webhook_quota_used", "hami_webhook_quota_held")

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from tests.realkube.install import (
+from testbed.install import (
     CA_SECRET,
     CONFIGURATION,
     NAMESPACE,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.realkube.install import Installed, WebhookServer
-from tests.support import ROOT
+from testbed import ROOT
+from testbed.install import Installed, WebhookServer
 
 
 def documented_example() -> tuple[str, list[str], list[str]]:

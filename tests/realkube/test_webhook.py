@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.realkube.install import (
+from testbed.api import GPU, create, pod
+from testbed.install import (
     IGNORE_LABEL,
     NAMESPACE,
     SECRET,
@@ -20,7 +21,6 @@ from tests.realkube.install import (
     one,
     run_certgen,
 )
-from tests.realkube.pods import GPU, create, pod
 
 
 @pytest.fixture

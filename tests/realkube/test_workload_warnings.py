@@ -21,10 +21,10 @@ import pytest
 import yaml
 
 from app.cli import main
-from tests.realkube.cluster import RealKube
-from tests.realkube.install import Installed, WebhookServer
+from testbed import ROOT
+from testbed.cluster import RealKube
+from testbed.install import Installed, WebhookServer
 from tests.realkube.test_match_conditions import metric
-from tests.support import ROOT
 
 Obj = dict[str, Any]
 WORKLOADS = "workloads.hami.io"

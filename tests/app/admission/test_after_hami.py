@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from app.settings import Settings
-from tests.app.reviews import run
-from tests.support.pods import container, pod
+from testbed.pods import container, pod
+from testbed.reviews import run
 
 
 def hamis(obj: dict[str, Any], limits: dict[str, str]) -> dict[str, Any]:

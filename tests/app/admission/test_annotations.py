@@ -11,8 +11,8 @@ import yaml
 
 from app.admission.annotations import CHIP, TABLE, Annotation, AnnotationRules, ListOf, OneOf, Text, Weights
 from app.settings import Settings, SettingsError
-from tests.app.reviews import run
-from tests.support.pods import container, pod
+from testbed.pods import container, pod
+from testbed.reviews import run
 
 MLU = {"cambricon.com/vmlu": "1"}
 """A device no vendor rule reads an annotation for, so every finding below is the table's."""

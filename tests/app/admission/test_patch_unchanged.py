@@ -17,7 +17,7 @@ import yaml
 from app.admission.ports import QuotaOff
 from app.admission.review import review
 from app.settings import Settings
-from tests.app.reviews import admission_review, decode_patch
+from testbed.reviews import admission_review, decode_patch
 
 CASES: list[dict[str, Any]] = json.loads((Path(__file__).parent / "patches-before-warnings.json").read_text())
 

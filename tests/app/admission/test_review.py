@@ -13,8 +13,8 @@ from app.admission.ports import Verdict
 from app.admission.review import review
 from app.quota import Demand, demands
 from app.settings import Settings
-from tests.app.reviews import admission_review, redirected, run
-from tests.support.pods import container, pod
+from testbed.pods import container, pod
+from testbed.reviews import admission_review, redirected, run
 
 DEFAULT_DEVICES = Settings.from_env({}).devices
 GPU = {"nvidia.com/gpu": "1"}

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.admission import schemas
-from tests.app.reviews import admission_review
-from tests.support.pods import container, pod
+from testbed.pods import container, pod
+from testbed.reviews import admission_review
 
 ODD = st.sampled_from([None, True, False, 0, 1, -1, 1.5, "", "1", "lots", "500m", "16Gi", "CREATE", [], {}, [None]])
 JSON = st.recursive(

@@ -13,9 +13,9 @@ import pytest
 from app.admission.ports import Verdict
 from app.settings import Settings
 from certgen.local import LocalFiles
-from tests.app.reviews import admission_review, run
+from testbed.pods import container, pod
+from testbed.reviews import admission_review, run
 from tests.app.served import Served, sample, serve
-from tests.support.pods import container, pod
 
 NVIDIA_ENV = {"nvidia": {"overwriteEnv": True}}
 ASCEND = {"HAMI_ENABLE_ASCEND": "true"}

@@ -18,7 +18,7 @@ from app.admission.ports import Verdict
 from app.quota.amounts import Amounts
 from app.quota.demand import amounts, demands
 from app.settings import Settings
-from tests.support.pods import container
+from testbed.pods import container
 
 Obj = dict[str, Any]
 GPU = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "16000", "nvidia.com/gpucores": "50"}

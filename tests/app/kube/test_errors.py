@@ -12,7 +12,7 @@ from kubernetes.client.exceptions import ApiException
 
 from app.kube.config import load_configuration
 from app.kube.errors import NOT_FOUND, ApiError, describe
-from tests.realkube.cluster import RealKube
+from testbed.cluster import RealKube
 
 
 @pytest.fixture

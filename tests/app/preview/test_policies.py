@@ -12,7 +12,7 @@ from app.cli import main
 from app.preview.policies import GUARD, ROUTED, Inputs, render
 from app.preview.scope import load_scope
 from app.settings import Settings
-from tests.support import ROOT
+from testbed import ROOT
 
 MANIFESTS = ROOT / "manifests"
 SHIPPED = {

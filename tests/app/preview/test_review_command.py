@@ -15,8 +15,8 @@ import jsonpatch
 import pytest
 import yaml
 
-from tests.support import ROOT
-from tests.support.pods import container
+from testbed import ROOT
+from testbed.pods import container
 
 HAMI_WEBHOOK = Path(sys.executable).with_name("hami-webhook")
 WEBHOOK_CONFIGURATION = ROOT / "manifests/base/mutatingwebhookconfiguration.yaml"

@@ -25,9 +25,9 @@ from app.quota.ledger_quota import LedgerQuota
 from app.quota.startup import open_quota
 from app.readiness import Readiness
 from app.settings import Settings
-from tests.realkube.cluster import RealKube
+from testbed.cluster import RealKube
+from testbed.polling import eventually
 from tests.realkube.faults import FaultyProxy
-from tests.support.polling import eventually
 
 MEM, CORES, GPU = "nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpu"
 

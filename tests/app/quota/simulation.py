@@ -54,7 +54,7 @@ from app.quota.ledger import Snapshot, snapshot
 from app.quota.ledger_quota import LedgerQuota
 from app.quota.tables import Held, LedgerTable, PodTable, QuotaTable
 from app.settings import Settings
-from tests.support.pods import container, pod
+from testbed.pods import container, pod
 
 NS, HOME = "ai", "hami"
 MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"

@@ -16,10 +16,10 @@ import yaml
 
 from app.quota.demand import Demand
 from app.quota.ledger import LEDGER_ANNOTATION
+from testbed import ROOT
+from testbed.pods import container, pod
+from testbed.polling import eventually
 from tests.app.quota.conftest import GPU, MEM, Cluster
-from tests.support import ROOT
-from tests.support.pods import container, pod
-from tests.support.polling import eventually
 
 VIEWER = ROOT / "manifests" / "base" / "rbac" / "quota-viewer.yaml"
 

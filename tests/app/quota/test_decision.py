@@ -19,7 +19,7 @@ from app.admission.ports import FITS, Verdict
 from app.quota.decision import SHARE, SLACK, WINDOW, Ask, Burst, Mine, Ruling, Scene, account, decide
 from app.quota.ledger import LEDGER_ANNOTATION, MAX_LEDGER_BYTES, LedgerEntry, snapshot
 from app.quota.tables import Held
-from tests.support import ROOT
+from testbed import ROOT
 
 MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
 WALL, NOW, TTL = 1_700_000_000.0, 500.0, 60.0

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from app.quota.demand import pod_amounts
-from tests.app.reviews import run
-from tests.support.pods import container, pod
+from testbed.pods import container, pod
+from testbed.reviews import run
 
 MEM, CORES, GPU = "nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpu"
 MLU, MLU_MEM, MLU_CORES = "cambricon.com/vmlu", "cambricon.com/mlu.smlu.vmemory", "cambricon.com/mlu.smlu.vcore"

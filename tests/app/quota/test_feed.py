@@ -11,11 +11,11 @@ import pytest
 from prometheus_client import REGISTRY
 
 from app.quota import stream
+from testbed.cluster import RealKube
+from testbed.pods import container, pod
+from testbed.polling import eventually
 from tests.app.quota.conftest import GPU, MEM, Cluster, in_use, unique
-from tests.realkube.cluster import RealKube
 from tests.realkube.faults import Request
-from tests.support.pods import container, pod
-from tests.support.polling import eventually
 
 
 def gpu_pod(name: str, memory: int) -> dict[str, Any]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY, generate_latest
 
+from testbed.pods import container, pod
+from testbed.polling import eventually
 from tests.app.quota.conftest import GPU, MEM, Cluster
-from tests.support.pods import container, pod
-from tests.support.polling import eventually
 
 
 def test_a_scrape_makes_no_api_call(cluster: Cluster, start_quota) -> None:

@@ -10,9 +10,9 @@ from prometheus_client import REGISTRY
 
 from app.admission.review import QUOTA_RESERVATION_ANNOTATION
 from app.quota.ledger import WANTED_ANNOTATION
+from testbed.pods import container, pod
+from testbed.reviews import Outcome, run
 from tests.app.quota.conftest import GPU, MEM, Cluster
-from tests.app.reviews import Outcome, run
-from tests.support.pods import container, pod
 
 ROOM = 100  # Pods of 1000 MiB
 

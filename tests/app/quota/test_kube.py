@@ -24,14 +24,14 @@ from app.quota.startup import QuotaStartError, open_quota
 from app.readiness import Readiness
 from app.settings import Settings, SettingsError
 from certgen.local import write_local
+from testbed.cluster import RealKube
+from testbed.pods import container, pod
+from testbed.polling import eventually
+from testbed.ports import free_port
+from testbed.reviews import Outcome, admission_review, run
+from testbed.servers import gunicorn, stop, wait_ready
+from testbed.tls import client_context
 from tests.app.quota.conftest import GPU, MEM, Cluster, in_use, resource_quota, unique
-from tests.app.reviews import Outcome, admission_review, run
-from tests.realkube.cluster import RealKube
-from tests.support.pods import container, pod
-from tests.support.polling import eventually
-from tests.support.ports import free_port
-from tests.support.servers import gunicorn, stop, wait_ready
-from tests.support.tls import client_context
 
 Admit = Callable[..., Outcome]
 

@@ -26,14 +26,14 @@ from typing import Any
 import pytest
 
 from certgen.local import LocalFiles, write_local
+from testbed import ROOT
+from testbed.cluster import RealKube
+from testbed.pods import container, pod
+from testbed.ports import free_port
+from testbed.reviews import admission_review
+from testbed.servers import stop
+from testbed.tls import client_context
 from tests.app.quota.conftest import GPU, MEM, resource_quota, unique
-from tests.app.reviews import admission_review
-from tests.realkube.cluster import RealKube
-from tests.support import ROOT
-from tests.support.pods import container, pod
-from tests.support.ports import free_port
-from tests.support.servers import stop
-from tests.support.tls import client_context
 
 KS = (1, 3, 7, 12, 25)  # per round, in a namespace of its own: how many Pods of 1000 MiB fit
 N = 60  # admissions fired at once per namespace

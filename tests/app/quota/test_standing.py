@@ -13,7 +13,7 @@ from app.quota.limits import set_by
 from app.quota.standing import Hold, standing
 from app.quota.tables import PodTable, QuotaTable
 from app.settings import Settings
-from tests.support.pods import container, pod
+from testbed.pods import container, pod
 
 MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
 NS, NOW, TTL = "ai", 5_000.0, 60.0  # NOW: the reader's monotonic clock

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from app import create_app
 from app.settings import Settings
-from tests.app.reviews import admission_review, decode_patch
-from tests.support.pods import container, pod
+from testbed.pods import container, pod
+from testbed.reviews import admission_review, decode_patch
 
 
 @pytest.fixture

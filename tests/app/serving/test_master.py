@@ -17,11 +17,11 @@ import jsonpatch
 import pytest
 
 from certgen.local import LocalFiles, write_local
-from tests.app.reviews import admission_review, redirected
-from tests.support.pods import container, pod
-from tests.support.ports import free_port
-from tests.support.servers import Server, gunicorn, serving_env, stop, wait_ready
-from tests.support.tls import client_context
+from testbed.pods import container, pod
+from testbed.ports import free_port
+from testbed.reviews import admission_review, redirected
+from testbed.servers import Server, gunicorn, serving_env, stop, wait_ready
+from testbed.tls import client_context
 
 SERVICE_NAME = "hami-webhook.hami-system.svc"
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import yaml
 
 from certgen.local import LocalFiles
-from tests.app.reviews import admission_review
+from testbed.pods import container, pod
+from testbed.reviews import admission_review
 from tests.app.served import serve
-from tests.support.pods import container, pod
 
 ASCEND = {"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "16384"}
 

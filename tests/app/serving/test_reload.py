@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 from certgen.local import LocalFiles, write_local
+from testbed.ports import free_port
+from testbed.servers import gunicorn, stop, wait_ready
+from testbed.tls import client_context
 from tests.app.serving.test_transport import REVIEW
-from tests.support.ports import free_port
-from tests.support.servers import gunicorn, stop, wait_ready
-from tests.support.tls import client_context
 
 REFUSED = "serving certificate change refused, still serving the previous one"
 

@@ -12,10 +12,10 @@ import pytest
 
 from app.serving.worker import STOP_LINGER
 from certgen.local import write_local
+from testbed.ports import free_port
+from testbed.servers import gunicorn, wait_ready
+from testbed.tls import client_context
 from tests.app.serving.test_transport import REVIEW
-from tests.support.ports import free_port
-from tests.support.servers import gunicorn, wait_ready
-from tests.support.tls import client_context
 
 
 # CPython's wrap_socket leaks the SSLSocket it made when the connection was reset before it (its check for data

@@ -18,12 +18,12 @@ import pytest
 
 from app.serving.protocol import MAX_BODY
 from certgen.local import LocalFiles
-from tests.app.reviews import admission_review
+from testbed.pods import container, pod
+from testbed.ports import free_port
+from testbed.reviews import admission_review
+from testbed.servers import gunicorn, stop, wait_ready
+from testbed.tls import client_context
 from tests.app.served import serve
-from tests.support.pods import container, pod
-from tests.support.ports import free_port
-from tests.support.servers import gunicorn, stop, wait_ready
-from tests.support.tls import client_context
 
 REVIEW = json.dumps(admission_review(pod(container(limits={"nvidia.com/gpu": "1"})), uid="u1")).encode()
 HEAD = b"POST /webhook HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"

@@ -38,9 +38,9 @@ from app.serving.tls import ServingCertificate
 from app.serving.worker import FIRST_REQUEST_WAIT, WebhookWorker
 from app.settings import Settings
 from certgen.local import write_local
-from tests.app.reviews import admission_review
-from tests.support.pods import container, pod
-from tests.support.tls import client_context
+from testbed.pods import container, pod
+from testbed.reviews import admission_review
+from testbed.tls import client_context
 
 REVIEW = json.dumps(admission_review(pod(container(limits={"nvidia.com/gpu": "1"})), uid="u1")).encode()
 HEAD = b"POST /webhook HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"

@@ -11,8 +11,8 @@ from app.admission.devices.amd import AMD
 from app.admission.devices.base import QuotaRequest
 from app.admission.devices.config import load_device_config
 from app.admission.edit import ContainerEdit
-from tests.app.reviews import admitted, redirected, run
-from tests.support.pods import container, pod
+from testbed.pods import container, pod
+from testbed.reviews import admitted, redirected, run
 
 GPU = "amd.com/gpu"
 MEM = "amd.com/gpumem"

@@ -12,8 +12,8 @@ import pytest
 from app.admission.devices.base import Device, QuotaRequest
 from app.admission.edit import ContainerEdit
 from app.settings import Settings
-from tests.app.reviews import redirected, run
-from tests.support.pods import container, pod
+from testbed.pods import container, pod
+from testbed.reviews import redirected, run
 
 A = "huawei.com/Ascend910A"
 A_MEM = "huawei.com/Ascend910A-memory"

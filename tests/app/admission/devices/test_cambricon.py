@@ -12,8 +12,8 @@ import pytest
 from app.admission.devices.base import Device, QuotaRequest
 from app.admission.edit import ContainerEdit, PodEdit
 from app.quota import Demand, demands
-from tests.app.reviews import redirected, run
-from tests.support.pods import container, pod
+from testbed.pods import container, pod
+from testbed.reviews import redirected, run
 
 COUNT = "cambricon.com/vmlu"
 MEMORY = "cambricon.com/mlu.smlu.vmemory"

@@ -14,8 +14,8 @@ from app.admission.devices import biren, vastai
 from app.admission.devices.base import QuotaRequest
 from app.admission.devices.config import load_device_config
 from app.admission.edit import ContainerEdit
-from tests.app.reviews import admitted, run
-from tests.support.pods import container, pod
+from testbed.pods import container, pod
+from testbed.reviews import admitted, run
 
 VENDORS = [
     pytest.param(vastai, "vastai", "vastaitech.com/va", "Vastai", id="vastai"),

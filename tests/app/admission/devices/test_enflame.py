@@ -11,8 +11,8 @@ from app.admission.devices.base import ConfigSection, CountDevice, QuotaRequest
 from app.admission.devices.config import load_device_config
 from app.admission.devices.enflame import EnflameDRS
 from app.admission.edit import ContainerEdit
-from tests.app.reviews import admitted, redirected, run
-from tests.support.pods import container, pod
+from testbed.pods import container, pod
+from testbed.reviews import admitted, redirected, run
 
 GCU = "enflame.com/gcu"
 DRS = "enflame.com/drs-gcu"

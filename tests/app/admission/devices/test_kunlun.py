@@ -11,8 +11,8 @@ from app.admission.devices.base import CountDevice, QuotaRequest
 from app.admission.devices.config import load_device_config
 from app.admission.devices.kunlun import KunlunVXPU, partition
 from app.admission.edit import ContainerEdit
-from tests.app.reviews import admitted, redirected, run
-from tests.support.pods import container, pod
+from testbed.pods import container, pod
+from testbed.reviews import admitted, redirected, run
 
 XPU = "kunlunxin.com/xpu"
 VXPU = "kunlunxin.com/vxpu"

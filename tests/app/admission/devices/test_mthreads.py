@@ -12,8 +12,8 @@ from app.admission.devices.base import QuotaRequest
 from app.admission.devices.config import load_device_config
 from app.admission.devices.mthreads import Mthreads
 from app.admission.edit import ContainerEdit
-from tests.app.reviews import admitted, redirected, run
-from tests.support.pods import container, pod
+from testbed.pods import container, pod
+from testbed.reviews import admitted, redirected, run
 
 GPU = "mthreads.com/vgpu"
 MEM = "mthreads.com/sgpu-memory"

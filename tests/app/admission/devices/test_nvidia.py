@@ -9,8 +9,8 @@ import pytest
 
 from app.admission.devices.base import QuotaRequest
 from app.admission.edit import ContainerEdit
-from tests.app.reviews import redirected, run
-from tests.support.pods import container, pod
+from testbed.pods import container, pod
+from testbed.reviews import redirected, run
 
 
 def both(resources: dict[str, Any], **extra: str) -> dict[str, Any]:

@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from tests.realkube.cluster import ADMIN_TOKEN, RealKube
-from tests.realkube.install import Installed
-from tests.support import pods as support
+from testbed import pods as support
+from testbed.cluster import ADMIN_TOKEN, RealKube
+from testbed.install import Installed
 
 IMAGE = "nvidia/cuda:12.4.1-base-ubuntu22.04"
 

@@ -1,6 +1,6 @@
 """AdmissionReviews as the API server sends them, and a runner that reviews one and applies the answer.
 
-The Pods in them come from tests.support.pods, in the defaulted shape a webhook really receives.
+The Pods in them come from testbed.pods, in the defaulted shape a webhook really receives.
 """
 
 from __future__ import annotations

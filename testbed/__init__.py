@@ -8,7 +8,7 @@ from __future__ import annotations
 import configparser
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def version() -> str:

@@ -20,9 +20,9 @@ from typing import Any
 
 import yaml
 
-from tests.support import ROOT
-from tests.support.ports import free_port
-from tests.support.servers import Server, stop, wait_ready
+from testbed import ROOT
+from testbed.ports import free_port
+from testbed.servers import Server, stop, wait_ready
 
 BUILD_SCRIPT = ROOT / "scripts" / "hami-reference.sh"
 DEFAULT_SOURCE_DIR = ROOT.parent / "shared" / "hami-src"

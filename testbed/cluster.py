@@ -29,9 +29,9 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from tests.support import ROOT
-from tests.support.polling import eventually
-from tests.support.ports import free_port
+from testbed import ROOT
+from testbed.polling import eventually
+from testbed.ports import free_port
 
 ADMIN_TOKEN = "admin-token-for-tests"  # a test cluster's static token, loopback only
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")

@@ -1,6 +1,6 @@
 """Run a stored Pod template's containers as local processes, doing what the kubelet does for them.
 
-There is no kubelet in the test cluster (tests/realkube/cluster.py), so the install tests run what it would:
+There is no kubelet in the test cluster (testbed/cluster.py), so the install tests run what it would:
 the commands, args and env of a Pod (or Pod template) as stored by the API server (``$(VAR)`` expanded like the
 kubelet, ``fieldRef`` to the namespace or the Pod's name resolved), its Secret and ConfigMap volumes as files in
 a temp dir with paths under their mount points (``subPath`` too) pointed there, and a kubeconfig carrying a
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.realkube.cluster import RealKube
-from tests.support.ports import free_port
+from testbed.cluster import RealKube
+from testbed.ports import free_port
 
 Obj = dict[str, Any]
 _REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")

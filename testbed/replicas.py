@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tests.realkube.install import Installed, WebhookServer
-from tests.support import ROOT
-from tests.support.ports import free_port
+from testbed import ROOT
+from testbed.install import Installed, WebhookServer
+from testbed.ports import free_port
 
 
 @dataclass
@@ -72,9 +72,9 @@ def start_replicas(
 
 
 def forward(listen: str, backends: list[str]) -> subprocess.Popen[str]:
-    """The round-robin forwarder (tests/realkube/forwarder.py) on ``listen`` (host:port), listening on return.
+    """The round-robin forwarder (testbed/forwarder.py) on ``listen`` (host:port), listening on return.
     Closing its stdin stops it; it then prints the connections it gave each backend, as JSON."""
-    command = [sys.executable, "-m", "tests.realkube.forwarder", listen, *backends]
+    command = [sys.executable, "-m", "testbed.forwarder", listen, *backends]
     forwarder = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert forwarder.stdout is not None
     if forwarder.stdout.readline().strip() != "listening":

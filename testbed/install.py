@@ -1,7 +1,7 @@
 """Install hami-webhook into a RealKube the way a user does: `kubectl apply -k`, then what the kubelet would run.
 
 The controller-manager turns the rendered Deployment and Job into Pods; with no kubelet they stay Pending, so the
-test runs their containers here (tests/realkube/kubelet.py): the certgen Job's Pod to completion, and the
+test runs their containers here (testbed/kubelet.py): the certgen Job's Pod to completion, and the
 webhook Deployment's container bound on the Service's ClusterIP and port. The API server resolves a webhook
 Service to ClusterIP:port itself (no Endpoints, no kube-proxy), so that address is all the networking needed.
 """
@@ -18,10 +18,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tests.manifests.conftest import MANIFESTS, kustomize
-from tests.realkube.cluster import LOOPBACK, RealKube, python_tool
-from tests.realkube.kubelet import Container, container, process_env, run
-from tests.support.tls import client_context
+import yaml
+
+from testbed import ROOT
+from testbed.cluster import LOOPBACK, RealKube, kubectl_binary, python_tool
+from testbed.kubelet import Container, container, process_env, run
+from testbed.tls import client_context
+
+MANIFESTS = ROOT / "manifests"
 
 NAMESPACE = "hami-system"
 SERVICE = "hami-webhook"
@@ -252,3 +256,12 @@ def install(kube: RealKube, work: Path, directory: Path = MANIFESTS) -> Installe
 
 def wait_gone(kube: RealKube, *what: str, timeout: float = 60) -> None:
     kube.wait_for(lambda: not kube.exists(*what), timeout)
+
+
+def kustomize(directory: Path) -> list[Obj]:
+    """The objects ``kubectl kustomize directory`` renders; fails the test with kubectl's message."""
+    proc = subprocess.run(
+        [kubectl_binary(), "kustomize", str(directory)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, f"kubectl kustomize {directory} failed:\n{proc.stderr}"
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]

@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.support import ROOT
+from testbed import ROOT
 
 LOG_TAIL = 64 * 1024
 

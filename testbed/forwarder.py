@@ -75,7 +75,7 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
 
 
 def main() -> None:
-    """``python -m tests.realkube.forwarder LISTEN BACKEND...`` (host:port each): forward until stdin closes,
+    """``python -m testbed.forwarder LISTEN BACKEND...`` (host:port each): forward until stdin closes,
     then print the connections per backend as JSON. A process of its own, so its threads never compete for
     an interpreter lock with whoever measures through it."""
     import json
