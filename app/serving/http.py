@@ -165,21 +165,37 @@ def _read() -> tuple[Any, str] | Response:
 
 
 def _workloads(started: float) -> Response:
-    hook: Webhook = current_app.extensions["hami_webhook"]
+    def check(document: Any, uid: str, hook: Webhook) -> Decision | Response:
+        try:
+            return decide_workload_review(document, hook.settings, hook.quota, uid)
+        except Exception:  # a warning is not worth a failed apply: failurePolicy Ignore would admit it anyway
+            log.exception("workload check failed", extra={"fields": {"uid": uid}})
+            return Decision(allowed=True)
+
+    return _answered(check, _record_workload, started)
+
+
+def _answered(
+    decide: Callable[[Any, str, Webhook], Decision | Response],
+    record: Callable[[dict[str, Any], str, Decision, float], None],
+    started: float,
+) -> Response:
+    """The AdmissionReview read, ``decide``'s answer to it (or the HTTP error it returns), and ``record`` run once
+    the answer has left: what the Pods' and the workloads' views share."""
     read = _read()
     if isinstance(read, Response):
         return read
     document, uid = read
     if request.mimetype != "application/json":
-        decision = deny(400, "BadRequest", f"contentType={request.content_type}, expected application/json")
+        decision: Decision | Response = deny(
+            400, "BadRequest", f"contentType={request.content_type}, expected application/json"
+        )
     else:
-        try:
-            decision = decide_workload_review(document, hook.settings, hook.quota, uid)
-        except Exception:  # a warning is not worth a failed apply: failurePolicy Ignore would admit it anyway
-            log.exception("workload check failed", extra={"fields": {"uid": uid}})
-            decision = Decision(allowed=True)
+        decision = decide(document, uid, current_app.extensions["hami_webhook"])
+    if isinstance(decision, Response):
+        return decision
     reply = _json(answer(document, uid, decision))
-    reply.call_on_close(lambda: _record_workload(document, uid, decision, started))
+    reply.call_on_close(lambda: record(document, uid, decision, started))
     return reply
 
 
@@ -203,25 +219,17 @@ def _record_workload(document: dict[str, Any], uid: str, decision: Decision, sta
 
 
 def _webhook(started: float) -> Response:
-    hook: Webhook = current_app.extensions["hami_webhook"]
-    read = _read()
-    if isinstance(read, Response):
-        return read
-    document, uid = read
-    if request.mimetype != "application/json":
-        decision = deny(400, "BadRequest", f"contentType={request.content_type}, expected application/json")
-    else:
+    def review(document: Any, uid: str, hook: Webhook) -> Decision | Response:
         try:
-            decision = decide_review(document, hook.settings, hook.quota, uid)
+            return decide_review(document, hook.settings, hook.quota, uid)
         except QuotaUnavailable as exc:  # not the Pod's fault: a non-200 lets failurePolicy decide (quota undecided)
             log.error("quota undecided", extra={"fields": {"uid": uid, "error": str(exc)}})
             return _error(500, f"namespace quota could not be decided: {exc}")
         except Exception:
             log.exception("review failed", extra={"fields": {"uid": uid}})
-            decision = deny(500, "InternalError", "internal error; see the webhook's log")
-    reply = _json(answer(document, uid, decision))
-    reply.call_on_close(lambda: _record(document, uid, decision, started))
-    return reply
+            return deny(500, "InternalError", "internal error; see the webhook's log")
+
+    return _answered(review, _record, started)
 
 
 def _record(document: dict[str, Any], uid: str, decision: Decision, started: float) -> None:
