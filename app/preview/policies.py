@@ -30,6 +30,7 @@ from app.admission.annotations import GPU_TYPE_ANNOTATION
 from app.admission.devices.base import Device
 from app.admission.ports import QuotaOff, ReviewSettings
 from app.admission.review import DEFAULT_SCHEDULER, decide
+from app.preview.conditions import NOT_MIRROR, listed, quoted, webhook_match_conditions, workload_match_conditions
 
 Obj = dict[str, Any]
 API = "admissionregistration.k8s.io/v1"
@@ -38,7 +39,6 @@ GUARD = f"{PREFIX}allocation-guard"
 ROUTED = f"{PREFIX}routed"
 REVIEWED = f"{PREFIX}reviewed"
 FLOOR = f"{PREFIX}floor"
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 SERVICE_ACCOUNT = "system:serviceaccount:"
 """The prefix of every ServiceAccount's user name."""
 COMPONENT_CHECK = ("", "nodes", "patch")
@@ -49,10 +49,6 @@ GENERATED = (
     "# edit those and run it again (docs/rules.md#one-source-for-every-list), never this file.\n"
 )
 POD_RULE = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}
-NOT_MIRROR = {
-    "name": "not-mirror-pod",
-    "expression": f"!has(object.metadata.annotations) || !('{MIRROR_ANNOTATION}' in object.metadata.annotations)",
-}
 
 
 class PolicySettings(ReviewSettings, Protocol):
@@ -79,82 +75,6 @@ class Inputs:
     """The ValidatingWebhookConfiguration's name (workloads' templates), for the patch of its matchConditions."""
 
 
-def _quoted(names: Iterable[str]) -> str:
-    return ", ".join(f"'{name}'" for name in names)
-
-
-def _listed(names: Iterable[str], indent: str) -> str:
-    return ",\n".join(f"{indent}'{name}'" for name in names)
-
-
-def webhook_match_conditions(names: Iterable[str]) -> list[Obj]:
-    """The MutatingWebhookConfiguration's matchConditions: any container asking for any of ``names`` in limits
-    or requests (the webhook sees Pods before validation), and no mirror Pod."""
-    return [{"name": "requests-accelerator", "expression": _asks_device("object", names)}, NOT_MIRROR]
-
-
-def _asks_device(pod: str, names: Iterable[str]) -> str:
-    """CEL: the Pod (or Pod template) ``pod`` has a container or init container asking for one of ``names``."""
-    listed = _listed(sorted(names), "        ")
-    return (
-        f"has({pod}.spec) &&\n"
-        f"((has({pod}.spec.containers) ? {pod}.spec.containers : []) +\n"
-        f" (has({pod}.spec.initContainers) ? {pod}.spec.initContainers : [])).exists(c,\n"
-        "  has(c.resources) &&\n"
-        "  [has(c.resources.limits) ? c.resources.limits : {},\n"
-        "   has(c.resources.requests) ? c.resources.requests : {}].exists(m,\n"
-        f"    m.exists(r, r in [\n{listed}\n      ])))"
-    )
-
-
-NOT_A_CONTROLLERS = {
-    "name": "not-made-by-a-controller",
-    "expression": "!has(object.metadata.ownerReferences) ||\n"
-    "!object.metadata.ownerReferences.exists(o, has(o.controller) && o.controller)",
-}
-"""A ReplicaSet a Deployment makes, a Job a CronJob makes: the controller drops warnings, and its owner was checked."""
-WORKLOAD_WEBHOOKS = (
-    ("workloads.hami.io", ("spec", "template"), ("replicas", "parallelism", "completions")),
-    ("cronjobs.workloads.hami.io", ("spec", "jobTemplate", "spec", "template"), ("parallelism", "completions")),
-    ("podtemplates.workloads.hami.io", ("template",), ()),
-)
-"""The ValidatingWebhookConfiguration's webhooks, one per place a kind keeps its template (TEMPLATES): its name,
-that place, and the fields of the spec holding it that say how many Pods run at once."""
-
-
-def workload_match_conditions(names: Iterable[str], prefixes: Iterable[str]) -> dict[str, list[Obj]]:
-    """Per webhook of WORKLOAD_WEBHOOKS, its matchConditions: a template asking for a device (the Pods' condition,
-    on the template) or carrying an annotation under one of HAMi's ``prefixes``; and on an update, a template or
-    a count of Pods that changed (kubectl apply of the same manifest, a status or metadata edit: not sent); and
-    never an object a controller made."""
-    names, prefixes = sorted(names), sorted(prefixes)
-    conditions: dict[str, list[Obj]] = {}
-    for webhook, path, counts in WORKLOAD_WEBHOOKS:
-        template, before = ".".join(("object", *path)), ".".join(("oldObject", *path))
-        present = " && ".join(f"has({'.'.join(('object', *path[: i + 1]))})" for i in range(len(path)))
-        annotated = (
-            f"has({template}.metadata) && has({template}.metadata.annotations) &&\n"
-            f"{template}.metadata.annotations.exists(k, [{_quoted(p + '/' for p in prefixes)}].exists(p,\n"
-            "  k.startsWith(p)))"
-        )
-        changed = f"oldObject == null || {before} != {template}"
-        if counts:
-            spec, old_spec = template.rsplit(".", 1)[0], before.rsplit(".", 1)[0]
-            changed += (
-                f" ||\n[{_quoted(counts)}].exists(f,\n"
-                f"  (f in {spec} ? {spec}[f] : 0) != (f in {old_spec} ? {old_spec}[f] : 0))"
-            )
-        conditions[webhook] = [
-            {
-                "name": "template-asks-hami",
-                "expression": f"{present} && (\n({_asks_device(template, names)}) ||\n({annotated}))",
-            },
-            {"name": "template-or-count-changed", "expression": changed},
-            NOT_A_CONTROLLERS,
-        ]
-    return conditions
-
-
 def _requests_device(names: Iterable[str]) -> Obj:
     """A container or init container with a limit on one of ``names``. Limits only: validating policies see the
     Pod after validation, which requires a limit for every extended resource requested, and mutating policies
@@ -163,7 +83,7 @@ def _requests_device(names: Iterable[str]) -> Obj:
         "(has(object.spec.initContainers) ?\n"
         "  object.spec.containers + object.spec.initContainers : object.spec.containers).exists(c,\n"
         "  has(c.resources) && has(c.resources.limits) && c.resources.limits.exists(r, r in [\n"
-        f"{_listed(sorted(names), '    ')}\n"
+        f"{listed(sorted(names), '    ')}\n"
         "  ]))"
     )
     return {"name": "requests-device", "expression": expression}
@@ -196,7 +116,7 @@ def allocation_guard(owned: Sequence[str], scheduler: str, components: Sequence[
     )
     skipped = []
     if components:
-        users = _quoted(f"{SERVICE_ACCOUNT}{account}" for account in components)
+        users = quoted(f"{SERVICE_ACCOUNT}{account}" for account in components)
         skipped.append({"name": "not-hami-component", "expression": f"!(request.userInfo.username in [{users}])"})
     spec = {
         "failurePolicy": "Fail",
@@ -225,7 +145,7 @@ def allocation_guard(owned: Sequence[str], scheduler: str, components: Sequence[
                 "expression": "oldObject != null && has(oldObject.metadata.annotations) ?\n"
                 "oldObject.metadata.annotations : {}",
             },
-            {"name": "written", "expression": f"[\n{_listed(owned, '  ')}\n].filter(k,\n  {changed})"},
+            {"name": "written", "expression": f"[\n{listed(owned, '  ')}\n].filter(k,\n  {changed})"},
         ],
         "validations": [
             {

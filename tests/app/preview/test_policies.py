@@ -53,7 +53,7 @@ def test_the_workload_webhooks_cover_every_kind_that_creates_pods_from_a_templat
     never a subresource (the scale subresource autoscalers call)."""
     from app.admission.templates import TEMPLATES
     from app.admission.workloads import WORKLOAD_KINDS
-    from app.preview.policies import WORKLOAD_WEBHOOKS
+    from app.preview.conditions import WORKLOAD_WEBHOOKS
 
     paths = {name: path for name, path, _counts in WORKLOAD_WEBHOOKS}
     covered = {}
