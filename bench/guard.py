@@ -27,7 +27,6 @@ import argparse
 import itertools
 import json
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -35,10 +34,10 @@ from typing import Any
 import yaml
 
 from app.preview.policies import GUARD
-from bench.policies import in_turn, over_rounds, table
+from bench.policies import each_version, measured
 from testbed import ROOT
 from testbed.api import IMAGE, Api
-from testbed.cluster import RealKube, build_binaries, pinned_versions
+from testbed.cluster import RealKube, pinned_versions
 
 SHIPPED = Path("manifests/base/policies/allocation-guard.yaml")
 BASELINE = "dc89e44"
@@ -66,19 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     shipped = (ROOT / SHIPPED).read_text()
     if "authorizer." in pinned or "authorizer." not in shipped:
         raise SystemExit(f"--baseline {args.baseline} must hold the name-pinned guard, the tree the shipped one")
-    results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="hami-bench-guard-") as tmp:
-        for version in args.versions.split(","):
-            kube = RealKube(build_binaries(version), Path(tmp) / version).start()
-            try:
-                results[version] = measure(kube, {"pinned": pinned, "permission": shipped}, args)
-            finally:
-                kube.stop()
-            title = f"kube-apiserver {version}: added per write (ms) by each guard, median over rounds"
-            print(table(title, results[version]), flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
-    return 0
+    guards = {"pinned": pinned, "permission": shipped}
+    return each_version(
+        args, lambda kube: measure(kube, guards, args), "added per write (ms) by each guard, median over rounds"
+    )
 
 
 def _git_show(revision: str, path: Path) -> str:
@@ -150,15 +140,8 @@ def measure(kube: RealKube, guards: dict[str, str], args: argparse.Namespace) ->
             problems.append(f"{write} {case}: HTTP {status}: {data[:300]!r}")
         return took
 
-    # Until both guards are loaded, a write may pass unguarded; in_turn warms up until every write is answered.
-    try:
-        rounds = in_turn(timed, GUARDS, WRITES, args.writes, args.rounds, problems)
-    finally:
-        scheduler.close()
-        admin.close()
-    if problems:
-        raise SystemExit("writes went wrong:\n" + "\n".join(sorted(set(problems))[:10]))
-    return over_rounds(rounds)
+    # Until both guards are loaded, a write may pass unguarded; measured warms up until every write is answered.
+    return measured(timed, GUARDS, WRITES, args.writes, args.rounds, problems, "writes", [scheduler, admin])
 
 
 if __name__ == "__main__":

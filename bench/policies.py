@@ -57,16 +57,21 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    return each_version(args, lambda kube: measure(kube, args), "added per create (ms), median over rounds")
+
+
+def each_version(args: argparse.Namespace, measure_on: Callable[[RealKube], dict[str, Any]], what: str) -> int:
+    """``measure_on`` a control plane of each version in ``args.versions``, in turn; each table printed as it
+    comes, all of them written to ``args.json`` if asked."""
     results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="hami-bench-policies-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="hami-bench-") as tmp:
         for version in args.versions.split(","):
             kube = RealKube(build_binaries(version), Path(tmp) / version).start()
             try:
-                results[version] = measure(kube, args)
+                results[version] = measure_on(kube)
             finally:
                 kube.stop()
-            title = f"kube-apiserver {version}: added per create (ms), median over rounds"
-            print(table(title, results[version]), flush=True)
+            print(table(f"kube-apiserver {version}: {what}", results[version]), flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
@@ -130,43 +135,46 @@ def measure(kube: RealKube, args: argparse.Namespace) -> dict[str, Any]:
         return took
 
     # Until the policies are loaded, the floor case's device Pod stays on default-scheduler.
-    try:
-        rounds = in_turn(create, names, PODS, args.pods, args.rounds, problems)
-    finally:
-        api.close()
-    if problems:
-        raise SystemExit("creates went wrong:\n" + "\n".join(sorted(set(problems))[:10]))
-    return over_rounds(rounds)
+    return measured(create, names, PODS, args.pods, args.rounds, problems, "creates", [api])
 
 
-def in_turn(
+def measured(
     write: Callable[[str, str], float],
     cases: Sequence[str],
     kinds: Sequence[str],
     count: int,
     rounds: int,
     problems: list[str],
-) -> list[Figures]:
+    what: str,
+    clients: Sequence[Any],
+) -> dict[str, Any]:
     """``write(case, kind)``, timed by the caller, for every case and kind in turn, the order rotating on each so
     drift falls on all alike: first until one pass leaves no ``problems`` (the policies loaded; 60 s at most),
-    then ``count`` of each per round; each round's figures (`added`)."""
+    then ``count`` of each per round; the median over rounds of each round's figures (`added`, `over_rounds`).
+    The ``clients`` are closed whatever happens; a write that left a problem is a SystemExit naming ``what``."""
     order = [(case, kind) for kind in kinds for case in cases]
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        problems.clear()
-        for case, kind in order:
-            write(case, kind)
-        if not problems:
-            break
-        time.sleep(0.5)
     figures = []
-    for _ in range(rounds):
-        times: dict[tuple[str, str], list[float]] = {key: [] for key in order}
-        for i in range(count):
-            for case, kind in order[i % len(order) :] + order[: i % len(order)]:
-                times[case, kind].append(write(case, kind))
-        figures.append(added(times, cases, kinds))
-    return figures
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            problems.clear()
+            for case, kind in order:
+                write(case, kind)
+            if not problems:
+                break
+            time.sleep(0.5)
+        for _ in range(rounds):
+            times: dict[tuple[str, str], list[float]] = {key: [] for key in order}
+            for i in range(count):
+                for case, kind in order[i % len(order) :] + order[: i % len(order)]:
+                    times[case, kind].append(write(case, kind))
+            figures.append(added(times, cases, kinds))
+    finally:
+        for client in clients:
+            client.close()
+    if problems:
+        raise SystemExit(f"{what} went wrong:\n" + "\n".join(sorted(set(problems))[:10]))
+    return over_rounds(figures)
 
 
 def added(times: dict[tuple[str, str], list[float]], cases: Sequence[str], kinds: Sequence[str]) -> Figures:
