@@ -1,6 +1,6 @@
 """What one worker process keeps per quota'd namespace between admissions: the admissions queued for the next
 group commit, the grants it holds (room taken ahead, admitted into without the API server), its recent pace,
-and the request uids it reserved (when it first saw each ledger entry, the feed keeps: app/quota/tables.py).
+and the request uids it reserved (when it first saw each ledger entry, the feed keeps: app/quota/feed/tables.py).
 The Committer (app/quota/committer.py) holds its lock around every method here; none of them does I/O.
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from app.admission.ports import FITS, QuotaUnavailable, Verdict
-from app.quota.amounts import Amounts, accumulate
-from app.quota.decision import WINDOW, Ask, Burst, Mine, Write
+from app.quota.core.amounts import Amounts, accumulate
+from app.quota.core.decision import WINDOW, Ask, Burst, Mine, Write
 
 REMEMBERED = 4096  # request uids remembered per namespace, so a request sent again is not reserved twice
 

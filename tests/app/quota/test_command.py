@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from app.quota.demand import Demand
-from app.quota.ledger import LEDGER_ANNOTATION
+from app.quota.core.demand import Demand
+from app.quota.core.encoding import LEDGER_ANNOTATION
 from testbed import ROOT
 from testbed.pods import container, pod
 from testbed.polling import eventually
