@@ -262,9 +262,9 @@ class Committer:
             batch = [t for t in batch if not t.settled]
             # Closed with this write: every grant when admissions need the ledger (they did not fit
             # into them), else those found due (window ended, or asked for).
-            mine = [g for g in state.grants.values() if batch or g.frozen or self._due(namespace, g)]
+            mine = [g for g in state.grants.values() if batch or g.closing or self._due(namespace, g)]
             for grant in mine:
-                grant.frozen = True
+                grant.closing = True
             if not batch and not any(g.unused() for g in mine):
                 for grant in mine:  # nothing to decide, no room to give back: used-up grants just go
                     state.grants.pop(grant.id, None)
