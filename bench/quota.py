@@ -43,9 +43,9 @@ from typing import Any
 from app.admission.edit import PodEdit
 from app.admission.ports import QuotaOff
 from app.admission.review import review
-from app.quota.lease import Ledger
-from app.quota.ledger import LEDGER_ANNOTATION
-from app.quota.ledger_quota import LedgerQuota
+from app.quota.core.encoding import LEDGER_ANNOTATION
+from app.quota.evaluator import QuotaEvaluator
+from app.quota.lease import Leases
 from app.quota.startup import open_quota
 from app.readiness import Readiness
 from app.settings import Settings
@@ -328,7 +328,7 @@ def inprocess_part(kube: RealKube, args: argparse.Namespace) -> None:
     os.environ["KUBECONFIG"] = kube.kubeconfig_path
     settings = Settings.from_env({"HAMI_QUOTA_ENABLED": "true", "HAMI_QUOTA_RESERVATION_TTL": "1"})
     port = open_quota(settings, Readiness())
-    assert isinstance(port, LedgerQuota) and port.feed.synced(wait=30)
+    assert isinstance(port, QuotaEvaluator) and port.feed.synced(wait=30)
     time.sleep(1)
     off = QuotaOff()
 
@@ -460,7 +460,7 @@ def churn_part(installed: Installed, work: Path, args: argparse.Namespace) -> No
         try:
             while not done.wait(0.5):
                 status, data = api.call(
-                    "GET", f"/apis/coordination.k8s.io/v1/namespaces/hami-system/leases/{Ledger.name(ns)}"
+                    "GET", f"/apis/coordination.k8s.io/v1/namespaces/hami-system/leases/{Leases.name(ns)}"
                 )
                 if status == 200:
                     text = json.loads(data)["metadata"].get("annotations", {}).get(LEDGER_ANNOTATION, "{}")

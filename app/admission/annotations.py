@@ -211,7 +211,9 @@ TABLE: tuple[Annotation, ...] = (
     Annotation(GPU_TYPE_ANNOTATION, Text("anything: set from the device backends found, a value given is kept")),
     Annotation(nvidia.CORE_POLICY_ANNOTATION, OneOf(nvidia.CORE_POLICIES), ("app/admission/devices/nvidia.py",)),
     # Written by this webhook, yet a row an author may hold: reinvoked, the webhook sees its own output again.
-    Annotation(QUOTA_RESERVATION_ANNOTATION, Text("set by this webhook when quota reserves"), ("app/quota/tables.py",)),
+    Annotation(
+        QUOTA_RESERVATION_ANNOTATION, Text("set by this webhook when quota reserves"), ("app/quota/feed/tables.py",)
+    ),
     # -- NVIDIA --
     *_types("nvidia.com", "pkg/device/nvidia/device.go", "use-gputype", "nouse-gputype"),
     *_uuids("nvidia.com", "pkg/device/nvidia/device.go"),

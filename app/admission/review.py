@@ -96,8 +96,12 @@ def request_namespace(request: Any) -> str:
     return ""
 
 
-def decide_review(document: Mapping[str, Any], settings: ReviewSettings, quota: QuotaPort, uid: str) -> Decision:
-    """Validate the envelope, then decide for a Pod CREATE; else unchanged (only Pod creates are reviewed)."""
+def decide_review(
+    document: Mapping[str, Any], settings: ReviewSettings, quota: QuotaPort, uid: str, *, governed: bool | None = None
+) -> Decision:
+    """Validate the envelope, then decide for a Pod CREATE; else unchanged (only Pod creates are reviewed).
+    ``governed``: the quota port's answer for the review's namespace when the caller asked it already (None: not
+    asked yet)."""
     problem = schemas.problems(schemas.REVIEW, document, "")
     if problem:
         return deny(400, "BadRequest", f"invalid AdmissionReview: {problem}")
@@ -112,13 +116,22 @@ def decide_review(document: Mapping[str, Any], settings: ReviewSettings, quota: 
     if problem:
         return deny(400, "BadRequest", f"invalid Pod: {problem}")
     namespace = request_namespace(request)
-    return decide(pod, settings, quota, namespace=namespace, uid=uid, dry_run=request.get("dryRun") is True)
+    dry_run = request.get("dryRun") is True
+    return decide(pod, settings, quota, namespace=namespace, uid=uid, dry_run=dry_run, governed=governed)
 
 
 def decide(
-    pod: Mapping[str, Any], settings: ReviewSettings, quota: QuotaPort, *, namespace: str, uid: str, dry_run: bool
+    pod: Mapping[str, Any],
+    settings: ReviewSettings,
+    quota: QuotaPort,
+    *,
+    namespace: str,
+    uid: str,
+    dry_run: bool,
+    governed: bool | None = None,
 ) -> Decision:
-    """HAMi's Handle on a validated Pod."""
+    """HAMi's Handle on a validated Pod; "is there a quota here" is asked of ``quota`` only when the caller has not
+    (``governed`` None), so a review asks it once."""
     spec = pod.get("spec") or {}
     if not spec.get("containers"):
         return deny(403, "Forbidden", "pod has no containers")
@@ -146,7 +159,7 @@ def decide(
                 return deny(403, "Forbidden", "pod has node assigned")
         _annotate(edit, found, settings)
     hint = "" if found or not settings.switched_off else _switched_off(edit, settings.switched_off)
-    if quota.governs(namespace):
+    if quota.governs(namespace) if governed is None else governed:
         verdict = quota.admit(namespace, edit, uid=uid, dry_run=dry_run)
         if verdict.denial:
             return deny(403, QUOTA_REASON, verdict.denial)

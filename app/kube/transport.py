@@ -4,7 +4,7 @@
 in-cluster token's refresh included) and TLS, without its generated per-operation methods, for two reasons:
 
 - Those methods validate every argument with pydantic and turn a dict body into the client's model and back.
-  The quota ledger (a Lease written on the admission path, app/quota/ledger.py) paid more CPU for that than
+  The quota ledger (a Lease written on the admission path, app/quota/core/encoding.py) paid more CPU for that than
   for the write itself.
 - A model drops the fields this client version does not know, which a read-modify-write must keep
   (certgen's Secrets and webhook configurations, certgen/resources.py).

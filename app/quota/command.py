@@ -1,5 +1,5 @@
 """``hami-webhook quota`` (also ``kubectl hami quota``): where quota'd namespaces stand, read with the caller's
-kubeconfig: their ResourceQuotas, Pods and ledger Leases, counted by app/quota/standing.py on the same tables the
+kubeconfig: their ResourceQuotas, Pods and ledger Leases, counted by app/quota/core/standing.py on the same tables the
 admission decides on. It only reads (get, list); the RBAC it needs ships as hami-webhook-quota-viewer.
 
 Exit codes, as kubectl's: 0 the figures printed, 1 anything that stopped them (each a one-line ``error:``).
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kubernetes import client
 
-    from app.quota.standing import Standing
+    from app.quota.core.standing import Standing
     from app.quota.startup import QuotaSettings
 
 FAILED = 1
@@ -82,9 +82,9 @@ class Target:
 def collect(args: argparse.Namespace, load: Callable[[argparse.Namespace], QuotaSettings]) -> list[Standing]:
     """The standings asked for; QuotaCommandError for anything that stops them."""
     from app.kube.config import load_configuration
-    from app.quota.limits import quota_factors
-    from app.quota.standing import standing
-    from app.quota.tables import PodTable, QuotaTable
+    from app.quota.core.limits import quota_factors
+    from app.quota.core.standing import standing
+    from app.quota.feed.tables import PodTable, QuotaTable
 
     try:
         settings = load(args)
@@ -161,7 +161,7 @@ class Reads:
 
     def ledgers(self, namespaces: Sequence[str]) -> dict[str, Any]:
         """Each namespace's ledger as stored (absent: nothing held); a ledger that does not parse is an error."""
-        from app.quota.ledger import LEDGER_PREFIX, MANAGED_BY, snapshot
+        from app.quota.core.encoding import LEDGER_PREFIX, MANAGED_BY, snapshot
 
         home = self._target.home
         base = f"/apis/coordination.k8s.io/v1/namespaces/{home}/leases"
@@ -228,7 +228,7 @@ class Reads:
 def malformed(lease: Mapping[str, Any], home: str) -> None:
     """QuotaCommandError when the ledger annotation is not what the webhook writes (a hand edit): the webhook
     drops what it cannot read, so the figures would hide it."""
-    from app.quota.ledger import LEDGER_ANNOTATION, snapshot
+    from app.quota.core.encoding import LEDGER_ANNOTATION, snapshot
 
     name = (lease.get("metadata") or {}).get("name") or ""
     text = ((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)

@@ -1,5 +1,5 @@
 """The Committer: one per process, it decides every queued admission of a namespace together (the pure decision,
-app/quota/decision.py), writes the ledger Lease once with compare-and-swap, and settles the tickets; it also
+app/quota/core/decision.py), writes the ledger Lease once with compare-and-swap, and settles the tickets; it also
 closes this process's grants when they fall due. Kubernetes' ResourceQuota admission has the same shape
 (k8s.io/apiserver plugin/resourcequota/controller.go): the admitting thread queues a waiter and waits for it
 with a deadline; a few worker threads take a namespace's waiters, evaluate them, write once, settle them all.
@@ -8,7 +8,7 @@ Rules: docs/rules.md#no-over-admission-under-concurrency, #undecided-quota-is-an
 How it stays exact: docs/quota.md. One lock guards the queue and every namespace's state; it is only ever held
 for bookkeeping (``with`` blocks), never across a request. A namespace is worked on by one committer thread at a
 time; its tickets, or its due grants, are the reasons to take it. I/O goes through two ports (``FeedView``,
-``LedgerStore``) and a ``Clock`` that also does the waiting (app/quota/seams.py), so the protocol simulation
+``LedgerStore``) and a ``Clock`` that also does the waiting (app/quota/ports.py), so the protocol simulation
 (tests/app/quota/simulation.py) runs this very code, committer threads and all, on a schedule of its choosing.
 """
 
@@ -22,11 +22,19 @@ from app import metrics
 from app.admission.ports import QuotaUnavailable, Verdict
 from app.kube.backoff import Backoff
 from app.kube.errors import CONFLICT, ApiError, describe
-from app.quota.decision import Ask, Ruling, Scene, Write, decide
-from app.quota.ledger import MAX_LEDGER_BYTES, Snapshot
-from app.quota.seams import Clock, FeedView, LedgerStore
+from app.quota.core.decision import Ask, Ruling, Scene, Write, decide
+from app.quota.core.encoding import MAX_LEDGER_BYTES, Snapshot
+from app.quota.ports import (
+    Clock,
+    FeedView,
+    LedgerStore,
+    ledger_full,
+    queued_out,
+    still_contended,
+    still_undecided,
+    unanswered,
+)
 from app.quota.state import Grant, NamespaceState, Ticket
-from app.quota.undecided import ledger_full, queued_out, still_contended, still_undecided, unanswered
 
 ADMIT_BUDGET = 5.0  # seconds for one admission, sync wait included: half the API server's 10 s webhook timeout
 REQUEST_TIMEOUT = 2.0  # seconds for one ledger read or write
@@ -254,9 +262,9 @@ class Committer:
             batch = [t for t in batch if not t.settled]
             # Closed with this write: every grant when admissions need the ledger (they did not fit
             # into them), else those found due (window ended, or asked for).
-            mine = [g for g in state.grants.values() if batch or g.frozen or self._due(namespace, g)]
+            mine = [g for g in state.grants.values() if batch or g.closing or self._due(namespace, g)]
             for grant in mine:
-                grant.frozen = True
+                grant.closing = True
             if not batch and not any(g.unused() for g in mine):
                 for grant in mine:  # nothing to decide, no room to give back: used-up grants just go
                     state.grants.pop(grant.id, None)
@@ -319,7 +327,7 @@ class Committer:
     def _decide(
         self, namespace: str, found: Snapshot, batch: list[Ticket], timeout: float, tries: _Tries
     ) -> list[Ticket]:  # fmt: skip
-        """Verdicts for the batch on ``found`` (app/quota/decision.py) and its write when one is needed, the
+        """Verdicts for the batch on ``found`` (app/quota/core/decision.py) and its write when one is needed, the
         tickets settled once it is stored; returns the tickets that cannot be decided yet."""
         scene = self.scene(namespace, found)
         with self._work:

@@ -7,7 +7,7 @@ none has been answered for LOST_AFTER seconds the API server counts as lost: /re
 closes its kept-alive connections (app.readiness: ``shedding``), so the API server's pooled connections move to the
 healthy replicas, and admissions into quota'd namespaces are refused at once saying why. When a probe is answered
 again the feed's streams are woken from their back-off, and the replica is ready once each has been answered
-since (LedgerQuota.status). With no device quota anywhere nothing is probed and nothing changes.
+since (QuotaEvaluator.status). With no device quota anywhere nothing is probed and nothing changes.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 
 from app.kube.errors import describe
-from app.quota.seams import SYSTEM_CLOCK, Clock
+from app.quota.ports import SYSTEM_CLOCK, Clock
 
 PROBE_EVERY = 1.0  # seconds between probes
 PROBE_TIMEOUT = 1.0  # seconds one probe waits for its answer

@@ -1,5 +1,5 @@
 """The ledger Leases' I/O: reads and compare-and-swap writes through the API server (the encoding is
-app/quota/ledger.py's)."""
+app/quota/core/encoding.py's)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from kubernetes import client
 
 from app.kube import transport
 from app.kube.errors import NOT_FOUND, ApiError
-from app.quota.ledger import (
+from app.quota.core.encoding import (
     LEDGER_ANNOTATION,
     LEDGER_PREFIX,
     MANAGED_BY_LABEL,
@@ -41,7 +41,7 @@ class Send(Protocol):
     ) -> Any: ...
 
 
-class Ledger:
+class Leases:
     """Reads and compare-and-swap writes of the ledger Leases in ``home`` (the webhook's namespace), as plain JSON
     through app.kube.transport: on the admission path, the generated client's argument validation cost more
     CPU than the request. ``send`` is that transport (``of``), or the protocol simulation's model of the API server."""
@@ -53,7 +53,7 @@ class Ledger:
         self._leases = f"/apis/coordination.k8s.io/v1/namespaces/{quote(home)}/leases"
 
     @classmethod
-    def of(cls, api: client.ApiClient, home: str) -> Ledger:
+    def of(cls, api: client.ApiClient, home: str) -> Leases:
         """The ledger Leases through the API server ``api`` talks to."""
         return cls(functools.partial(transport.request, api), home, api.close)
 

@@ -1,4 +1,5 @@
-"""How the quota port is built from the settings: off, or LedgerQuota on a Feed and a Ledger of the API server.
+"""How the quota port is built from the settings: off, or QuotaEvaluator on a Feed and the ledger Leases of the API
+server.
 
 The settings are read through QuotaSettings, declared here: the composition at the top (app/settings.py) supplies
 them, and nothing here imports it. The Kubernetes client and the feed are imported when quota is opened, so the
@@ -59,9 +60,9 @@ def open_quota(settings: QuotaSettings, readiness: Readiness) -> QuotaPort:
     from kubernetes import client
 
     from app.kube.config import LOAD_ERRORS, load_configuration
-    from app.quota.feed import Feed
-    from app.quota.lease import Ledger
-    from app.quota.ledger_quota import LedgerQuota
+    from app.quota.evaluator import QuotaEvaluator
+    from app.quota.feed.feed import Feed
+    from app.quota.lease import Leases
 
     try:
         configuration = load_configuration()
@@ -78,8 +79,8 @@ def open_quota(settings: QuotaSettings, readiness: Readiness) -> QuotaPort:
         _probe(configuration)
     ttl = settings.quota_reservation_ttl
     feed = Feed(client.ApiClient(configuration), settings.devices, forget_after=ttl, home=settings.home_namespace)
-    ledger = Ledger.of(client.ApiClient(configuration), settings.home_namespace)
-    port = LedgerQuota(
+    ledger = Leases.of(client.ApiClient(configuration), settings.home_namespace)
+    port = QuotaEvaluator(
         feed, ledger, settings.devices, ttl=ttl, stale_after=settings.quota_stale_after, shedding=readiness.shedding
     )
     port.start()

@@ -1,6 +1,6 @@
 """What one worker process keeps per quota'd namespace between admissions: the admissions queued for the next
 group commit, the grants it holds (room taken ahead, admitted into without the API server), its recent pace,
-and the request uids it reserved (when it first saw each ledger entry, the feed keeps: app/quota/tables.py).
+and the request uids it reserved (when it first saw each ledger entry, the feed keeps: app/quota/feed/tables.py).
 The Committer (app/quota/committer.py) holds its lock around every method here; none of them does I/O.
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from app.admission.ports import FITS, QuotaUnavailable, Verdict
-from app.quota.amounts import Amounts, accumulate
-from app.quota.decision import WINDOW, Ask, Burst, Mine, Write
+from app.quota.core.amounts import Amounts, accumulate
+from app.quota.core.decision import WINDOW, Ask, Burst, Mine, Write
 
 REMEMBERED = 4096  # request uids remembered per namespace, so a request sent again is not reserved twice
 
@@ -40,7 +40,7 @@ class Grant:
     spent: Amounts  # admitted into it so far
     closes_at: float  # monotonic: WINDOW after the write that made it was sent
     wanted: int  # the ledger's wanted count when it was made: a higher one asks for it to be closed at once
-    frozen: bool = False  # a write closing it is being made: nothing more goes into it
+    closing: bool = False  # a write closing it is being made: nothing more goes into it (the decision's Mine.closing)
 
     def room(self) -> Amounts:
         return {name: amount - self.spent.get(name, 0) for name, amount in self.amounts.items()}
@@ -69,7 +69,7 @@ class NamespaceState:
         if ask.uid in self.reserved:  # the API server sent this very request again: it is already reserved
             return Verdict(reservation=self.reserved[ask.uid])
         for grant in self.grants.values():
-            if not grant.frozen and now < grant.closes_at and grant.fits(ask.requested):
+            if not grant.closing and now < grant.closes_at and grant.fits(ask.requested):
                 if ask.dry_run:
                     return FITS
                 accumulate(grant.spent, ask.requested)
@@ -79,7 +79,7 @@ class NamespaceState:
 
     def mine(self) -> dict[str, Mine]:
         """This worker's grants as the decision sees them."""
-        return {i: Mine(dict(g.spent), g.frozen) for i, g in self.grants.items()}
+        return {i: Mine(dict(g.spent), g.closing) for i, g in self.grants.items()}
 
     def burst(self, now: float, contended: bool) -> Burst:
         while self.admitted and self.admitted[0] < now - 1:
@@ -89,7 +89,7 @@ class NamespaceState:
     def written(self, write: Write, reserved: Sequence[Ask], sent: float, now: float) -> None:
         """After ``write`` was stored: the grants it closed go, the grant it made (if any) opens, its asks are
         remembered."""
-        for grant in [g for g in self.grants.values() if g.frozen]:
+        for grant in [g for g in self.grants.values() if g.closing]:
             del self.grants[grant.id]
         for one in reserved:
             self.remember(one.uid, write.entry, now)
@@ -102,9 +102,9 @@ class NamespaceState:
         self.grants[write.entry] = Grant(write.entry, amounts, taking, sent + WINDOW, write.wanted)
 
     def forget_closed(self) -> None:
-        """A decision found no write needed to close the frozen grants: the ledger holds them closed already (a
+        """A decision found no write needed to close the closing grants: the ledger holds them closed already (a
         write whose answer was lost), or they expired. Kept, they would be found due every few ms."""
-        for grant in [g for g in self.grants.values() if g.frozen]:
+        for grant in [g for g in self.grants.values() if g.closing]:
             del self.grants[grant.id]
 
     def remember(self, uid: str, reservation: str, now: float) -> None:

@@ -32,6 +32,9 @@ log = logging.getLogger("hami_webhook.review")
 blueprint = Blueprint("webhook", __name__)
 DOCUMENT = "hami_webhook.document"
 """The environ key under which ``WebhookApp.may_block`` leaves the review it parsed, for the view to use."""
+GOVERNED = "hami_webhook.governed"
+"""The environ key under which ``WebhookApp.may_block`` leaves the quota port's answer to "is there a quota in the
+review's namespace": asked once per review, and carried to the review, which would otherwise ask it again."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,8 @@ class WebhookApp(Flask):
             return False  # the view refuses it, without quota
         environ[DOCUMENT] = document
         review = document.get("request") if isinstance(document, dict) else None
-        return hook.quota.governs(request_namespace(review if isinstance(review, dict) else {}))
+        governed = environ[GOVERNED] = hook.quota.governs(request_namespace(review if isinstance(review, dict) else {}))
+        return governed
 
 
 def install(app: Flask, webhook: Webhook) -> None:
@@ -221,7 +225,7 @@ def _record_workload(document: dict[str, Any], uid: str, decision: Decision, sta
 def _webhook(started: float) -> Response:
     def review(document: Any, uid: str, hook: Webhook) -> Decision | Response:
         try:
-            return decide_review(document, hook.settings, hook.quota, uid)
+            return decide_review(document, hook.settings, hook.quota, uid, governed=request.environ.get(GOVERNED))
         except QuotaUnavailable as exc:  # not the Pod's fault: a non-200 lets failurePolicy decide (quota undecided)
             log.error("quota undecided", extra={"fields": {"uid": uid, "error": str(exc)}})
             return _error(500, f"namespace quota could not be decided: {exc}")

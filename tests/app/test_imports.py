@@ -80,6 +80,7 @@ CORE = [
     "app.admission.review",
     "app.metrics",
     "app.cli",
+    "app.quota.core.decision",
 ]
 
 

@@ -15,8 +15,8 @@ from app import create_app
 from app.admission.annotations import GPU_TYPE_ANNOTATION
 from app.admission.edit import PodEdit
 from app.admission.ports import Verdict
-from app.quota.amounts import Amounts
-from app.quota.demand import amounts, demands
+from app.quota.core.amounts import Amounts
+from app.quota.core.demand import amounts, demands
 from app.settings import Settings
 from testbed.pods import container
 

@@ -18,10 +18,10 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from app.quota.amounts import Amounts, accumulate, unseen
-from app.quota.feed import Feed
-from app.quota.ledger import LEDGER_ANNOTATION, LEDGER_PREFIX
-from app.quota.ledger_quota import LedgerQuota
+from app.quota.core.amounts import Amounts, accumulate, unseen
+from app.quota.core.encoding import LEDGER_ANNOTATION, LEDGER_PREFIX
+from app.quota.evaluator import QuotaEvaluator
+from app.quota.feed.feed import Feed
 from app.quota.startup import open_quota
 from app.readiness import Readiness
 from app.settings import Settings
@@ -153,14 +153,14 @@ def cluster(
 
 
 @pytest.fixture
-def start_quota(cluster: Cluster) -> Iterator[Callable[..., tuple[LedgerQuota, Settings]]]:
+def start_quota(cluster: Cluster) -> Iterator[Callable[..., tuple[QuotaEvaluator, Settings]]]:
     """``start_quota(HAMI_QUOTA_RESERVATION_TTL="1", ...)``: a started, synced port; stopped afterwards."""
-    ports: list[LedgerQuota] = []
+    ports: list[QuotaEvaluator] = []
 
-    def start(**env: str) -> tuple[LedgerQuota, Settings]:
+    def start(**env: str) -> tuple[QuotaEvaluator, Settings]:
         settings = cluster.settings(**env)
         port = open_quota(settings, Readiness())
-        assert isinstance(port, LedgerQuota)
+        assert isinstance(port, QuotaEvaluator)
         ports.append(port)
         eventually(lambda: port.status()["ready"], 30, what="the first lists to sync")
         return port, settings

@@ -1,7 +1,7 @@
-"""A deterministic simulation of the quota protocol: several webhook workers, each running the real LedgerQuota
-(app/quota/commit.py) and the real decision (app/quota/decision.py), the real Ledger (its Lease bodies and
+"""A deterministic simulation of the quota protocol: several webhook workers, each running the real QuotaEvaluator
+(app/quota/committer.py) and the real decision (app/quota/core/decision.py), the real Leases (its Lease bodies and
 compare-and-swap) and the real Pod/ResourceQuota/ledger tables of the feed
-(app/quota/tables.py), against ``ApiServer`` below.
+(app/quota/feed/tables.py), against ``ApiServer`` below.
 
 Why this is not a fake of our code: ``ApiServer`` models the *Kubernetes API server's* protocol, the part our
 design relies on, and nothing of the webhook: a global resourceVersion (etcd's revision) bumped by every write;
@@ -21,7 +21,7 @@ is a greenlet, so only one runs at a time and a hand-over costs about a microsec
 switches back to the scheduler at every port call (each ledger request, before and after it reaches the server;
 each wait on the feed or on the Committer's conditions, with the lock released as Condition.wait releases it;
 each sleep), and the scheduler, drawing from one seeded Random, picks what happens next. Time is simulated;
-LedgerQuota and the Committer read it, and wait, through the Clock seam. The global ``random`` module (the
+QuotaEvaluator and the Committer read it, and wait, through the Clock seam. The global ``random`` module (the
 back-off's jitter) is seeded too. The Committer's locks are real: the port never holds one across a port call,
 or a schedule would hang here.
 
@@ -46,13 +46,13 @@ import orjson
 from app.admission.edit import PodEdit
 from app.admission.ports import QuotaUnavailable, Verdict
 from app.kube.errors import ApiError
-from app.quota.amounts import Amounts, accumulate
 from app.quota.committer import COMMIT_FAILED
-from app.quota.decision import WINDOW
-from app.quota.lease import Ledger
-from app.quota.ledger import Snapshot, snapshot
-from app.quota.ledger_quota import LedgerQuota
-from app.quota.tables import Held, LedgerTable, PodTable, QuotaTable
+from app.quota.core.amounts import Amounts, accumulate
+from app.quota.core.decision import WINDOW, Taken
+from app.quota.core.encoding import Snapshot, snapshot
+from app.quota.evaluator import QuotaEvaluator
+from app.quota.feed.tables import LedgerTable, PodTable, QuotaTable
+from app.quota.lease import Leases
 from app.settings import Settings
 from testbed.pods import container, pod
 
@@ -179,9 +179,9 @@ class SimFeed:
     def limits(self, namespace: str) -> Amounts:
         return self.quotas.limits(namespace)
 
-    def seen(self, namespace: str, reservations: Iterable[str]) -> tuple[Amounts, dict[str, Held]]:
-        found = {r: self.pods.held(namespace, r) for r in reservations}
-        return self.pods.used(namespace), {r: Held(dict(h.amounts), h.rv) for r, h in found.items() if h is not None}
+    def seen(self, namespace: str, reservations: Iterable[str]) -> tuple[Amounts, dict[str, Taken]]:
+        found = {r: self.pods.taken(namespace, r) for r in reservations}
+        return self.pods.used(namespace), {r: Taken(dict(h.amounts), h.rv) for r, h in found.items() if h is not None}
 
     def ledger(self, namespace: str) -> Snapshot | None:
         return self.ledgers.get(namespace)
@@ -284,7 +284,7 @@ class Task:
 
 
 class Worker:
-    """One webhook process: a LedgerQuota on its own feed and clock, its committer threads, and up to MAX_ADMITTING
+    """One webhook process: a QuotaEvaluator on its own feed and clock, its committer threads, and up to MAX_ADMITTING
     admission threads, each a Task."""
 
     def __init__(self, sim: Simulation, index: int) -> None:
@@ -292,8 +292,8 @@ class Worker:
         self.skew = sim.rng.uniform(-SKEW, SKEW)
         self.offset = sim.rng.uniform(0, 1000)  # monotonic clocks start anywhere
         self.feed = SimFeed(self, sim.server, sim.limit)
-        ledger = Ledger(self._send, HOME)
-        self.port = LedgerQuota(self.feed, ledger, DEVICES, ttl=TTL, stale_after=30, clock=self, new_id=sim.new_id)
+        ledger = Leases(self._send, HOME)
+        self.port = QuotaEvaluator(self.feed, ledger, DEVICES, ttl=TTL, stale_after=30, clock=self, new_id=sim.new_id)
         self.port.contact.shedding = threading.Event()  # this process's worker is not the simulated one's
         self.killed = False
         self.cut = False  # cut off from the API server: its requests and watches hang

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from app.quota.demand import Demand
-from app.quota.ledger import LEDGER_ANNOTATION
+from app.admission.edit import PodEdit
+from app.quota.core.encoding import LEDGER_ANNOTATION
 from testbed import ROOT
 from testbed.pods import container, pod
 from testbed.polling import eventually
@@ -53,8 +53,8 @@ def test_the_command_shows_what_the_port_counts(cluster: Cluster, start_quota) -
     for name, devices, memory in (("a", 1, 1000), ("b", 2, 1500), ("c", 1, 3000)):
         cluster.create_pod(gpu_pod(name, devices, memory))
     cluster.delete_pod("c")
-    hold = Demand("nvidia", GPU, 1, MEM, 2500, 1, "", 0)
-    assert port.admit(cluster.ns, [hold], uid="phantom", dry_run=False).reservation == "phantom"
+    hold = PodEdit(gpu_pod("phantom", 1, 2500))  # admitted, never created: its room is held, no Pod takes it
+    assert port.admit(cluster.ns, hold, uid="phantom", dry_run=False).reservation == "phantom"
     used, held = {MEM: 1000 + 2 * 1500, GPU: 3}, {MEM: 2500, GPU: 1}
 
     def shown() -> dict[str, Any]:

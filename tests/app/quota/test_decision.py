@@ -1,4 +1,4 @@
-"""The quota decision without a control plane (app/quota/decision.py): its arithmetic case by case, and the
+"""The quota decision without a control plane (app/quota/core/decision.py): its arithmetic case by case, and the
 properties the protocol rests on, over generated ledgers (hypothesis)."""
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.admission.ports import FITS, Verdict
-from app.quota.decision import SHARE, SLACK, WINDOW, Ask, Burst, Mine, Ruling, Scene, account, decide
-from app.quota.ledger import LEDGER_ANNOTATION, MAX_LEDGER_BYTES, LedgerEntry, snapshot
-from app.quota.tables import Held
+from app.quota.core.decision import SHARE, SLACK, WINDOW, Ask, Burst, Mine, Ruling, Scene, Taken, account, decide
+from app.quota.core.encoding import LEDGER_ANNOTATION, MAX_LEDGER_BYTES, LedgerEntry, snapshot
 from testbed import ROOT
 
 MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
@@ -54,7 +53,7 @@ def full(used: int, requested: int, limit: int) -> Verdict:
 
 TTL_ENTRY = LedgerEntry(round(WALL + TTL, 1), {MEM: 4}, ttl=TTL)
 PREVIOUS = LedgerEntry(WALL - 1000, {MEM: 9})  # as the previous version wrote it (no ttl), long expired by WALL
-SEEN = {"old": Held({MEM: 3}, rv=42)}
+SEEN = {"old": Taken({MEM: 3}, rv=42)}
 CASES = {
     "room: reserved alone under its uid": (scene(), [ask("u", 4)], ((None,), ({"u": TTL_ENTRY}, 0, 0, "u"))),
     "equal fits": (scene(used=6), [ask("u", 4)], ((None,), ({"u": TTL_ENTRY}, 0, 0, "u"))),
@@ -71,7 +70,7 @@ CASES = {
         ((Verdict(reservation="u"),), None),
     ),
     "an entry counts beyond what its Pods were seen to take": (
-        scene(used=3, entries={"old": entry(5)}, held=SEEN),
+        scene(used=3, entries={"old": entry(5)}, taken=SEEN),
         [ask("u", 6)],
         ((full(5, 6, 10),), None),
     ),
@@ -96,7 +95,7 @@ CASES = {
         ((None,), ({"u": TTL_ENTRY}, 0, 0, "u")),
     ),
     "an entry whose Pods took all its room is dropped, the mark moves to them": (
-        scene(used=3, entries={"old": entry(3)}, held=SEEN),
+        scene(used=3, entries={"old": entry(3)}, taken=SEEN),
         [ask("u", 4)],
         ((None,), ({"u": TTL_ENTRY}, 42, 0, "u")),
     ),
@@ -198,19 +197,19 @@ asks = st.lists(
 @st.composite
 def scenes(draw: st.DrawFn) -> Scene:
     found = draw(entries)
-    held = {
-        i: Held({MEM: draw(st.integers(0, e.amounts[MEM]))}, draw(st.integers(0, 99)))
+    seen = {
+        i: Taken({MEM: draw(st.integers(0, e.amounts[MEM]))}, draw(st.integers(0, 99)))
         for i, e in found.items()
         if draw(st.booleans())
     }
-    used = sum(h.amounts[MEM] for h in held.values()) + draw(amount)
+    used = sum(h.amounts[MEM] for h in seen.values()) + draw(amount)
     first_seen = {i: NOW - draw(st.sampled_from([0.0, WINDOW + SLACK, TTL, TTL + WINDOW])) for i in found}
     mine = {
         i: Mine({MEM: draw(st.integers(0, e.amounts[MEM]))}, draw(st.booleans()))
         for i, e in found.items()
         if e.open and draw(st.booleans())
     }
-    return scene(limit=draw(st.integers(0, 30)), used=used, entries=found, held=held, first_seen=first_seen, mine=mine)
+    return scene(limit=draw(st.integers(0, 30)), used=used, entries=found, taken=seen, first_seen=first_seen, mine=mine)
 
 
 @given(scenes(), asks, st.integers(0, 20))
@@ -232,8 +231,8 @@ def possibly_taken(at: Scene) -> int:
         if at.now < at.first_seen.get(entry_id, at.now) + (TTL + WINDOW if found.ttl is None else found.ttl):
             grant = at.mine.get(entry_id)
             room = grant.spent if grant is not None and grant.closing else found.amounts
-            held = at.held.get(entry_id)
-            total += max(room[MEM] - (held.amounts[MEM] if held is not None else 0), 0)
+            taken = at.taken.get(entry_id)
+            total += max(room[MEM] - (taken.amounts[MEM] if taken is not None else 0), 0)
     return total
 
 
@@ -264,7 +263,7 @@ def nonzero(amounts: Mapping[str, int]) -> dict[str, int]:
 
 def test_the_decision_loads_no_kubernetes_client() -> None:
     """The pure decision is pure in its imports too: cheap to load, and nothing in it can reach the API server."""
-    probe = "import sys, app.quota.decision; print(sorted(m for m in sys.modules if m.split('.')[0] in BANNED))"
+    probe = "import sys, app.quota.core.decision; print(sorted(m for m in sys.modules if m.split('.')[0] in BANNED))"
     banned = "BANNED = {'kubernetes', 'urllib3', 'app.kube'}; "
     done = subprocess.run([sys.executable, "-c", banned + probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout

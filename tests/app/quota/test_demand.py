@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from app.quota.demand import pod_amounts
+from app.quota.core.demand import pod_amounts
 from testbed.pods import container, pod
 from testbed.reviews import run
 

@@ -10,7 +10,7 @@ from urllib.parse import parse_qs
 import pytest
 from prometheus_client import REGISTRY
 
-from app.quota import stream
+from app.quota.feed import stream
 from testbed.cluster import RealKube
 from testbed.pods import container, pod
 from testbed.polling import eventually

@@ -9,7 +9,7 @@ from typing import Any
 from prometheus_client import REGISTRY
 
 from app.admission.review import QUOTA_RESERVATION_ANNOTATION
-from app.quota.ledger import WANTED_ANNOTATION
+from app.quota.core.encoding import WANTED_ANNOTATION
 from testbed.pods import container, pod
 from testbed.reviews import Outcome, run
 from tests.app.quota.conftest import GPU, MEM, Cluster

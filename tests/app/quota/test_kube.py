@@ -18,8 +18,8 @@ from app import create_app
 from app.admission.ports import QuotaOff, QuotaUnavailable
 from app.admission.review import QUOTA_RESERVATION_ANNOTATION
 from app.quota.committer import ADMIT_BUDGET, REQUEST_TIMEOUT
-from app.quota.ledger import LEDGER_ANNOTATION, MARK_ANNOTATION, MAX_LEDGER_BYTES, LedgerEntry, encode
-from app.quota.ledger_quota import LedgerQuota
+from app.quota.core.encoding import LEDGER_ANNOTATION, MARK_ANNOTATION, MAX_LEDGER_BYTES, LedgerEntry, encode
+from app.quota.evaluator import QuotaEvaluator
 from app.quota.startup import QuotaStartError, open_quota
 from app.readiness import Readiness
 from app.settings import Settings, SettingsError
@@ -41,11 +41,11 @@ def gpu_pod(memory: int, namespace: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def admitter(cluster: Cluster) -> Callable[[LedgerQuota, Settings], Admit]:
+def admitter(cluster: Cluster) -> Callable[[QuotaEvaluator, Settings], Admit]:
     """``admit = admitter(port, settings)``, then ``admit(memory, uid, **review)``: one GPU Pod reviewed in the
     quota'd namespace."""
 
-    def bind(port: LedgerQuota, settings: Settings) -> Admit:
+    def bind(port: QuotaEvaluator, settings: Settings) -> Admit:
         def admit(memory: int, uid: str, **review: Any) -> Outcome:
             return run(gpu_pod(memory, cluster.ns), settings, port, uid=uid, **review)
 
@@ -117,7 +117,7 @@ def test_a_created_pod_counts_once_and_its_generated_name_is_tracked(cluster: Cl
     outcome = admit(4000, "u-1")
     created = cluster.create_pod(outcome.patched)  # generateName: the name is chosen only now
     assert created["metadata"]["name"].startswith("job-")
-    eventually(lambda: port.feed.pods.held(cluster.ns, "u-1") is not None, what="the feed to see the Pod")
+    eventually(lambda: port.feed.pods.taken(cluster.ns, "u-1") is not None, what="the feed to see the Pod")
     assert in_use(port.feed, cluster.ns, {"u-1": {MEM: 4000}}) == {MEM: 4000, GPU: 1}  # usage, not also reserved
     assert admit(4000, "u-2").response["allowed"]
     assert "used 8000 + requested 1 > limit 8000" in denied(admit(1, "u-3"))
@@ -255,7 +255,7 @@ def test_a_worker_whose_feed_has_not_synced_admits_no_device_pod(cluster: Cluste
     cluster.proxy.fail_next("GET", f"^/api/v1/namespaces/{cluster.ns}/pods$", 500, times=1000, message="etcd down")
     settings = cluster.settings()
     port = open_quota(settings, Readiness())
-    assert isinstance(port, LedgerQuota)
+    assert isinstance(port, QuotaEvaluator)
     try:
         assert not port.status()["ready"] and port.governs(cluster.ns) and port.governs("no-quota-here")
         with pytest.raises(QuotaUnavailable, match="the Pod and ResourceQuota lists have not synced yet"):
@@ -385,8 +385,8 @@ def test_a_pod_consumes_only_its_own_namespaces_reservation(cluster: Cluster, st
         copied = pod(container(limits={GPU: "1", MEM: "1000"}), annotations={QUOTA_RESERVATION_ANNOTATION: "u-1"})
         copied["metadata"] = {"name": "copied", "annotations": copied["metadata"]["annotations"]}
         cluster.core.create_namespaced_pod(elsewhere, copied)
-        eventually(lambda: port.feed.pods.held(elsewhere, "u-1") is not None, what="the Pod elsewhere")
-        assert port.feed.pods.held(cluster.ns, "u-1") is None
+        eventually(lambda: port.feed.pods.taken(elsewhere, "u-1") is not None, what="the Pod elsewhere")
+        assert port.feed.pods.taken(cluster.ns, "u-1") is None
         assert in_use(port.feed, cluster.ns, {"u-1": {MEM: 4000}}) == {MEM: 4000}
     finally:
         cluster.kube.kubectl("delete", "namespace", "--wait=false", elsewhere)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from app.quota.limits import hard_limits, overflow, quota_factors, tightest
+from app.quota.core.limits import hard_limits, overflow, quota_factors, tightest
 
 MEM, CORES, GPU = "nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpu"
 FACTORS = {MEM: 1, CORES: 1, GPU: 1}

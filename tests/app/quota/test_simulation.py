@@ -1,5 +1,5 @@
 """The quota protocol under thousands of seeded schedules (tests/app/quota/simulation.py): workers of several
-replicas running the real LedgerQuota and decision against a model of the API server, with watch delays and
+replicas running the real QuotaEvaluator and decision against a model of the API server, with watch delays and
 410s, lost compare-and-swaps, lost answers, SIGKILLs, partitions healed by resuming or resetting, and Pods that
 never land. After every step: never more admitted than the limit, no entry holding room past its TTL, every
 refusal with its reason; after the burst and a TTL: all the room Pods do not hold can be admitted again, and no

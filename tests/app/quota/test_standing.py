@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from app.admission.annotations import QUOTA_RESERVATION_ANNOTATION
-from app.quota.ledger import LedgerEntry, Snapshot
-from app.quota.limits import set_by
-from app.quota.standing import Hold, standing
-from app.quota.tables import PodTable, QuotaTable
+from app.quota.core.encoding import LedgerEntry, Snapshot
+from app.quota.core.limits import set_by
+from app.quota.core.standing import Hold, standing
+from app.quota.feed.tables import PodTable, QuotaTable
 from app.settings import Settings
 from testbed.pods import container, pod
 

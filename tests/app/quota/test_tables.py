@@ -1,4 +1,4 @@
-"""What the feed keeps of the ledger Leases (app/quota/tables.py's LedgerTable): the newest ledger per namespace,
+"""What the feed keeps of the ledger Leases (app/quota/feed/tables.py's LedgerTable): the newest ledger per namespace,
 and when this process first saw each entry, on its own clock: what an entry's life counts from
 (docs/rules.md#no-clock-but-its-own)."""
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from app.quota.ledger import LEDGER_ANNOTATION, LEDGER_PREFIX
-from app.quota.tables import LedgerTable
+from app.quota.core.encoding import LEDGER_ANNOTATION, LEDGER_PREFIX
+from app.quota.feed.tables import LedgerTable
 
 
 def lease(rv: int, *ids: str, namespace: str = "ai") -> dict[str, Any]:

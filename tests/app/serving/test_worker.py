@@ -415,6 +415,25 @@ def test_the_webhook_app_says_a_review_may_block_only_where_a_quota_governs(sett
         assert app.may_block(ctx.request.environ) is False
 
 
+class Counted(Governs):
+    """Governs, counting the times it is asked whether a quota governs."""
+
+    asked = 0
+
+    def governs(self, namespace: str) -> bool:
+        self.asked += 1
+        return super().governs(namespace)
+
+
+@pytest.mark.parametrize("governed", ["default", "elsewhere"], ids=["governed", "not governed"])
+def test_a_review_asks_whether_a_quota_governs_once(settings: Settings, worker: WebhookWorker, governed: str) -> None:
+    """may_block asks it to choose where the review is served; the review carries that answer on."""
+    port = Counted(governed)
+    worker.serve_with(create_app(settings, port))
+    [(status, _, body)] = answers(worker, sized(REVIEW))
+    assert (status, body["response"]["allowed"], port.asked) == (200, True, 1)
+
+
 def test_a_review_in_a_governed_namespace_is_answered_from_a_thread(settings: Settings, worker: WebhookWorker) -> None:
     app = create_app(settings, Governs("default"))
     threads: list[int] = []

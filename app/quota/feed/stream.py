@@ -4,7 +4,7 @@ gunicorn forks workers and threads do not survive a fork, so each worker starts 
 Each stream has one thread: list (paged), then watch from the list's resourceVersion with bookmarks; 410 Gone
 re-lists; any other failure waits a capped, jittered backoff and resumes from the last resourceVersion seen.
 What a stream's progress means (which namespaces to watch, who to wake, what to export) is its owner's:
-app/quota/feed.py's Feed, through the hooks of ``Streams``.
+app/quota/feed/feed.py's Feed, through the hooks of ``Streams``.
 """
 
 from __future__ import annotations

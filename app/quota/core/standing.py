@@ -1,5 +1,5 @@
 """Where a quota'd namespace stands, per resource: its limit, what its Pods use, what the ledger holds for Pods not
-seen yet, and what is free. The gauges (app/quota/feed.py) and ``hami-webhook quota`` (app/quota/command.py) both
+seen yet, and what is free. The gauges (app/quota/feed/feed.py) and ``hami-webhook quota`` (app/quota/command.py) both
 count with this, on the same tables the admission decides on, so the three never disagree on the arithmetic.
 
 Pure: no clock (``now``, the reader's monotonic seconds, and its first sights are passed in; docs/rules.md,
@@ -10,12 +10,29 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
-from app.quota.amounts import unseen
-from app.quota.decision import Scene, account, life
-from app.quota.ledger import Snapshot
-from app.quota.limits import set_by
-from app.quota.tables import PodTable, QuotaTable
+from app.quota.core.amounts import Amounts, unseen
+from app.quota.core.decision import Scene, Taken, account, life
+from app.quota.core.encoding import Snapshot
+from app.quota.core.limits import set_by
+
+
+class Quotas(Protocol):
+    """The device limits per ResourceQuota (app/quota/feed/tables.py's QuotaTable): what standing reads of them."""
+
+    def objects(self, namespace: str) -> dict[str, Amounts]: ...
+
+
+class Pods(Protocol):
+    """The Pods' usage (app/quota/feed/tables.py's PodTable): what standing reads of it. Declared here so the core
+    never imports the feed that calls it."""
+
+    def used(self, namespace: str) -> Amounts: ...
+
+    def taken(self, namespace: str, reservation: str) -> Taken | None: ...
+
+    def count(self, namespace: str) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -52,8 +69,8 @@ class Standing:
 
 def standing(
     namespace: str,
-    quotas: QuotaTable,
-    pods: PodTable,
+    quotas: Quotas,
+    pods: Pods,
     ledger: Snapshot | None,
     *,
     now: float,
@@ -65,7 +82,7 @@ def standing(
     started, which holds its room the longest)."""
     limits = set_by(quotas.objects(namespace))
     entries = ledger.entries if ledger is not None else {}
-    seen = {i: found for i in entries if (found := pods.held(namespace, i)) is not None}
+    seen = {i: found for i in entries if (found := pods.taken(namespace, i)) is not None}
     used = pods.used(namespace)
     limited = {n: v[0] for n, v in limits.items()}
     scene = Scene(namespace, limited, entries, 0, used, seen, 0.0, now, ttl, first_seen=first_seen)

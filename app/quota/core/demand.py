@@ -13,7 +13,7 @@ from typing import Any
 
 from app.admission.devices.base import Device
 from app.admission.edit import ContainerEdit, PodEdit
-from app.quota.amounts import Amounts
+from app.quota.core.amounts import Amounts
 
 
 @dataclass(frozen=True)

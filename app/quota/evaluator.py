@@ -1,5 +1,5 @@
-"""LedgerQuota, the real QuotaPort: a namespace's device quota enforced across every worker of every replica
-through a ledger Lease (app/quota/committer.py writes it), a Pod/ResourceQuota feed (app/quota/feed.py) and a
+"""QuotaEvaluator, the real QuotaPort: a namespace's device quota enforced across every worker of every replica
+through a ledger Lease (app/quota/committer.py writes it), a Pod/ResourceQuota feed (app/quota/feed/feed.py) and a
 probe of the API server (app/quota/contact.py).
 
 Rules: docs/rules.md#no-over-admission-under-concurrency, #undecided-quota-is-an-error-never-an-admission.
@@ -18,14 +18,14 @@ from typing import Any
 from app.admission.devices.base import Device
 from app.admission.edit import PodEdit
 from app.admission.ports import FITS, QuotaUnavailable, Verdict
-from app.quota.amounts import Amounts
 from app.quota.committer import ADMIT_BUDGET, Committer
 from app.quota.contact import Contact
-from app.quota.decision import Ask, account, denial
-from app.quota.demand import amounts, demands
-from app.quota.ledger import Snapshot
-from app.quota.limits import limited
-from app.quota.seams import SYSTEM_CLOCK, Clock, FeedView, LedgerStore
+from app.quota.core.amounts import Amounts
+from app.quota.core.decision import Ask, account, denial
+from app.quota.core.demand import amounts, demands
+from app.quota.core.encoding import Snapshot
+from app.quota.core.limits import limited
+from app.quota.ports import SYSTEM_CLOCK, Clock, FeedView, LedgerStore
 from app.quota.state import Ticket
 
 SYNC_WAIT = 3.0  # seconds an admission waits for a just-started worker's (or a new quota's) first lists
@@ -34,7 +34,7 @@ SYNC_WAIT = 3.0  # seconds an admission waits for a just-started worker's (or a 
 COMMITTERS = 4
 
 
-class LedgerQuota:
+class QuotaEvaluator:
     """Namespace device quota enforced across workers and replicas."""
 
     def __init__(

@@ -14,7 +14,7 @@ from typing import Any
 
 from app.admission import quantity
 from app.admission.devices.base import Device
-from app.quota.amounts import Amounts
+from app.quota.core.amounts import Amounts
 
 PREFIXES = ("limits.", "requests.", "")
 

@@ -1,7 +1,7 @@
-"""What LedgerQuota and its Committer need of the world, as ports: the feed's view, the ledger Lease, and the clock
-(time, sleeping and waiting).
+"""What QuotaEvaluator and its Committer need of the world, as ports: the feed's view, the ledger Lease, and the
+clock (time, sleeping and waiting); and the errors they answer with when quota cannot be decided.
 
-The server plugs in Feed (app/quota/feed.py), Ledger (app/quota/lease.py) and the system clock; the protocol
+The server plugs in Feed (app/quota/feed/feed.py), Leases (app/quota/lease.py) and the system clock; the protocol
 simulation (tests/app/quota/simulation.py) plugs in a model of the API server and a simulated clock, and so runs
 the real batching, compare-and-swap and grant code on schedules a real cluster rarely produces.
 """
@@ -13,9 +13,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from app.quota.amounts import Amounts
-from app.quota.ledger import Snapshot
-from app.quota.tables import Held
+from app.admission.ports import QuotaUnavailable
+from app.quota.core.amounts import Amounts
+from app.quota.core.decision import Taken
+from app.quota.core.encoding import Snapshot
 
 
 class Clock(Protocol):
@@ -53,11 +54,11 @@ SYSTEM_CLOCK = SystemClock()
 
 
 class FeedView(Protocol):
-    """A process's view of limits, Pods and ledgers, kept current by watches (app/quota/feed.py's Feed)."""
+    """A process's view of limits, Pods and ledgers, kept current by watches (app/quota/feed/feed.py's Feed)."""
 
     def limits(self, namespace: str) -> Amounts: ...
 
-    def seen(self, namespace: str, reservations: Iterable[str]) -> tuple[Amounts, dict[str, Held]]: ...
+    def seen(self, namespace: str, reservations: Iterable[str]) -> tuple[Amounts, dict[str, Taken]]: ...
 
     def ledger(self, namespace: str) -> Snapshot | None: ...
 
@@ -93,7 +94,7 @@ class FeedView(Protocol):
 
 
 class LedgerStore(Protocol):
-    """Reads and compare-and-swap writes of the ledger Leases (app/quota/ledger.py's Ledger)."""
+    """Reads and compare-and-swap writes of the ledger Leases (app/quota/lease.py's Leases)."""
 
     def where(self, namespace: str) -> str: ...
 
@@ -104,3 +105,41 @@ class LedgerStore(Protocol):
     def write(self, found: Snapshot, text: str, mark: int, wanted: int, timeout: float) -> Snapshot: ...
 
     def close(self) -> None: ...
+
+
+# Why the ledger could not reserve (``ledger``: its Lease, ``<home>/<name>``; ``seconds``: an admission's budget).
+# An operator reads these in the API server's answer: each names the namespace or the Lease, and the limit at play.
+
+
+def still_undecided(namespace: str, ledger: str, seconds: float) -> QuotaUnavailable:
+    """Room another worker's grant may hold decides neither way, and that grant did not close in time."""
+    return QuotaUnavailable(
+        f"namespace {namespace}: room held by another worker's grant did not come free within "
+        f"{seconds:g} s (quota ledger {ledger})"
+    )
+
+
+def still_contended(ledger: str, seconds: float) -> QuotaUnavailable:
+    """Every compare-and-swap this worker tried lost to another writer's."""
+    return QuotaUnavailable(f"quota ledger {ledger} stayed contended for {seconds:g} s")
+
+
+def unanswered(ledger: str, seconds: float, failure: str) -> QuotaUnavailable:
+    """A request about the ledger got no answer in the time the admission could still wait."""
+    return QuotaUnavailable(f"quota ledger {ledger}: the API server did not answer within {seconds:.1f} s ({failure})")
+
+
+def queued_out(namespace: str, seconds: float) -> QuotaUnavailable:
+    """The admission's budget ran out while another admission's commit in this worker held the namespace."""
+    return QuotaUnavailable(
+        f"namespace {namespace}: not decided within {seconds:g} s: waited for this worker's commit in flight"
+    )
+
+
+def ledger_full(ledger: str, entries: int, limit: int, ttl: float) -> QuotaUnavailable:
+    """The reservations would outgrow the bytes one Lease holds (``limit``); entries leave as their Pods are seen."""
+    return QuotaUnavailable(
+        f"quota ledger {ledger} is full: {entries} entries for admitted Pods not "
+        f"seen yet fill the {limit} bytes one Lease can hold; they leave it as their Pods "
+        f"appear, or after HAMI_QUOTA_RESERVATION_TTL ({ttl:g} s) if they never do"
+    )

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.quota.amounts import Amounts
+from app.quota.core.amounts import Amounts
 
 LEDGER_ANNOTATION = "hami.io/quota-ledger"
 MARK_ANNOTATION = "hami.io/quota-ledger-mark"
@@ -46,7 +46,7 @@ class LedgerEntry:
 
     Closed (``open`` false): the amounts of Pods already admitted. Open: a grant, room a worker took ahead and
     may still admit into, on its own, for a short window after writing it; it closes it by writing what it
-    admitted. Others count an open entry as wholly taken, but not as certainly taken (see app/quota/decision.py).
+    admitted. Others count an open entry as wholly taken, but not as certainly taken (see app/quota/core/decision.py).
     """
 
     expires: float

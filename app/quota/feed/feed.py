@@ -6,7 +6,7 @@ one goes, so a worker's cost grows with the quota'd namespaces' Pods, not with t
 is counted, admitted by the webhook or not. The ledger Leases in the webhook's own namespace are watched too:
 a cache that spares a read before each compare-and-swap (a stale copy only costs a 409).
 
-The streams (list, watch, recovery) are app/quota/stream.py's; what they keep is app/quota/tables.py's.
+The streams (list, watch, recovery) are app/quota/feed/stream.py's; what they keep is app/quota/feed/tables.py's.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ from kubernetes import client
 
 from app import metrics
 from app.admission.devices.base import Device
-from app.quota.amounts import Amounts
-from app.quota.ledger import MANAGED_BY, Snapshot, resource_version
-from app.quota.standing import Standing, standing
-from app.quota.stream import Stream, Streams, cut
-from app.quota.tables import Held, LedgerTable, NamespacePods, PodTable, QuotaTable
+from app.quota.core.amounts import Amounts
+from app.quota.core.decision import Taken
+from app.quota.core.encoding import MANAGED_BY, Snapshot, resource_version
+from app.quota.core.standing import Standing, standing
+from app.quota.feed.stream import Stream, Streams, cut
+from app.quota.feed.tables import LedgerTable, NamespacePods, PodTable, QuotaTable
 
 log = logging.getLogger("hami_webhook.quota")
 GAUGES_EVERY = 1.0  # seconds between refreshes of the quota gauges (published only when they changed)
@@ -68,13 +69,13 @@ class Feed(Streams):
         with self._lock:
             return self.quotas.limits(namespace)
 
-    def seen(self, namespace: str, reservations: Iterable[str]) -> tuple[Amounts, dict[str, Held]]:
+    def seen(self, namespace: str, reservations: Iterable[str]) -> tuple[Amounts, dict[str, Taken]]:
         """The namespace's Pod usage, and what the Pods carrying each of ``reservations`` took, read together: a
         Pod is in both or in neither (read apart, a Pod seen in between would count in neither)."""
         with self._lock:
-            held = {r: self.pods.held(namespace, r) for r in reservations}
+            taken = {r: self.pods.taken(namespace, r) for r in reservations}
             return self.pods.used(namespace), {
-                r: Held(dict(found.amounts), found.rv) for r, found in held.items() if found is not None
+                r: Taken(dict(found.amounts), found.rv) for r, found in taken.items() if found is not None
             }
 
     def ledger(self, namespace: str) -> Snapshot | None:

@@ -3,7 +3,7 @@ reservation's Pods took, the device limits per ResourceQuota, and the newest led
 
 Rules: docs/rules.md#usage-is-counted-by-the-webhook, #limits-come-from-every-resourcequota.
 
-No I/O: app/quota/feed.py's streams write these tables under its lock and read them for the decision;
+No I/O: app/quota/feed/feed.py's streams write these tables under its lock and read them for the decision;
 the simulation (tests/app/quota/simulation.py) drives the same tables against a model.
 """
 
@@ -20,10 +20,11 @@ from typing import Any
 
 from app.admission.annotations import QUOTA_RESERVATION_ANNOTATION
 from app.admission.devices.base import Device
-from app.quota.amounts import Amounts, accumulate
-from app.quota.demand import pod_amounts
-from app.quota.ledger import LEDGER_PREFIX, Snapshot, resource_version, snapshot
-from app.quota.limits import hard_limits, quota_factors, tightest
+from app.quota.core.amounts import Amounts, accumulate
+from app.quota.core.decision import Taken
+from app.quota.core.demand import pod_amounts
+from app.quota.core.encoding import LEDGER_PREFIX, Snapshot, resource_version, snapshot
+from app.quota.core.limits import hard_limits, quota_factors, tightest
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 log = logging.getLogger("hami_webhook.quota")
@@ -35,16 +36,6 @@ class _Pod:
     reservation: str
     amounts: Amounts
     rv: int
-
-
-@dataclass(slots=True)
-class Held:
-    """What the Pods carrying one reservation hold, as this process has seen them (alive or gone)."""
-
-    amounts: Amounts
-    rv: int  # the newest resourceVersion among those Pods when first seen here
-    alive: int = 0
-    forget_at: float = float("inf")
 
 
 class PodTable:
@@ -59,7 +50,7 @@ class PodTable:
         self._used: dict[str, Amounts] = {}
         # (namespace, reservation) -> what its Pods took: a Pod consumes only its own namespace's reservations.
         # Kept while a ledger entry may still name it (``forget_after`` past its last Pod).
-        self._held: dict[tuple[str, str], Held] = {}
+        self._taken: dict[tuple[str, str], Taken] = {}
         self._forget: deque[tuple[float, tuple[str, str]]] = deque()
 
     def replace(self, namespace: str, items: Iterable[Mapping[str, Any]]) -> None:
@@ -88,9 +79,9 @@ class PodTable:
     def used(self, namespace: str) -> Amounts:
         return dict(self._used.get(namespace) or {})
 
-    def held(self, namespace: str, reservation: str) -> Held | None:
+    def taken(self, namespace: str, reservation: str) -> Taken | None:
         """What the Pods carrying this reservation took, and the resourceVersion by which a watch has seen them."""
-        return self._held.get((namespace, reservation))
+        return self._taken.get((namespace, reservation))
 
     def count(self, namespace: str) -> int:
         """The namespace's Pods that hold some of its quota."""
@@ -120,11 +111,11 @@ class PodTable:
         self._by_namespace.setdefault(pod.namespace, set()).add(uid)
         accumulate(self._used.setdefault(pod.namespace, {}), pod.amounts)
         if pod.reservation:
-            held = self._held.setdefault((pod.namespace, pod.reservation), Held({}, -1))
-            accumulate(held.amounts, pod.amounts)
-            held.rv = max(held.rv, pod.rv)
-            held.alive += 1
-            held.forget_at = float("inf")
+            taken = self._taken.setdefault((pod.namespace, pod.reservation), Taken({}, -1))
+            accumulate(taken.amounts, pod.amounts)
+            taken.rv = max(taken.rv, pod.rv)
+            taken.alive += 1
+            taken.forget_at = float("inf")
 
     def _remove(self, uid: str) -> None:
         pod = self._pods.pop(uid, None)
@@ -140,17 +131,17 @@ class PodTable:
         if not any(used.values()):
             del self._used[pod.namespace]
         now = time.monotonic()
-        held = self._held.get((pod.namespace, pod.reservation)) if pod.reservation else None
-        if held is not None:  # its ledger entry may outlive the Pod: what it took stays taken until then
-            held.alive -= 1
-            if not held.alive:
-                held.forget_at = now + self._forget_after
-                self._forget.append((held.forget_at, (pod.namespace, pod.reservation)))
+        taken = self._taken.get((pod.namespace, pod.reservation)) if pod.reservation else None
+        if taken is not None:  # its ledger entry may outlive the Pod: what it took stays taken until then
+            taken.alive -= 1
+            if not taken.alive:
+                taken.forget_at = now + self._forget_after
+                self._forget.append((taken.forget_at, (pod.namespace, pod.reservation)))
         while self._forget and self._forget[0][0] <= now:
             _, key = self._forget.popleft()
-            gone = self._held.get(key)
+            gone = self._taken.get(key)
             if gone is not None and gone.forget_at <= now:
-                del self._held[key]
+                del self._taken[key]
 
 
 @dataclass

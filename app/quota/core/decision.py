@@ -25,10 +25,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from app.admission.ports import FITS, Verdict
-from app.quota.amounts import Amounts, accumulate, plus, unseen
-from app.quota.ledger import MAX_LEDGER_BYTES, LedgerEntry, encode
-from app.quota.limits import limited, overflow
-from app.quota.tables import Held
+from app.quota.core.amounts import Amounts, accumulate, plus, unseen
+from app.quota.core.encoding import MAX_LEDGER_BYTES, LedgerEntry, encode
+from app.quota.core.limits import limited, overflow
 
 WINDOW = 1.0  # seconds a worker admits into a grant it wrote, counted from before the write
 SLACK = 0.25  # others count a grant as possibly free this much longer, on their own clocks, from first sight
@@ -40,6 +39,17 @@ BURST = 4  # admissions per second into one namespace, in one worker, from which
 SHARE = 4
 BATCHES_AHEAD = 8
 AHEAD_MAX = 64  # Pods' worth of room taken ahead at most
+
+
+@dataclass(slots=True)
+class Taken:
+    """What the Pods carrying one reservation (a ledger entry) took, as this process has seen them (alive or gone):
+    usage, not room held for them any more (app/quota/feed/tables.py keeps it)."""
+
+    amounts: Amounts
+    rv: int  # the newest resourceVersion among those Pods when first seen here
+    alive: int = 0
+    forget_at: float = float("inf")
 
 
 @dataclass(frozen=True)
@@ -59,7 +69,7 @@ class Scene:
     entries: Mapping[str, LedgerEntry]  # the ledger's, as read
     mark: int  # the ledger's mark, which this worker's Pod watch has reached
     used: Amounts  # the namespace's Pods as seen
-    held: Mapping[str, Held]  # per entry id: what the Pods carrying it were seen to take
+    taken: Mapping[str, Taken]  # per entry id: what the Pods carrying it were seen to take
     wall: float  # unix seconds: only written into new entries' ``expires``, for the previous version's readers
     now: float  # monotonic seconds: every judgement of time
     ttl: float  # this worker's reservation TTL: new entries' life, and that of entries written without one
@@ -134,10 +144,10 @@ def account(scene: Scene) -> Account:
     mark = scene.mark
     for entry_id, entry in live.items():
         grant = scene.mine.get(entry_id)
-        held = scene.held.get(entry_id)
+        taken = scene.taken.get(entry_id)
         closing = grant is not None and grant.closing
         # this worker knows what went into its own grants; an open one may still take up to its amounts
-        seen = held.amounts if held is not None else None
+        seen = taken.amounts if taken is not None else None
         at_least = unseen(grant.spent if grant is not None else entry.amounts, seen)
         at_most = at_least if closing or grant is None else unseen(entry.amounts, seen)
         accumulate(upper, at_most)
@@ -145,7 +155,7 @@ def account(scene: Scene) -> Account:
         if certain:
             accumulate(lower, at_least)
         if certain and (closing or grant is None) and not any(at_least.values()):
-            mark = max(mark, held.rv if held is not None else mark)  # its Pods took all its room: drop it
+            mark = max(mark, taken.rv if taken is not None else mark)  # its Pods took all its room: drop it
         else:
             keep[entry_id] = (
                 replace(entry, amounts=dict(grant.spent), open=False) if grant is not None and closing else entry
