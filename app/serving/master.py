@@ -130,8 +130,9 @@ class WebhookServer(BaseApplication):
         super().__init__()
 
     def load_config(self) -> None:
-        for name in __all__:
-            self.cfg.set(name, globals()[name])
+        for name in __all__:  # as gunicorn reads a config file: a name this gunicorn does not have is skipped
+            if name in self.cfg.settings:  # (control_socket_disable is gunicorn 24's; 23 is in the range)
+                self.cfg.set(name, globals()[name])
         self.cfg.set("default_proc_name", "hami-webhook")
         from_env = self.cfg.parser().parse_args(self.cfg.get_cmd_args_from_env())
         for name, value in vars(from_env).items():

@@ -26,7 +26,8 @@ def test_smoke_run_prints_every_part_and_writes_results(tmp_path: Path, go_toolc
 
     results = json.loads((tmp_path / "results.json").read_text())
     timed = results["inprocess"]
-    assert set(timed) == {"cpu-only", "single-gpu", "multi-vendor", "200-containers", "denied"}
+    pods = {"cpu-only", "single-gpu", "multi-vendor", "200-containers", "denied"}
+    assert set(timed) == pods | {"deploy/single-gpu", "deploy/denied", "deploy/200-containers"}
     assert all(row["median_us"] > 0 and row["p99_us"] >= row["median_us"] for row in timed.values())
 
     wire = results["wire"]

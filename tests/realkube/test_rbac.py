@@ -45,7 +45,7 @@ def test_certgen_account_recreates_and_updates_its_secrets(installed: Installed)
     kube = installed.kube
     ca_version = get(kube, "secret", CA_SECRET, namespace=NAMESPACE)["metadata"]["resourceVersion"]
     kube.kubectl("delete", "secret", SECRET, "-n", NAMESPACE)
-    create_argv, patch_argv = job_commands(rendered())
+    create_argv, *patch_argvs = job_commands(rendered())  # create, then patch each configuration's caBundle
     done = run_certgen(installed.certgen_kubeconfig, *create_argv[1:])
     assert done.returncode == 0, done.stderr
     recreated = get(kube, "secret", SECRET, namespace=NAMESPACE)
@@ -60,7 +60,7 @@ def test_certgen_account_recreates_and_updates_its_secrets(installed: Installed)
     assert updated["data"]["tls.crt"] != recreated["data"]["tls.crt"]
     assert get(kube, "secret", CA_SECRET, namespace=NAMESPACE)["metadata"]["resourceVersion"] == ca_version
 
-    for argv in (create_argv, patch_argv):  # back to what the Job makes; caBundle never changed
+    for argv in (create_argv, *patch_argvs):  # back to what the Job makes; caBundle never changed
         done = run_certgen(installed.certgen_kubeconfig, *argv[1:])
         assert done.returncode == 0, done.stderr
     (hook,) = get(kube, "mutatingwebhookconfiguration", CONFIGURATION)["webhooks"]
