@@ -198,7 +198,8 @@ def test_ledger_failure_is_an_error_not_an_admission(cluster: Cluster, start_quo
     cluster.proxy.fail_next("PUT", f"/leases/{cluster.ledger_name}$", 409, times=1000)
     assert admit(1000, "u-2").response["allowed"]  # created by POST: no PUT yet
     started = time.monotonic()
-    with pytest.raises(QuotaUnavailable, match="stayed contended"):
+    # Every write loses; the budget runs out on a lost write or, on a loaded machine, on the read after one.
+    with pytest.raises(QuotaUnavailable, match=r"stayed contended|the API server did not answer within"):
         admit(1000, "u-3")
     assert time.monotonic() - started < 6  # bounded well under the webhook's 10 s timeout
     assert set(cluster.ledger()) == {"u-2"}
