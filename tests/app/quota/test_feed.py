@@ -146,7 +146,7 @@ def test_failing_lists_back_off_then_sync(cluster: Cluster, start_quota) -> None
 def test_stop_is_prompt_with_open_watches(cluster: Cluster, start_quota) -> None:
     port, _ = start_quota()
     cluster.quota({MEM: "1"})
-    eventually(lambda: port.feed.limits(cluster.ns), what="the quota")
+    eventually(lambda: port.feed.sight(cluster.ns).limits, what="the quota")
     started = time.monotonic()
     port.stop()
     assert time.monotonic() - started < 2

@@ -157,7 +157,7 @@ def test_several_quota_objects_are_all_enforced(cluster: Cluster, start_quota, a
     cluster.quota({f"requests.{MEM}": "9000"}, name="memory")
     cluster.quota({GPU: "1"}, name="cards")
     port, settings = start_quota()
-    assert port.feed.limits(cluster.ns) == {MEM: 9000, GPU: 1}
+    assert port.feed.sight(cluster.ns).limits == {MEM: 9000, GPU: 1}
     admit = admitter(port, settings)
     assert admit(1000, "u-1").response["allowed"]
     assert denied(admit(1000, "u-2")).endswith(f"{GPU} used 1 + requested 1 > limit 1")
