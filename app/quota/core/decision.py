@@ -128,10 +128,8 @@ class Sight:
 
     def scene(self, found: Snapshot, *, wall: float, now: float, ttl: float, mine: Mapping[str, Grant]) -> Scene:
         """The scene to decide ``found`` on (a ledger this sight's ``taken`` was read for)."""
-        at = (wall, now, ttl)
-        return Scene(
-            self.namespace, self.limits, found.entries, found.mark, self.used, self.taken, *at, mine, self.first_seen
-        )
+        entries, mark, used, taken = found.entries, found.mark, self.used, self.taken
+        return Scene(self.namespace, self.limits, entries, mark, used, taken, wall, now, ttl, mine, self.first_seen)
 
 
 @dataclass(frozen=True)
