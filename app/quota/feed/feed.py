@@ -75,22 +75,17 @@ class Feed:
         """What this process knows of ``namespace`` now, read at once (a Pod counts in ``used`` and in ``taken``, or
         in neither); ``taken`` for ``entries`` (None: each entry of the ledger in the sight)."""
         with self._lock:
+            limits, pods_at = self.quotas.limits(namespace), self._pods_at.get(namespace, -1)
+            synced, broken = self._synced.is_set(), self._broken_for()
+            if not limits:  # no device quota: nothing else of it counts (the common case, asked on every review)
+                return Sight(namespace, limits, None, {}, {}, {}, pods_at, synced, broken)
             ledger = self.ledgers.get(namespace)
             wanted = entries if entries is not None else (ledger.entries if ledger is not None else ())
             taken = {
                 r: Taken(dict(t.amounts), t.rv) for r in wanted if (t := self.pods.taken(namespace, r)) is not None
             }
-            return Sight(
-                namespace,
-                self.quotas.limits(namespace),
-                ledger,
-                self.ledgers.first_seen(namespace),
-                self.pods.used(namespace),
-                taken,
-                self._pods_at.get(namespace, -1),
-                self._synced.is_set(),
-                self._broken_for(),
-            )
+            used, first_seen = self.pods.used(namespace), self.ledgers.first_seen(namespace)
+            return Sight(namespace, limits, ledger, first_seen, used, taken, pods_at, synced, broken)
 
     def offer(self, found: Snapshot) -> None:
         """A ledger this process read or wrote: newer than the cache, unless the watch was quicker."""
