@@ -39,8 +39,8 @@ class Feed:
     streams' threads, and what its readiness and gauges read of it.
 
     ``_lock`` guards the tables and what the feed knows of its streams: which namespaces' Pods are watched and how
-    far each has been seen, and when each stream broke or was last answered. Every method takes it once; nothing
-    else is locked or called out (streams started, metrics set) while it is held."""
+    far each has been seen, and when each stream broke or was last answered. Every method takes it once (a wait lets
+    it go while it waits); nothing else is locked or called out (streams started, metrics set) while it is held."""
 
     def __init__(
         self, api_client: client.ApiClient, devices: Sequence[Device], *, forget_after: float, home: str
@@ -235,7 +235,7 @@ class Feed:
                 return
             if kind != "BOOKMARK":
                 self.pods.apply(kind, obj)
-            self._pods_at[stream.namespace] = resource_version(rv)
+            self._pods_at[stream.namespace] = max(resource_version(rv), 0)
             self._pods_moved.notify_all()
 
     def _health(self, stream: Stream) -> None:
@@ -244,13 +244,11 @@ class Feed:
             current = stream in (self._quota_stream, self._lease_stream) or (
                 self._pod_streams.get(stream.namespace) is stream
             )
-            broken = stream.broken_since
-            if not current:
-                pass
-            elif broken is None:
+            broken = stream.broken_since if current else None
+            if current and broken is None:
                 self._answered[stream] = time.monotonic()
                 self._broken.pop(stream, None)
-            elif stream is not self._lease_stream:  # a stale ledger cache costs retries, not exactness
+            elif broken is not None and stream is not self._lease_stream:  # a stale ledger costs retries only
                 self._broken[stream] = broken
             synced = self._in_sync()
         self._publish_sync(synced)
