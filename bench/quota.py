@@ -328,7 +328,7 @@ def inprocess_part(kube: RealKube, args: argparse.Namespace) -> None:
     os.environ["KUBECONFIG"] = kube.kubeconfig_path
     settings = Settings.from_env({"HAMI_QUOTA_ENABLED": "true", "HAMI_QUOTA_RESERVATION_TTL": "1"})
     port = open_quota(settings, Readiness())
-    assert isinstance(port, QuotaEvaluator) and port.feed.synced(wait=30)
+    assert isinstance(port, QuotaEvaluator) and port.feed.wait_synced(30)
     time.sleep(1)
     off = QuotaOff()
 

@@ -60,7 +60,14 @@ def review(document: Any, settings: ReviewSettings, quota: QuotaPort) -> dict[st
     Raises UnreadableReview when no uid can be read; every other problem is an answer.
     """
     uid = read_uid(document)
-    return answer(document, uid, decide_review(document, settings, quota, uid))
+    return answer(document, uid, decide_review(document, settings, quota, uid, governed=quota_here(quota, document)))
+
+
+def quota_here(quota: QuotaPort, document: Any) -> bool:
+    """ "Is there a quota here", for a review's namespace: asked once per review, before it is read any further
+    (the server asks it to choose where to serve the review), and the answer carried to ``decide``."""
+    request = document.get("request") if isinstance(document, Mapping) else None
+    return quota.governs(request_namespace(request))
 
 
 def answer(document: Any, uid: str, decision: Decision) -> dict[str, Any]:
@@ -97,11 +104,10 @@ def request_namespace(request: Any) -> str:
 
 
 def decide_review(
-    document: Mapping[str, Any], settings: ReviewSettings, quota: QuotaPort, uid: str, *, governed: bool | None = None
+    document: Mapping[str, Any], settings: ReviewSettings, quota: QuotaPort, uid: str, *, governed: bool
 ) -> Decision:
     """Validate the envelope, then decide for a Pod CREATE; else unchanged (only Pod creates are reviewed).
-    ``governed``: the quota port's answer for the review's namespace when the caller asked it already (None: not
-    asked yet)."""
+    ``governed``: the quota port's answer for the review's namespace (``quota_here``)."""
     problem = schemas.problems(schemas.REVIEW, document, "")
     if problem:
         return deny(400, "BadRequest", f"invalid AdmissionReview: {problem}")
@@ -128,10 +134,10 @@ def decide(
     namespace: str,
     uid: str,
     dry_run: bool,
-    governed: bool | None = None,
+    governed: bool,
 ) -> Decision:
-    """HAMi's Handle on a validated Pod; "is there a quota here" is asked of ``quota`` only when the caller has not
-    (``governed`` None), so a review asks it once."""
+    """HAMi's Handle on a validated Pod; ``governed``: whether the namespace has a device quota, as the caller asked
+    ``quota`` once for the whole review."""
     spec = pod.get("spec") or {}
     if not spec.get("containers"):
         return deny(403, "Forbidden", "pod has no containers")
@@ -159,7 +165,7 @@ def decide(
                 return deny(403, "Forbidden", "pod has node assigned")
         _annotate(edit, found, settings)
     hint = "" if found or not settings.switched_off else _switched_off(edit, settings.switched_off)
-    if quota.governs(namespace) if governed is None else governed:
+    if governed:
         verdict = quota.admit(namespace, edit, uid=uid, dry_run=dry_run)
         if verdict.denial:
             return deny(403, QUOTA_REASON, verdict.denial)

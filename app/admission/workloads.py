@@ -132,7 +132,9 @@ def decide_workload(request: Mapping[str, Any], settings: WorkloadSettings, quot
         return Decision(allowed=True)  # malformed: the API server's validation, after us, says where
     pod["spec"] = defaulted(pod["spec"])  # the request's object is left as it came
     demanded = _Demanded(quota)
-    decision = decide(pod, settings, demanded, namespace=namespace, uid=uid, dry_run=True)
+    decision = decide(
+        pod, settings, demanded, namespace=namespace, uid=uid, dry_run=True, governed=demanded.governs(namespace)
+    )
     if not decision.allowed:
         if settings.workload_checks is WorkloadChecks.DENY:
             return deny(403, "Forbidden", decision.message)

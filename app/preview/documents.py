@@ -208,7 +208,7 @@ def _review(
     """One Pod's decision line, notes and exit code, and the patch the API server would apply to it."""
     document = admission_review(pod, uid="preview", dry_run=True)
     reach = scope.reach(pod, options.namespace_labels.get(request_namespace(document["request"]), {}))
-    decision = decide_review(document, settings, QuotaOff(), "preview")
+    decision = decide_review(document, settings, QuotaOff(), "preview", governed=False)
     response = answer(document, "preview", decision)["response"]
     status = response["status"]
     notes = [f"warning: {warning}" for warning in response.get("warnings", [])]

@@ -181,7 +181,9 @@ def _claimed(name: str, settings: PolicySettings) -> bool:
     ctr = {"name": "probe", "image": "probe", "resources": {"limits": limits, "requests": dict(limits)}}
     spec = {"schedulerName": settings.scheduler_name, "containers": [ctr]}  # past the scheduler-name gate
     probe = {"metadata": {"name": "probe"}, "spec": spec}
-    return bool(decide(probe, settings, QuotaOff(), namespace="probe", uid="probe", dry_run=True).devices)
+    return bool(
+        decide(probe, settings, QuotaOff(), namespace="probe", uid="probe", dry_run=True, governed=False).devices
+    )
 
 
 def _on_device_pods(settings: PolicySettings, *conditions: Obj, reinvocation: str = "") -> Obj:

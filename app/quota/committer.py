@@ -5,15 +5,18 @@ closes this process's grants when they fall due. Kubernetes' ResourceQuota admis
 with a deadline; a few worker threads take a namespace's waiters, evaluate them, write once, settle them all.
 
 Rules: docs/rules.md#no-over-admission-under-concurrency, #undecided-quota-is-an-error-never-an-admission.
-How it stays exact: docs/quota.md. One lock guards the queue and every namespace's state; it is only ever held
-for bookkeeping (``with`` blocks), never across a request. A namespace is worked on by one committer thread at a
-time; its tickets, or its due grants, are the reasons to take it. I/O goes through two ports (``FeedView``,
-``LedgerStore``) and a ``Clock`` that also does the waiting (app/quota/ports.py), so the protocol simulation
-(tests/app/quota/simulation.py) runs this very code, committer threads and all, on a schedule of its choosing.
+How it stays exact: docs/quota.md. One lock guards the queue and every namespace's state (app/quota/state.py:
+tickets waiting, grants, recent pace); it is only ever held for bookkeeping (``with`` blocks), never across a
+request, and no other lock is taken under it: what the feed says is read before it is taken. A namespace is
+worked on by one committer thread at a time; its tickets, or its due grants, are the reasons to take it. I/O goes
+through two ports (``FeedView``, ``LedgerStore``) and a ``Clock`` that also does the waiting (app/quota/ports.py),
+so the protocol simulation (tests/app/quota/simulation.py) runs this very code, committer threads and all, on a
+schedule of its choosing.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -22,7 +25,7 @@ from app import metrics
 from app.admission.ports import QuotaUnavailable, Verdict
 from app.kube.backoff import Backoff
 from app.kube.errors import CONFLICT, ApiError, describe
-from app.quota.core.decision import Ask, Ruling, Scene, Write, decide
+from app.quota.core.decision import Ask, Grant, Ruling, Scene, Sight, Write, decide
 from app.quota.core.encoding import MAX_LEDGER_BYTES, Snapshot
 from app.quota.ports import (
     Clock,
@@ -34,7 +37,7 @@ from app.quota.ports import (
     still_undecided,
     unanswered,
 )
-from app.quota.state import Grant, NamespaceState, Ticket
+from app.quota.state import NamespaceState, Ticket
 
 ADMIT_BUDGET = 5.0  # seconds for one admission, sync wait included: half the API server's 10 s webhook timeout
 REQUEST_TIMEOUT = 2.0  # seconds for one ledger read or write
@@ -100,9 +103,9 @@ class _Tries:
 
 
 class Committer:
-    """Commits for every namespace of this process. Admission threads call ``from_grant``, ``scene`` and
-    ``settle``; ``run`` is a committer thread's loop (``start`` runs ``threads`` of them; the simulation runs
-    ``run`` in threads of its own)."""
+    """Commits for every namespace of this process. Admission threads call ``alone``, ``scene`` and ``settle``;
+    ``run`` is a committer thread's loop (``start`` runs ``threads`` of them; the simulation runs ``run`` in
+    threads of its own)."""
 
     def __init__(
         self, feed: FeedView, ledger: LedgerStore, *, ttl: float, clock: Clock, new_id: Callable[[], str]
@@ -122,23 +125,22 @@ class Committer:
 
     # --- the admission's side ------------------------------------------------------------------------
 
-    def from_grant(self, namespace: str, ask: Ask) -> Verdict | None:
+    def alone(self, namespace: str, ask: Ask) -> Verdict | None:
         """The verdict this process gives without the ledger (the same request again, room in an open grant)."""
         with self._work:
-            return self._state(namespace).from_grant(ask, self._clock.monotonic())
+            return self._state(namespace).alone(ask, self._clock.monotonic())
 
-    def scene(self, namespace: str, found: Snapshot) -> Scene:
-        """What this process knows of the namespace now, for one decision."""
-        used, held = self.feed.seen(namespace, found.entries)
-        limits, first_seen = self.feed.limits(namespace), self.feed.first_seen(namespace)
+    def scene(self, sight: Sight, found: Snapshot) -> Scene:
+        """What this process knows of the namespace now, for one decision on ``found``."""
         wall, now = self._clock.time(), self._clock.monotonic()
         with self._work:
-            mine = self._state(namespace).mine()
-        return Scene(namespace, limits, found.entries, found.mark, used, held, wall, now, self._ttl, mine, first_seen)
+            mine = self._state(sight.namespace).mine()
+        return sight.scene(found, wall=wall, now=now, ttl=self._ttl, mine=mine)
 
     def settle(self, namespace: str, ticket: Ticket) -> None:
-        """Queue the ticket and wait until a committer settles it, within its deadline (plus the one request a
-        commit in flight may still be waiting on: that commit ends by its batch's earliest deadline)."""
+        """Queue the ticket and wait until a committer settles it, by its deadline. A commit that took it in ends by
+        then too (its requests wait no longer than its tickets' earliest deadline): its answer, which says why, is
+        awaited a little longer, never a ticket still queued."""
         settled = lambda: ticket.settled  # noqa: E731
         with self._work:
             self._state(namespace).waiting.append(ticket)
@@ -176,16 +178,33 @@ class Committer:
 
     def _take(self) -> str | None:
         """The next namespace to commit (claimed), waiting until there is one; None once stopped."""
-        with self._work:
-            while not self._stopped:
-                namespace = self._next()
+        while True:
+            wanted = self._wanted_counts()
+            with self._work:
+                if self._stopped:
+                    return None
+                namespace = self._next(wanted)
                 if namespace is not None:
                     self._taken.add(namespace)
                     return namespace
-                self._clock.wait_for(self._work, lambda: self._stopped or self._next() is not None, self._look())
-        return None
+                self._clock.wait_for(self._work, functools.partial(self._ready, wanted), self._look())
 
-    def _next(self) -> str | None:
+    def _ready(self, wanted: dict[str, int]) -> bool:
+        """What wakes an idle committer: stopped, or a namespace to take (under the lock)."""
+        return self._stopped or self._next(wanted) is not None
+
+    def _wanted_counts(self) -> dict[str, int]:
+        """The wanted count of each ledger in which this process holds grants, as the feed has it (read before
+        the lock is taken: a raised count arrives by the feed's Lease watch, which does not wake a committer)."""
+        with self._work:
+            holding = [namespace for namespace, state in self._namespaces.items() if state.grants]
+        return {namespace: _wanted(self._cached(namespace)) for namespace in holding}
+
+    def _cached(self, namespace: str) -> Snapshot | None:
+        """The feed's copy of the namespace's ledger, without waiting (None: it has none)."""
+        return self.feed.wait_ledger(namespace, -1, 0.0)
+
+    def _next(self, wanted: dict[str, int]) -> str | None:
         """A namespace no committer works on that has tickets queued, or else grants due (under the lock)."""
         free = [(namespace, state) for namespace, state in self._namespaces.items() if namespace not in self._taken]
         queued = next((namespace for namespace, state in free if state.waiting), None)
@@ -193,7 +212,7 @@ class Committer:
             return queued
         now = self._clock.monotonic()
         for namespace, state in free:
-            if state.retry_at <= now and any(self._due(namespace, grant) for grant in state.grants.values()):
+            if state.retry_at <= now and any(_due(g, wanted.get(namespace, 0), now) for g in state.grants.values()):
                 return namespace
         return None
 
@@ -208,24 +227,17 @@ class Committer:
         ]
         return max(min([GRANT_LOOK, *soonest]), 0.0) if soonest else None
 
-    def _due(self, namespace: str, grant: Grant) -> bool:
-        """The grant must close now: its window has ended, or a worker that could not decide asked for its room."""
-        if grant.closes_at <= self._clock.monotonic():
-            return True
-        found = self.feed.ledger(namespace)
-        return found is not None and found.wanted > grant.wanted and grant.unused()
-
     def _commit(self, namespace: str) -> None:
         """Decide the namespace's tickets (and whatever queues meanwhile) against the ledger, closing this process's
         due grants in the same compare-and-swap. Every ticket taken in is settled on return."""
-        found = self.feed.ledger(namespace)
+        found = self._cached(namespace)
         tries = _Tries(self.ledger.where(namespace), self._clock)
-        deadline = self._clock.monotonic() + ADMIT_BUDGET
+        closing_by = self._clock.monotonic() + ADMIT_BUDGET  # the bound of a commit that only closes grants
         batch: list[Ticket] = []
         try:
             while (gathered := self._gather(namespace, batch)) is not None:
                 batch = gathered
-                remaining = min([deadline] + [t.deadline for t in batch]) - self._clock.monotonic()
+                remaining = min((t.deadline for t in batch), default=closing_by) - self._clock.monotonic()
                 if remaining <= 0:
                     raise tries.why(namespace)
                 found, batch = self._round(namespace, found, batch, remaining, tries)
@@ -251,18 +263,19 @@ class Committer:
     def _gather(self, namespace: str, batch: list[Ticket]) -> list[Ticket] | None:
         """The batch to decide now: what queued meanwhile joins; what this process's new grant can take, it takes.
         Freezes the grants this write closes; None when there is nothing to decide and no room to give back."""
+        wanted = _wanted(self._cached(namespace))
         with self._work:
             state = self._state(namespace)
             batch = batch + state.waiting
             state.waiting = []
             now = self._clock.monotonic()
             for ticket in batch:
-                ticket.verdict = state.from_grant(ticket.ask, now)
+                ticket.verdict = state.alone(ticket.ask, now)
             self._settled.notify_all()
             batch = [t for t in batch if not t.settled]
             # Closed with this write: every grant when admissions need the ledger (they did not fit
             # into them), else those found due (window ended, or asked for).
-            mine = [g for g in state.grants.values() if batch or g.closing or self._due(namespace, g)]
+            mine = [g for g in state.grants.values() if batch or g.closing or _due(g, wanted, now)]
             for grant in mine:
                 grant.closing = True
             if not batch and not any(g.unused() for g in mine):
@@ -280,7 +293,7 @@ class Committer:
         try:
             if found is None:
                 found = self._read(namespace, timeout, tries)
-            if not self.feed.caught_up(namespace, found.mark, min(remaining, MARK_WAIT)):
+            if not self.feed.wait_pods(namespace, found.mark, min(remaining, MARK_WAIT)):
                 raise QuotaUnavailable(
                     f"namespace {namespace}: this worker's Pod watch has not reached resourceVersion "
                     f"{found.mark}, which the quota ledger {tries.where} requires"
@@ -292,17 +305,17 @@ class Committer:
                 return lost.fresh, batch
             # losers of one round spread out (their batches grow meanwhile), then take the winner's copy
             self._clock.sleep(min(LOST_ROUND.delay(tries.lost - 1), timeout))
-            return self.feed.wait_ledger_newer(namespace, found.rv if found else -1, min(NEWER_WAIT, timeout)), batch
+            return self.feed.wait_ledger(namespace, found.rv if found else -1, min(NEWER_WAIT, timeout)), batch
         if undecided:  # a grant of another worker may hold the room; wait for it to close, then again
             tries.asked = True
-            self.feed.wait_ledgers(min(UNDECIDED_STEP, remaining))
-            return self.feed.ledger(namespace), undecided
+            newer = self.feed.wait_ledger(namespace, found.rv, min(UNDECIDED_STEP, remaining))
+            return newer or self._cached(namespace), undecided
         return found, []
 
     def _read(self, namespace: str, timeout: float, tries: _Tries) -> Snapshot:
         """The ledger from the API server (offered to the feed's cache)."""
         found = tries.call(lambda: self.ledger.read(namespace, timeout))
-        self.feed.offer_ledger(found)
+        self.feed.offer(found)
         return found
 
     def _store(self, found: Snapshot, write: Write, timeout: float, tries: _Tries) -> Snapshot:
@@ -329,7 +342,7 @@ class Committer:
     ) -> list[Ticket]:  # fmt: skip
         """Verdicts for the batch on ``found`` (app/quota/core/decision.py) and its write when one is needed, the
         tickets settled once it is stored; returns the tickets that cannot be decided yet."""
-        scene = self.scene(namespace, found)
+        scene = self.scene(self.feed.sight(namespace, found.entries), found)
         with self._work:
             burst = self._state(namespace).burst(scene.now, tries.lost > 0)
         ruling = decide(
@@ -339,34 +352,43 @@ class Committer:
         if write is None:  # nothing to write: the grants being closed are closed (or gone) already
             with self._work:
                 self._state(namespace).forget_closed()
-                self._settle_ruled(namespace, batch, ruling, None)
+                self._settle(batch, ruling, None)
             return [batch[i] for i in ruling.undecided]
         sent = self._clock.monotonic()
         written = self._store(found, write, timeout, tries)
         metrics.quota_ledger_write("written")
         fields = {"namespace": namespace, "reserved": len(ruling.reserved), "ahead": write.ahead}
         log.debug("quota ledger written", extra={"fields": fields | {"entries": len(write.entries)}})
-        self.feed.offer_ledger(written)
+        self.feed.offer(written)
+        full = ledger_full(tries.where, len(write.entries), MAX_LEDGER_BYTES, self._ttl) if ruling.full else None
         with self._work:
             reserved = [batch[i].ask for i in ruling.reserved]
             self._state(namespace).written(write, reserved, sent, scene.now)
-            self._settle_ruled(namespace, batch, ruling, write)
+            self._settle(batch, ruling, full)
         for _ in ruling.full:
             metrics.quota_ledger_full(namespace)
         return [batch[i] for i in ruling.undecided]
 
-    def _settle_ruled(self, namespace: str, batch: list[Ticket], ruling: Ruling, write: Write | None) -> None:
-        """The ruling's verdicts on their tickets, ``write`` stored (under the lock)."""
+    def _settle(self, batch: list[Ticket], ruling: Ruling, full: QuotaUnavailable | None) -> None:
+        """The ruling's verdicts on their tickets (its write stored, if it has one), ``full`` on those the ledger
+        has no room for (under the lock)."""
         for ticket, verdict in zip(batch, ruling.verdicts, strict=True):
-            ticket.verdict = verdict
-        if write is not None:
-            for index in ruling.reserved:
-                batch[index].verdict = Verdict(reservation=write.entry)
-            for index in ruling.full:
-                where = self.ledger.where(namespace)
-                batch[index].error = ledger_full(where, len(write.entries), MAX_LEDGER_BYTES, self._ttl)
+            if verdict is not None:
+                ticket.verdict = verdict
+        for index in ruling.full:
+            batch[index].error = full
         self._settled.notify_all()
 
     def _state(self, namespace: str) -> NamespaceState:
         """The namespace's state, made on first use (under the lock)."""
         return self._namespaces.setdefault(namespace, NamespaceState())
+
+
+def _due(grant: Grant, wanted: int, now: float) -> bool:
+    """The grant must close now: its window has ended, or a worker that could not decide asked for its room (the
+    ledger's ``wanted`` count went past the one it was made at)."""
+    return grant.closes_at <= now or (wanted > grant.wanted and grant.unused())
+
+
+def _wanted(found: Snapshot | None) -> int:
+    return found.wanted if found is not None else 0

@@ -21,11 +21,11 @@ from app.admission.ports import FITS, QuotaUnavailable, Verdict
 from app.quota.committer import ADMIT_BUDGET, Committer
 from app.quota.contact import Contact
 from app.quota.core.amounts import Amounts
-from app.quota.core.decision import Ask, account, denial
+from app.quota.core.decision import Ask, Sight, account, denial
 from app.quota.core.demand import amounts, demands
 from app.quota.core.encoding import Snapshot
 from app.quota.core.limits import limited
-from app.quota.ports import SYSTEM_CLOCK, Clock, FeedView, LedgerStore
+from app.quota.ports import SYSTEM_CLOCK, Clock, FeedPort, LedgerStore
 from app.quota.state import Ticket
 
 SYNC_WAIT = 3.0  # seconds an admission waits for a just-started worker's (or a new quota's) first lists
@@ -39,7 +39,7 @@ class QuotaEvaluator:
 
     def __init__(
         self,
-        feed: FeedView,
+        feed: FeedPort,
         ledger: LedgerStore,
         devices: Sequence[Device],
         *,
@@ -60,7 +60,8 @@ class QuotaEvaluator:
     def governs(self, namespace: str) -> bool:
         """Also true while the feed cannot tell (not synced, broken too long): admit() must then refuse,
         or a fresh worker would admit everything before its first ResourceQuota list arrives."""
-        return bool(self._unfit()) or bool(self.feed.limits(namespace))
+        sight = self.feed.sight(namespace, ())
+        return bool(self._unfit(sight)) or bool(sight.limits)
 
     def asks(self, pod: PodEdit) -> Amounts:
         return amounts(demands(pod, self._devices))
@@ -70,20 +71,21 @@ class QuotaEvaluator:
         if not requested:
             return FITS  # no device resource: nothing to count
         deadline = self._clock.monotonic() + ADMIT_BUDGET
-        unfit = self._unfit(wait=SYNC_WAIT)  # before reading limits: an unsynced feed knows of no quota at all
+        self.feed.wait_synced(SYNC_WAIT)  # before reading limits: an unsynced feed knows of no quota at all
+        sight = self.feed.sight(namespace, ())
+        unfit = self._unfit(sight)
         if unfit:
             raise QuotaUnavailable(unfit)
-        if not limited(self.feed.limits(namespace), requested):
+        if not limited(sight.limits, requested):
             return FITS  # no device quota here: the ledger is never touched
         lost = self.contact.lost()
         if lost:  # this replica is cut off (and unready): say so now, not after a request's timeout
             raise QuotaUnavailable(f"namespace {namespace}: {lost}")
-        if not self.feed.namespace_synced(namespace, wait=max(min(SYNC_WAIT, deadline - self._clock.monotonic()), 0)):
+        listing = max(min(SYNC_WAIT, deadline - self._clock.monotonic()), 0)
+        if sight.pods_at < 0 and not self.feed.wait_pods(namespace, 0, listing):
             raise QuotaUnavailable(f"the Pods of namespace {namespace} have not been listed yet")
         ask = Ask(uid, requested, dry_run)
-        verdict = self.committer.from_grant(namespace, ask)
-        if verdict is None:
-            verdict = self._denied_at_once(namespace, ask)
+        verdict = self.committer.alone(namespace, ask) or self._denied_at_once(namespace, ask)
         if verdict is not None:
             return verdict
         ticket = Ticket(ask, deadline)
@@ -96,31 +98,31 @@ class QuotaEvaluator:
     def _denied_at_once(self, namespace: str, ask: Ask) -> Verdict | None:
         """A denial from the cached ledger, without waiting for a commit in flight: what does not fit even
         counting only what is certainly taken does not fit the newest ledger either. None: the ledger decides."""
-        found = self.feed.ledger(namespace)
-        if found is None or ask.uid in found.entries or not self.feed.caught_up(namespace, found.mark, 0):
+        sight = self.feed.sight(namespace)
+        found = sight.ledger
+        if found is None or ask.uid in found.entries or sight.pods_at < found.mark:
             return None  # (a request sent again whose entry is there: the commit says it is reserved)
-        refused = denial(self.committer.scene(namespace, found), ask.requested)
+        refused = denial(self.committer.scene(sight, found), ask.requested)
         return Verdict(refused) if refused else None
 
     def room(self, namespace: str) -> Amounts | None:
         """What is certainly free (the limit less what a denial counts as taken), read from the feed and the cached
         ledger without waiting: a warning's figure, never a decision."""
-        limits = self.feed.limits(namespace)
-        if not limits or self._unfit() or not self.feed.namespace_synced(namespace):
+        sight = self.feed.sight(namespace)
+        if not sight.limits or self._unfit(sight) or sight.pods_at < 0:
             return None
-        found = self.feed.ledger(namespace) or Snapshot(namespace, {}, None)
-        taken = account(self.committer.scene(namespace, found)).lower
-        return {name: max(limit - taken.get(name, 0), 0) for name, limit in limits.items()}
+        found = sight.ledger or Snapshot(namespace, {}, None)
+        taken = account(self.committer.scene(sight, found)).lower
+        return {name: max(limit - taken.get(name, 0), 0) for name, limit in sight.limits.items()}
 
     # --- helpers ---------------------------------------------------------------------------------
 
-    def _unfit(self, wait: float = 0) -> str:
-        """Why the feed cannot be trusted now ("" when it can); waits up to ``wait`` s for a first sync."""
-        if not self.feed.synced(wait=wait):
+    def _unfit(self, sight: Sight) -> str:
+        """Why the feed cannot be trusted now ("" when it can)."""
+        if not sight.synced:
             return "the Pod and ResourceQuota lists have not synced yet"
-        broken = self.feed.broken_for()
-        if broken > self._stale_after:
-            return f"the Pod/ResourceQuota watch has been broken for {broken:.0f} s"
+        if sight.broken_for > self._stale_after:
+            return f"the Pod/ResourceQuota watch has been broken for {sight.broken_for:.0f} s"
         return ""
 
     def status(self) -> dict[str, Any]:

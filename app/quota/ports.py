@@ -14,8 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from app.admission.ports import QuotaUnavailable
-from app.quota.core.amounts import Amounts
-from app.quota.core.decision import Taken
+from app.quota.core.decision import Sight
 from app.quota.core.encoding import Snapshot
 
 
@@ -54,43 +53,50 @@ SYSTEM_CLOCK = SystemClock()
 
 
 class FeedView(Protocol):
-    """A process's view of limits, Pods and ledgers, kept current by watches (app/quota/feed/feed.py's Feed)."""
+    """A process's view of limits, Pods and ledgers, kept current by watches (app/quota/feed/feed.py's Feed): what
+    the evaluator and the Committer read and wait on. What a call returns is read under the feed's lock at one moment,
+    so its parts agree; no call takes another lock while holding it."""
 
-    def limits(self, namespace: str) -> Amounts: ...
-
-    def seen(self, namespace: str, reservations: Iterable[str]) -> tuple[Amounts, dict[str, Taken]]: ...
-
-    def ledger(self, namespace: str) -> Snapshot | None: ...
-
-    def first_seen(self, namespace: str) -> dict[str, float]:
-        """When this process first saw each entry of the namespace's ledger, on its monotonic clock."""
+    def sight(self, namespace: str, entries: Iterable[str] | None = None) -> Sight:
+        """What the process knows of ``namespace`` now; what the Pods carrying each of ``entries`` took (None: each
+        entry of the ledger in the sight)."""
         ...
 
-    def offer_ledger(self, found: Snapshot) -> None: ...
+    def offer(self, found: Snapshot) -> None:
+        """A ledger this process read or wrote, for the cache (kept unless the watch brought a newer one)."""
+        ...
 
-    def wait_ledger_newer(self, namespace: str, rv: int, timeout: float) -> Snapshot | None: ...
+    def wait_ledger(self, namespace: str, rv: int, timeout: float) -> Snapshot | None:
+        """The cached ledger once it is newer than ``rv``; None if it does not get newer within ``timeout``."""
+        ...
 
-    def wait_ledgers(self, timeout: float) -> None: ...
+    def wait_pods(self, namespace: str, rv: int, timeout: float) -> bool:
+        """Whether the namespace's Pods are listed and watched up to resourceVersion ``rv``, within ``timeout``."""
+        ...
 
-    def caught_up(self, namespace: str, rv: int, timeout: float) -> bool: ...
+    def wait_synced(self, timeout: float) -> bool:
+        """Whether the first lists are in, within ``timeout`` (0: now)."""
+        ...
 
-    def synced(self, wait: float = 0) -> bool: ...
 
-    def namespace_synced(self, namespace: str, wait: float = 0) -> bool: ...
+class FeedLife(Protocol):
+    """The feed's threads and health: what readiness and the contact probe need of it, apart from its view."""
 
-    def broken_for(self) -> float: ...
+    def status(self) -> dict[str, Any]: ...
+
+    def answered_since(self, moment: float) -> bool: ...
 
     def quota_in_play(self) -> bool: ...
 
     def nudge(self) -> None: ...
 
-    def answered_since(self, moment: float) -> bool: ...
-
-    def status(self) -> dict[str, Any]: ...
-
     def start(self) -> None: ...
 
     def stop(self) -> None: ...
+
+
+class FeedPort(FeedView, FeedLife, Protocol):
+    """What QuotaEvaluator is given: the view its decisions read, and the life its readiness follows."""
 
 
 class LedgerStore(Protocol):

@@ -1,7 +1,8 @@
 """What one worker process keeps per quota'd namespace between admissions: the admissions queued for the next
-group commit, the grants it holds (room taken ahead, admitted into without the API server), its recent pace,
-and the request uids it reserved (when it first saw each ledger entry, the feed keeps: app/quota/feed/tables.py).
-The Committer (app/quota/committer.py) holds its lock around every method here; none of them does I/O.
+group commit, the grants it holds (app/quota/core/decision.py's Grant: room taken ahead, admitted into without the
+API server), its recent pace, and the request uids it reserved (when it first saw each ledger entry, the feed
+keeps: app/quota/feed/tables.py). The Committer (app/quota/committer.py) holds its lock around every method here;
+none of them does I/O.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 
 from app.admission.ports import FITS, QuotaUnavailable, Verdict
 from app.quota.core.amounts import Amounts, accumulate
-from app.quota.core.decision import WINDOW, Ask, Burst, Mine, Write
+from app.quota.core.decision import WINDOW, Ask, Burst, Grant, Write
 
 REMEMBERED = 4096  # request uids remembered per namespace, so a request sent again is not reserved twice
 
@@ -32,28 +33,6 @@ class Ticket:
 
 
 @dataclass(eq=False)
-class Grant:
-    """Room this worker took ahead in a namespace: admissions go into it, without the API, until it closes."""
-
-    id: str
-    amounts: Amounts  # as written in the ledger
-    spent: Amounts  # admitted into it so far
-    closes_at: float  # monotonic: WINDOW after the write that made it was sent
-    wanted: int  # the ledger's wanted count when it was made: a higher one asks for it to be closed at once
-    closing: bool = False  # a write closing it is being made: nothing more goes into it (the decision's Mine.closing)
-
-    def room(self) -> Amounts:
-        return {name: amount - self.spent.get(name, 0) for name, amount in self.amounts.items()}
-
-    def unused(self) -> bool:
-        return any(v > 0 for v in self.room().values())
-
-    def fits(self, requested: Amounts) -> bool:
-        room = self.room()
-        return all(room.get(name, 0) >= amount for name, amount in requested.items())
-
-
-@dataclass(eq=False)
 class NamespaceState:
     """One namespace's admissions and grants in this process."""
 
@@ -63,23 +42,29 @@ class NamespaceState:
     reserved: dict[str, str] = field(default_factory=dict)  # request uid -> the entry that holds its room
     retry_at: float = 0.0  # monotonic: a closing of grants that failed is not tried again before
 
-    def from_grant(self, ask: Ask, now: float) -> Verdict | None:
-        """The verdict this worker can give on its own: the same request again, or room left in one of its
-        open grants; None when the ledger must decide."""
-        if ask.uid in self.reserved:  # the API server sent this very request again: it is already reserved
-            return Verdict(reservation=self.reserved[ask.uid])
-        for grant in self.grants.values():
-            if not grant.closing and now < grant.closes_at and grant.fits(ask.requested):
-                if ask.dry_run:
-                    return FITS
-                accumulate(grant.spent, ask.requested)
-                self.remember(ask.uid, grant.id, now)
-                return Verdict(reservation=grant.id)
-        return None
+    def alone(self, ask: Ask, now: float) -> Verdict | None:
+        """The verdict this worker gives without the ledger: the same request again, or room in one of its open
+        grants; None when the ledger must decide."""
+        return self.again(ask.uid) or self.from_grant(ask, now)
 
-    def mine(self) -> dict[str, Mine]:
-        """This worker's grants as the decision sees them."""
-        return {i: Mine(dict(g.spent), g.closing) for i, g in self.grants.items()}
+    def again(self, uid: str) -> Verdict | None:
+        """The API server sent this very request again: its room is reserved already."""
+        reservation = self.reserved.get(uid)
+        return None if reservation is None else Verdict(reservation=reservation)
+
+    def from_grant(self, ask: Ask, now: float) -> Verdict | None:
+        """Room left in one of this worker's open grants (taken, unless a dry run); None when none has it."""
+        grant = next((g for g in self.grants.values() if g.admits(ask, now)), None)
+        if grant is None:
+            return None
+        if ask.dry_run:
+            return FITS
+        self.remember(ask.uid, grant.id, now)
+        return Verdict(reservation=grant.id)
+
+    def mine(self) -> dict[str, Grant]:
+        """This worker's grants as the decision reads them (copies: it reads them apart from the lock)."""
+        return {i: g.seen_by_decision() for i, g in self.grants.items()}
 
     def burst(self, now: float, contended: bool) -> Burst:
         while self.admitted and self.admitted[0] < now - 1:

@@ -22,7 +22,16 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from app import metrics
 from app.admission.notices import KINDS
 from app.admission.ports import QUOTA_REASON, QuotaPort, QuotaUnavailable
-from app.admission.review import Decision, UnreadableReview, answer, decide_review, deny, read_uid, request_namespace
+from app.admission.review import (
+    Decision,
+    UnreadableReview,
+    answer,
+    decide_review,
+    deny,
+    quota_here,
+    read_uid,
+    request_namespace,
+)
 from app.admission.workloads import WorkloadSettings, decide_workload_review
 from app.readiness import Readiness
 from app.serving.protocol import error_body
@@ -81,8 +90,7 @@ class WebhookApp(Flask):
         except UntrustedError:
             return False  # the view refuses it, without quota
         environ[DOCUMENT] = document
-        review = document.get("request") if isinstance(document, dict) else None
-        governed = environ[GOVERNED] = hook.quota.governs(request_namespace(review if isinstance(review, dict) else {}))
+        governed = environ[GOVERNED] = quota_here(hook.quota, document)
         return governed
 
 
@@ -225,7 +233,10 @@ def _record_workload(document: dict[str, Any], uid: str, decision: Decision, sta
 def _webhook(started: float) -> Response:
     def review(document: Any, uid: str, hook: Webhook) -> Decision | Response:
         try:
-            return decide_review(document, hook.settings, hook.quota, uid, governed=request.environ.get(GOVERNED))
+            governed = request.environ.get(GOVERNED)
+            if governed is None:  # served without the worker's routing (a test client): asked here, once
+                governed = quota_here(hook.quota, document)
+            return decide_review(document, hook.settings, hook.quota, uid, governed=governed)
         except QuotaUnavailable as exc:  # not the Pod's fault: a non-200 lets failurePolicy decide (quota undecided)
             log.error("quota undecided", extra={"fields": {"uid": uid, "error": str(exc)}})
             return _error(500, f"namespace quota could not be decided: {exc}")

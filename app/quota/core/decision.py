@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from app.admission.ports import FITS, Verdict
 from app.quota.core.amounts import Amounts, accumulate, plus, unseen
-from app.quota.core.encoding import MAX_LEDGER_BYTES, LedgerEntry, encode
+from app.quota.core.encoding import MAX_LEDGER_BYTES, LedgerEntry, Snapshot, encode
 from app.quota.core.limits import limited, overflow
 
 WINDOW = 1.0  # seconds a worker admits into a grant it wrote, counted from before the write
@@ -53,11 +53,45 @@ class Taken:
 
 
 @dataclass(frozen=True)
-class Mine:
-    """One of this worker's grants as the decision sees it: what went into it, and whether this write closes it."""
+class Ask:
+    """One admission waiting on the ledger."""
 
-    spent: Amounts
+    uid: str
+    requested: Amounts
+    dry_run: bool = False
+
+
+@dataclass(eq=False)
+class Grant:
+    """Room this worker took ahead in a namespace (written as an open ledger entry): admissions go into it, without
+    the API server, until it closes. ``closing``: a write closing it is being made, so nothing more goes in; the
+    decision then writes it closed, cut to what was ``spent``."""
+
+    id: str
+    amounts: Amounts  # as written in the ledger
+    spent: Amounts  # admitted into it so far
+    closes_at: float  # monotonic: WINDOW after the write that made it was sent
+    wanted: int  # the ledger's wanted count when it was made: a higher one asks for it to be closed at once
     closing: bool = False
+
+    def room(self) -> Amounts:
+        return {name: amount - self.spent.get(name, 0) for name, amount in self.amounts.items()}
+
+    def unused(self) -> bool:
+        return any(v > 0 for v in self.room().values())
+
+    def admits(self, ask: Ask, now: float) -> bool:
+        """Whether ``ask`` goes into this grant now (its room taken, unless a dry run): open, in its window, room."""
+        room = self.room()
+        if self.closing or now >= self.closes_at or any(room.get(n, 0) < a for n, a in ask.requested.items()):
+            return False
+        if not ask.dry_run:
+            accumulate(self.spent, ask.requested)
+        return True
+
+    def seen_by_decision(self) -> Grant:
+        """A copy the decision reads apart from the lock that guards this one."""
+        return replace(self, spent=dict(self.spent))
 
 
 @dataclass(frozen=True)
@@ -73,8 +107,30 @@ class Scene:
     wall: float  # unix seconds: only written into new entries' ``expires``, for the previous version's readers
     now: float  # monotonic seconds: every judgement of time
     ttl: float  # this worker's reservation TTL: new entries' life, and that of entries written without one
-    mine: Mapping[str, Mine] = field(default_factory=dict)  # this worker's grants, by entry id
+    mine: Mapping[str, Grant] = field(default_factory=dict)  # this worker's grants, by entry id
     first_seen: Mapping[str, float] = field(default_factory=dict)  # each entry's first sight here (default: now)
+
+
+@dataclass(slots=True)
+class Sight:
+    """What a process's feed knows of one namespace, read at one moment (app/quota/ports.py's FeedView.sight): the
+    parts of a Scene that come from watching the API server, and whether they can be trusted yet. A value nobody
+    changes, not frozen only because one is made on every review and a frozen one takes three times as long."""
+
+    namespace: str
+    limits: Amounts  # the tightest device limits of its ResourceQuotas ({}: no device quota)
+    ledger: Snapshot | None  # the newest ledger seen (None: none yet)
+    first_seen: Mapping[str, float]  # when this process first saw each entry of that ledger (monotonic)
+    used: Amounts  # the namespace's Pods as seen
+    taken: Mapping[str, Taken]  # per reservation asked about: what the Pods carrying it were seen to take
+    pods_at: int  # the resourceVersion its Pod watch has reached (-1: its Pods not listed yet)
+    synced: bool = True  # the first lists are in (ResourceQuotas, and the Pods of every namespace quota'd then)
+    broken_for: float = 0.0  # seconds the longest-broken ResourceQuota or Pod stream has been broken
+
+    def scene(self, found: Snapshot, *, wall: float, now: float, ttl: float, mine: Mapping[str, Grant]) -> Scene:
+        """The scene to decide ``found`` on (a ledger this sight's ``taken`` was read for)."""
+        entries, mark, used, taken = found.entries, found.mark, self.used, self.taken
+        return Scene(self.namespace, self.limits, entries, mark, used, taken, wall, now, ttl, mine, self.first_seen)
 
 
 @dataclass(frozen=True)
@@ -87,15 +143,6 @@ class Account:
     keep: Mapping[str, LedgerEntry]  # the entries a write keeps (this worker's closing grants cut to what they took)
     mark: int  # the mark a write sets (moved past the Pods of the entries it drops)
     first_seen: Mapping[str, float]  # others' open grants still live, with their first sight here
-
-
-@dataclass(frozen=True)
-class Ask:
-    """One admission waiting on the ledger."""
-
-    uid: str
-    requested: Amounts
-    dry_run: bool = False
 
 
 @dataclass(frozen=True)
@@ -122,8 +169,9 @@ class Write:
 
 @dataclass(frozen=True)
 class Ruling:
-    """Verdicts for a batch (aligned with its asks; None: undecided, or reserved only once ``write`` is
-    stored), and the write, if one is needed."""
+    """Verdicts for a batch, aligned with its asks, and the write, if one is needed. Every ask decided has its
+    verdict here, the reserved ones naming ``write.entry`` (they stand once it is stored); None only for an ask
+    that is ``undecided`` or ``full``."""
 
     verdicts: tuple[Verdict | None, ...]
     reserved: tuple[int, ...] = ()  # asks that hold room in ``write.entry`` once it is stored
@@ -215,7 +263,10 @@ def decide(scene: Scene, asks: Sequence[Ask], *, wanted: int, ask: bool, burst: 
             if _size(keep) > MAX_LEDGER_BYTES:
                 del keep[entry]
                 return replace(decided, full=tuple(reserve), write=Write(keep, counted.mark, raised))
-    return replace(decided, reserved=tuple(reserve), write=Write(keep, counted.mark, raised, entry, extra))
+    for index in reserve:
+        verdicts[index] = Verdict(reservation=entry)
+    write = Write(keep, counted.mark, raised, entry, extra)
+    return replace(decided, verdicts=tuple(verdicts), reserved=tuple(reserve), write=write)
 
 
 def _verdict(scene: Scene, counted: Account, taking: Amounts, one: Ask) -> Verdict | None:

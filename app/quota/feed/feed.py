@@ -15,7 +15,8 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
@@ -23,76 +24,76 @@ from kubernetes import client
 from app import metrics
 from app.admission.devices.base import Device
 from app.quota.core.amounts import Amounts
-from app.quota.core.decision import Taken
+from app.quota.core.decision import Sight, Taken
 from app.quota.core.encoding import MANAGED_BY, Snapshot, resource_version
 from app.quota.core.standing import Standing, standing
-from app.quota.feed.stream import Stream, Streams, cut
-from app.quota.feed.tables import LedgerTable, NamespacePods, PodTable, QuotaTable
+from app.quota.feed.stream import Stream, Streams
+from app.quota.feed.tables import LedgerTable, PodTable, QuotaTable
 
 log = logging.getLogger("hami_webhook.quota")
 GAUGES_EVERY = 1.0  # seconds between refreshes of the quota gauges (published only when they changed)
 
 
-class Feed(Streams):
-    """The process's view of device usage, limits and ledgers, kept current by daemon threads."""
+class Feed:
+    """The process's view of device usage, limits and ledgers (app/quota/ports.py's FeedView), kept current by its
+    streams' threads, and what its readiness and gauges read of it.
+
+    ``_lock`` guards the tables and what the feed knows of its streams: which namespaces' Pods are watched and how
+    far each has been seen, and when each stream broke or was last answered. Every method takes it once (a wait lets
+    it go while it waits); nothing else is locked or called out (streams started, metrics set) while it is held."""
 
     def __init__(
         self, api_client: client.ApiClient, devices: Sequence[Device], *, forget_after: float, home: str
     ) -> None:
-        super().__init__()
         self._api_client = api_client
         self._core = client.CoreV1Api(api_client)
-        # Waiters wake only for what they wait on: a Pod stream moving on (the mark), or a ledger changing.
+        self._lock = threading.Lock()
+        # Waiters wake only for what they wait on: a Pod stream moving on, or a ledger changing.
         self._pods_moved = threading.Condition(self._lock)
         self._ledgers_moved = threading.Condition(self._lock)
         self.pods = PodTable(devices, forget_after)
         self._ttl = forget_after  # the reservation TTL: what an entry written without one holds, for the gauges
         self.quotas = QuotaTable(devices)
         self.ledgers = LedgerTable()
+        self.streams = Streams(self._health)
         leases = client.CoordinationV1Api(api_client)
-        self._quota_stream = Stream(
-            "resourcequotas", "resourcequotas", self._core.list_resource_quota_for_all_namespaces, self.quotas
-        )
-        self._lease_stream = Stream(
-            "leases",
-            "leases",
-            functools.partial(leases.list_namespaced_lease, home, label_selector=MANAGED_BY),
-            self.ledgers,
-        )
-        self._pod_streams: dict[str, Stream] = {}
+        quotas = self._core.list_resource_quota_for_all_namespaces
+        self._quota_stream = Stream("resourcequotas", "resourcequotas", quotas, self._quotas_listed, self._quota_event)
+        ledgers = functools.partial(leases.list_namespaced_lease, home, label_selector=MANAGED_BY)
+        self._lease_stream = Stream("leases", "leases", ledgers, self._ledgers_listed, self._ledger_event)
+        self._pod_streams: dict[str, Stream] = {}  # the quota'd namespaces' Pod streams
+        self._pods_at: dict[str, int] = {}  # per quota'd namespace: the rv its Pod watch reached (-1: not listed)
+        self._quotas_in = False  # the ResourceQuotas have been listed
+        self._broken: dict[Stream, float] = {}  # ResourceQuota and Pod streams broken now, since when
+        self._answered: dict[Stream, float] = {}  # every stream: when its last list or watch was answered
         self._synced = threading.Event()
         self._gauges: threading.Thread | None = None
 
-    # --- reads (any thread) ------------------------------------------------------------------------
+    # --- the view (FeedView) -------------------------------------------------------------------------
 
-    def limits(self, namespace: str) -> Amounts:
+    def sight(self, namespace: str, entries: Iterable[str] | None = None) -> Sight:
+        """What this process knows of ``namespace`` now, read at once (a Pod counts in ``used`` and in ``taken``, or
+        in neither); ``taken`` for ``entries`` (None: each entry of the ledger in the sight)."""
         with self._lock:
-            return self.quotas.limits(namespace)
-
-    def seen(self, namespace: str, reservations: Iterable[str]) -> tuple[Amounts, dict[str, Taken]]:
-        """The namespace's Pod usage, and what the Pods carrying each of ``reservations`` took, read together: a
-        Pod is in both or in neither (read apart, a Pod seen in between would count in neither)."""
-        with self._lock:
-            taken = {r: self.pods.taken(namespace, r) for r in reservations}
-            return self.pods.used(namespace), {
-                r: Taken(dict(found.amounts), found.rv) for r, found in taken.items() if found is not None
+            limits, pods_at = self.quotas.limits(namespace), self._pods_at.get(namespace, -1)
+            synced, broken = self._synced.is_set(), self._broken_for()
+            if not limits:  # no device quota: nothing else of it counts (the common case, asked on every review)
+                return Sight(namespace, limits, None, {}, {}, {}, pods_at, synced, broken)
+            ledger = self.ledgers.get(namespace)
+            wanted = entries if entries is not None else (ledger.entries if ledger is not None else ())
+            taken = {
+                r: Taken(dict(t.amounts), t.rv) for r in wanted if (t := self.pods.taken(namespace, r)) is not None
             }
+            used, first_seen = self.pods.used(namespace), self.ledgers.first_seen(namespace)
+            return Sight(namespace, limits, ledger, first_seen, used, taken, pods_at, synced, broken)
 
-    def ledger(self, namespace: str) -> Snapshot | None:
-        with self._lock:
-            return self.ledgers.get(namespace)
-
-    def first_seen(self, namespace: str) -> dict[str, float]:
-        with self._lock:
-            return self.ledgers.first_seen(namespace)
-
-    def offer_ledger(self, found: Snapshot) -> None:
+    def offer(self, found: Snapshot) -> None:
         """A ledger this process read or wrote: newer than the cache, unless the watch was quicker."""
         with self._lock:
             self.ledgers.offer(found)
             self._ledgers_moved.notify_all()
 
-    def wait_ledger_newer(self, namespace: str, rv: int, timeout: float) -> Snapshot | None:
+    def wait_ledger(self, namespace: str, rv: int, timeout: float) -> Snapshot | None:
         """The cached ledger once it is newer than ``rv`` (None if it does not get newer within ``timeout``)."""
         deadline = time.monotonic() + timeout
         with self._lock:
@@ -104,86 +105,82 @@ class Feed(Streams):
                 if remaining <= 0 or not self._ledgers_moved.wait(remaining):
                     return None
 
-    def wait_ledgers(self, timeout: float) -> None:
-        """Until a ledger changes (the watch, or this process's own read or write), or ``timeout`` seconds."""
-        with self._lock:
-            self._ledgers_moved.wait(timeout)
-
-    def caught_up(self, namespace: str, rv: int, timeout: float) -> bool:
-        """This process has seen every Pod event of ``namespace`` up to resourceVersion ``rv`` (waits up to
-        ``timeout``): Pods whose reservations another process dropped at ``rv`` are counted here too."""
+    def wait_pods(self, namespace: str, rv: int, timeout: float) -> bool:
+        """This process has listed the namespace's Pods and seen every Pod event up to resourceVersion ``rv`` (waits
+        up to ``timeout``): Pods whose reservations another process dropped at ``rv`` are counted here too."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            while True:
-                stream = self._pod_streams.get(namespace)
-                if stream is not None and stream.synced and resource_version(stream.rv) >= rv:
-                    return True
+            while self._pods_at.get(namespace, -1) < max(rv, 0):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not self._pods_moved.wait(remaining):
                     return False
+            return True
 
-    def standings(self, now: float) -> list[Standing]:
-        """Every quota'd namespace whose Pods have been listed, as this process sees it at ``now`` (its monotonic
-        clock, the one its first sights of ledger entries are on); no API call."""
-        with self._lock:
-            listed = sorted(ns for ns, s in self._pod_streams.items() if s.listed.is_set())
-            return [
-                standing(
-                    ns,
-                    self.quotas,
-                    self.pods,
-                    self.ledgers.get(ns),
-                    now=now,
-                    ttl=self._ttl,
-                    first_seen=self.ledgers.first_seen(ns),
-                )
-                for ns in listed
-            ]
+    def wait_synced(self, timeout: float) -> bool:
+        """The first lists are in: ResourceQuotas, and the Pods of every namespace that had a device quota then;
+        waits up to ``timeout`` seconds for it (a freshly started worker)."""
+        return self._synced.wait(timeout) if timeout > 0 else self._synced.is_set()
 
-    def synced(self, wait: float = 0) -> bool:
-        """The first lists are in: ResourceQuotas, and the Pods of every namespace that had a device quota
-        then; waits up to ``wait`` seconds for it (a freshly started worker)."""
-        return self._synced.wait(wait) if wait else self._synced.is_set()
-
-    def namespace_synced(self, namespace: str, wait: float = 0) -> bool:
-        """The Pods of a quota'd namespace have been listed (a quota that just appeared: its first list)."""
-        with self._lock:
-            stream = self._pod_streams.get(namespace)
-        return stream is not None and (stream.listed.wait(wait) if wait else stream.listed.is_set())
-
-    def broken_for(self) -> float:
-        """Seconds the longest-broken ResourceQuota or Pod stream has been unable to list or watch (0 when all
-        are connected). The ledger stream is not counted: a stale ledger cache costs retries, not exactness."""
-        with self._lock:
-            streams = [self._quota_stream, *self._pod_streams.values()]
-        since = [s.broken_since for s in streams if s.broken_since is not None]
-        return time.monotonic() - min(since) if since else 0.0
+    # --- its life and health (the port's readiness, the gauges, the command) ------------------------
 
     def status(self) -> dict[str, Any]:
         with self._lock:
-            pods = list(self._pod_streams.values())
+            synced = {"pods": all(at >= 0 for at in self._pods_at.values()), "resourcequotas": self._quotas_in}
+            broken, tracked, watched = self._broken_for(), len(self.pods), len(self._pod_streams)
         return {
-            "synced": {"pods": all(s.synced for s in pods), "resourcequotas": self._quota_stream.synced},
-            "broken_seconds": round(self.broken_for(), 1),
-            "pods_tracked": len(self.pods),
-            "namespaces_watched": len(pods),
+            "synced": synced,
+            "broken_seconds": round(broken, 1),
+            "pods_tracked": tracked,
+            "namespaces_watched": watched,
         }
 
-    # --- lifecycle ---------------------------------------------------------------------------------
+    def answered_since(self, moment: float) -> bool:
+        """Every stream's list or watch has been answered since ``moment`` (monotonic)."""
+        with self._lock:
+            streams = [self._quota_stream, self._lease_stream, *self._pod_streams.values()]
+            return all(self._answered.get(s, 0.0) >= moment for s in streams)
+
+    def quota_in_play(self) -> bool:
+        """A namespace has a device quota: only then does anything depend on reaching the API server."""
+        with self._lock:
+            return bool(self._pod_streams)
+
+    def nudge(self) -> None:
+        self.streams.nudge()
+
+    def standings(self, now: float) -> list[Standing]:
+        """Every quota'd namespace whose Pods have been listed, as this process sees it at ``now`` (its monotonic
+        clock, the one its first sights of ledger entries are on); no API call. Copied under the lock, counted
+        after it."""
+        with self._lock:
+            listed = sorted(ns for ns, at in self._pods_at.items() if at >= 0)
+            copies = [self._copy(ns) for ns in listed]
+        return [standing(c.namespace, c, c, c.ledger, now=now, ttl=self._ttl, first_seen=c.first_seen) for c in copies]
+
+    def threads(self) -> list[threading.Thread]:
+        gauges = [self._gauges] if self._gauges is not None else []
+        return self.streams.threads() + gauges
 
     def start(self) -> None:
         for name in ("pods", "resourcequotas"):
             metrics.quota_feed_synced(name, False)
         for stream in (self._quota_stream, self._lease_stream):
-            self._start(stream)
+            self.streams.start(stream)
         self._gauges = threading.Thread(target=self._publish_gauges, name="quota gauges", daemon=True)
         self._gauges.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End every thread: wake their backoff waits and cut their open watches."""
+        self.streams.stop(timeout)
+        if self._gauges is not None:
+            self._gauges.join(timeout)
+        self._api_client.close()
 
     def _publish_gauges(self) -> None:
         """The quota gauges from this process's tables, refreshed apart from any admission: a scrape reads what
         was published last, and costs neither an API call nor the feed's lock."""
         last: list[Standing] | None = None
-        while not self._stop.wait(GAUGES_EVERY):
+        while not self.streams.stopping.wait(GAUGES_EVERY):
             if not self._synced.is_set():  # a fresh worker publishes nothing rather than too little
                 continue
             found = self.standings(time.monotonic())
@@ -192,76 +189,155 @@ class Feed(Streams):
                 metrics.quota_standings(rows)
                 last = found
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """End every thread: wake their backoff waits and cut their open watches."""
-        self._stop.set()
+    # --- what the streams find (their threads, no lock held on the way in) ----------------------------
+
+    def _quotas_listed(self, stream: Stream, items: list[dict[str, Any]], rv: str) -> None:
         with self._lock:
-            self._nudged.notify_all()
-            streams = self._all()
-        for stream in streams:
-            cut(stream)
-        for stream in streams:
-            if stream.thread is not None:
-                stream.thread.join(timeout)
-        if self._gauges is not None:
-            self._gauges.join(timeout)
-        self._api_client.close()
+            self.quotas.replace(items)
+            self._quotas_in = True
+            started, ended = self._watch_namespaces()
+        self._restream(started, ended)
 
-    def threads(self) -> list[threading.Thread]:
-        with self._lock:
-            streams = self._all()
-        return [s.thread for s in streams if s.thread is not None]
-
-    def quota_in_play(self) -> bool:
-        """A namespace has a device quota: only then does anything depend on reaching the API server."""
-        with self._lock:
-            return bool(self._pod_streams)
-
-    def _all(self) -> list[Stream]:
-        return [self._quota_stream, self._lease_stream, *self._pod_streams.values()]
-
-    def _watch_namespaces(self) -> None:
-        """Start a Pod stream for each namespace that got a device quota, stop those whose quota went.
-        Called with the lock held, after the ResourceQuota table changed."""
-        wanted = self.quotas.namespaces()
-        for namespace in set(self._pod_streams) - wanted:
-            stream = self._pod_streams.pop(namespace)
-            stream.stopped = True
-            cut(stream)
-            self.pods.forget_namespace(namespace)
-            log.info("quota feed: no device quota in namespace %s any more; its Pods are not watched", namespace)
-        for namespace in wanted - set(self._pod_streams):
-            list_call = functools.partial(self._core.list_namespaced_pod, namespace)
-            stream = Stream(f"pods in {namespace}", "pods", list_call, NamespacePods(self.pods, namespace), namespace)
-            self._pod_streams[namespace] = stream
-            self._start(stream)
-        self._report("pods")
-
-    # --- what the streams' progress means (lock held) ------------------------------------------------
-
-    def _changed(self, stream: Stream) -> None:
-        if stream is self._quota_stream:
-            self._watch_namespaces()
-
-    def _report(self, resource: str) -> None:
-        """Export the resource's sync state (pods: all namespaces' streams together)."""
-        if resource == "leases":
+    def _quota_event(self, stream: Stream, kind: str, obj: Mapping[str, Any], rv: str) -> None:
+        if kind == "BOOKMARK":
             return
-        streams = list(self._pod_streams.values()) if resource == "pods" else [self._quota_stream]
-        metrics.quota_feed_synced(resource, all(s.synced and s.broken_since is None for s in streams))
+        with self._lock:
+            self.quotas.apply(kind, obj)
+            started, ended = self._watch_namespaces()
+        self._restream(started, ended)
 
-    def _moved(self, stream: Stream) -> None:
-        """Wake whoever waits on this kind of stream."""
-        if stream is self._lease_stream:
+    def _ledgers_listed(self, stream: Stream, items: list[dict[str, Any]], rv: str) -> None:
+        with self._lock:
+            self.ledgers.replace(items)
             self._ledgers_moved.notify_all()
-        elif stream.namespace:
+
+    def _ledger_event(self, stream: Stream, kind: str, obj: Mapping[str, Any], rv: str) -> None:
+        if kind == "BOOKMARK":
+            return
+        with self._lock:
+            self.ledgers.apply(kind, obj)
+            self._ledgers_moved.notify_all()
+
+    def _pods_listed(self, stream: Stream, items: list[dict[str, Any]], rv: str) -> None:
+        with self._lock:
+            if self._pod_streams.get(stream.namespace) is not stream:
+                return  # its namespace's quota went meanwhile
+            self.pods.replace(stream.namespace, items)
+            self._pods_at[stream.namespace] = max(resource_version(rv), 0)
+            self._pods_moved.notify_all()
+            synced = self._first_sync()
+        if synced:
+            self._synced.set()
+
+    def _pod_event(self, stream: Stream, kind: str, obj: Mapping[str, Any], rv: str) -> None:
+        with self._lock:
+            if self._pod_streams.get(stream.namespace) is not stream:
+                return
+            if kind != "BOOKMARK":
+                self.pods.apply(kind, obj)
+            self._pods_at[stream.namespace] = max(resource_version(rv), 0)
             self._pods_moved.notify_all()
 
-    def _listed(self, stream: Stream) -> None:
-        """The first sync is complete once the quotas and every quota'd namespace's Pods are listed."""
-        if (
-            not self._synced.is_set()
-            and self._quota_stream.synced
-            and all(s.synced for s in self._pod_streams.values())
-        ):
+    def _health(self, stream: Stream) -> None:
+        """The stream was answered, or broke: what readiness and the sync gauges read."""
+        with self._lock:
+            current = stream in (self._quota_stream, self._lease_stream) or (
+                self._pod_streams.get(stream.namespace) is stream
+            )
+            broken = stream.broken_since if current else None
+            if current and broken is None:
+                self._answered[stream] = time.monotonic()
+                self._broken.pop(stream, None)
+            elif broken is not None and stream is not self._lease_stream:  # a stale ledger costs retries only
+                self._broken[stream] = broken
+            synced = self._in_sync()
+        self._publish_sync(synced)
+
+    # --- helpers (lock held) ------------------------------------------------------------------------------
+
+    def _watch_namespaces(self) -> tuple[list[Stream], list[Stream]]:
+        """The Pod streams to start (namespaces that got a device quota) and to end (those whose quota went),
+        after the ResourceQuota table changed; forgets the ended ones' Pods."""
+        wanted = self.quotas.namespaces()
+        ended = [self._pod_streams.pop(namespace) for namespace in set(self._pod_streams) - wanted]
+        for stream in ended:
+            del self._pods_at[stream.namespace]
+            self._broken.pop(stream, None)
+            self._answered.pop(stream, None)
+            self.pods.forget_namespace(stream.namespace)
+        started = []
+        for namespace in wanted - set(self._pod_streams):
+            list_call = functools.partial(self._core.list_namespaced_pod, namespace)
+            stream = Stream(f"pods in {namespace}", "pods", list_call, self._pods_listed, self._pod_event, namespace)
+            self._pod_streams[namespace] = stream
+            self._pods_at[namespace] = -1
+            started.append(stream)
+        return started, ended
+
+    def _restream(self, started: list[Stream], ended: list[Stream]) -> None:
+        """Start and end the Pod streams ``_watch_namespaces`` chose (lock released)."""
+        for stream in ended:
+            self.streams.end(stream)
+            log.info("quota feed: no device quota in namespace %s any more; its Pods are not watched", stream.namespace)
+        for stream in started:
+            self.streams.start(stream)
+        with self._lock:
+            synced, first = self._in_sync(), self._first_sync()
+        self._publish_sync(synced)
+        if first:
             self._synced.set()
+
+    def _first_sync(self) -> bool:
+        """The first sync is complete once the quotas and every quota'd namespace's Pods are listed."""
+        return self._quotas_in and all(at >= 0 for at in self._pods_at.values())
+
+    def _in_sync(self) -> dict[str, bool]:
+        """Per resource the sync gauges export: listed, and no stream of it broken."""
+        broken = {s.resource for s in self._broken}
+        pods = all(at >= 0 for at in self._pods_at.values())
+        return {
+            "pods": pods and "pods" not in broken,
+            "resourcequotas": self._quotas_in and self._quota_stream not in self._broken,
+        }
+
+    def _broken_for(self) -> float:
+        """Seconds the longest-broken ResourceQuota or Pod stream has been unable to list or watch (0: none is)."""
+        return time.monotonic() - min(self._broken.values()) if self._broken else 0.0
+
+    def _copy(self, namespace: str) -> _Copy:
+        ledger = self.ledgers.get(namespace)
+        entries = ledger.entries if ledger is not None else {}
+        taken = {r: Taken(dict(t.amounts), t.rv) for r in entries if (t := self.pods.taken(namespace, r)) is not None}
+        objects, used, count = self.quotas.objects(namespace), self.pods.used(namespace), self.pods.count(namespace)
+        return _Copy(namespace, objects, used, taken, count, ledger, self.ledgers.first_seen(namespace))
+
+    @staticmethod
+    def _publish_sync(synced: dict[str, bool]) -> None:
+        for resource, value in synced.items():
+            metrics.quota_feed_synced(resource, value)
+
+
+@dataclass(frozen=True)
+class _Copy:
+    """One namespace's figures copied out of the tables under the lock, read by ``standing`` after it (as the
+    tables' Quotas and Pods)."""
+
+    namespace: str
+    by_quota: dict[str, Amounts]
+    usage: Amounts
+    carried: dict[str, Taken]
+    pods: int
+    ledger: Snapshot | None
+    first_seen: Mapping[str, float]
+
+    def objects(self, namespace: str) -> dict[str, Amounts]:
+        return self.by_quota
+
+    def used(self, namespace: str) -> Amounts:
+        return dict(self.usage)
+
+    def taken(self, namespace: str, reservation: str) -> Taken | None:
+        return self.carried.get(reservation)
+
+    def count(self, namespace: str) -> int:
+        return self.pods

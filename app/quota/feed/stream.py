@@ -3,20 +3,19 @@
 gunicorn forks workers and threads do not survive a fork, so each worker starts its own streams after the fork.
 Each stream has one thread: list (paged), then watch from the list's resourceVersion with bookmarks; 410 Gone
 re-lists; any other failure waits a capped, jittered backoff and resumes from the last resourceVersion seen.
-What a stream's progress means (which namespaces to watch, who to wake, what to export) is its owner's:
-app/quota/feed/feed.py's Feed, through the hooks of ``Streams``.
+What a stream finds goes to the callbacks it was made with (app/quota/feed/feed.py's Feed passes them): they run
+on the stream's thread with no lock of this module held, and take their owner's lock themselves.
 """
 
 from __future__ import annotations
 
-import abc
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from kubernetes.client.exceptions import ApiException
@@ -35,64 +34,80 @@ class Gone(Exception):
     """The resourceVersion is too old (410): list again."""
 
 
-class Table(Protocol):
-    def replace(self, items: Iterable[Mapping[str, Any]]) -> None: ...
-
-    def apply(self, kind: str, obj: Mapping[str, Any]) -> None: ...
-
-
-@dataclass
+@dataclass(eq=False)
 class Stream:
-    """One list + watch: what it lists, where its events go, and its health."""
+    """One list + watch: what it lists, where what it finds goes, and its health. Its thread alone writes ``rv``,
+    ``broken_since`` and ``response``; ``stopped`` is set by whoever ends it (Streams.end)."""
 
     name: str  # for logs: "pods in <namespace>", "resourcequotas", "leases"
     resource: str  # the metric label: pods, resourcequotas, leases
     list_call: Callable[..., Any]
-    table: Table
+    listed: Callable[[Stream, list[dict[str, Any]], str], None]  # a fresh list's items and its resourceVersion
+    event: Callable[[Stream, str, Mapping[str, Any], str], None]  # an event (BOOKMARK: none), the rv it moves to
     namespace: str = ""  # the quota'd namespace whose Pods it lists ("" for the other kinds)
     rv: str = ""  # where to resume: the last event's or bookmark's resourceVersion ("" = list first)
-    synced: bool = False
-    broken_since: float | None = None
-    answered: float = 0.0  # monotonic: when its last list or watch request was answered
+    broken_since: float | None = None  # monotonic: since when it has been unable to list or watch
     response: Any = None
     stopped: bool = False
     thread: threading.Thread | None = None
-    listed: threading.Event = field(default_factory=threading.Event)
 
 
-class Streams(abc.ABC):
-    """Runs streams that share one lock (their tables are read under it) and one stop event. The hooks below
-    are called with the lock held; the subclass says what they mean."""
+class Streams:
+    """Runs streams on daemon threads, ends them together (``stop``) and wakes them together (``nudge``).
+    ``health(stream)`` is called whenever a stream is answered (a list, a watch connected) or breaks, with no lock
+    held. The lock guards the running streams and the nudge count, nothing else."""
 
-    def __init__(self) -> None:
+    def __init__(self, health: Callable[[Stream], None]) -> None:
+        self._health = health
         self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._nudged = threading.Condition(self._lock)  # wakes streams waiting out a back-off
         self._nudges = 0
+        self._running: list[Stream] = []
+        self.stopping = threading.Event()
 
-    @abc.abstractmethod
-    def _changed(self, stream: Stream) -> None:
-        """The stream's table changed: a fresh list or an event (not a bookmark)."""
-
-    @abc.abstractmethod
-    def _report(self, resource: str) -> None:
-        """A stream of ``resource`` became healthy or broken."""
-
-    @abc.abstractmethod
-    def _moved(self, stream: Stream) -> None:
-        """The stream moved on: a list, an event or a bookmark."""
-
-    @abc.abstractmethod
-    def _listed(self, stream: Stream) -> None:
-        """The stream's list is in (after ``_changed``, ``_report`` and ``_moved``)."""
-
-    def _start(self, stream: Stream) -> None:
+    def start(self, stream: Stream) -> None:
         stream.thread = threading.Thread(target=self._run, args=(stream,), name=f"quota-feed-{stream.name}")
         stream.thread.daemon = True
+        with self._lock:
+            self._running.append(stream)
         stream.thread.start()
 
+    def end(self, stream: Stream) -> None:
+        """Stop one stream: its thread ends at its next step, its open watch is cut now."""
+        stream.stopped = True
+        with self._lock:
+            if stream in self._running:
+                self._running.remove(stream)
+        cut(stream)
+
+    def stop(self, timeout: float) -> None:
+        """End every thread: wake their backoff waits and cut their open watches."""
+        self.stopping.set()
+        with self._lock:
+            self._nudged.notify_all()
+            streams = list(self._running)
+        for stream in streams:
+            cut(stream)
+        for stream in streams:
+            if stream.thread is not None:
+                stream.thread.join(timeout)
+
+    def threads(self) -> list[threading.Thread]:
+        with self._lock:
+            return [s.thread for s in self._running if s.thread is not None]
+
+    def nudge(self) -> None:
+        """Every stream tries again now: those waiting out a back-off at once, open watches are cut and resume
+        from their resourceVersion (after a partition, a watch may be a silent socket)."""
+        with self._lock:
+            self._nudges += 1
+            self._nudged.notify_all()
+            streams = list(self._running)
+        for stream in streams:
+            cut(stream)
+
     def _ended(self, stream: Stream) -> bool:
-        return self._stop.is_set() or stream.stopped
+        return self.stopping.is_set() or stream.stopped
 
     def _run(self, stream: Stream) -> None:
         failures = 0
@@ -114,9 +129,8 @@ class Streams(abc.ABC):
                     failures = 0
                     continue
                 if stream.broken_since is None:
-                    with self._lock:
-                        stream.broken_since = time.monotonic()
-                        self._report(stream.resource)
+                    stream.broken_since = time.monotonic()
+                    self._health(stream)
                     log.warning("quota feed: %s broken (%s); retrying with backoff", stream.name, describe(exc))
                 failures += 1
                 self._back_off(WATCH_RETRY.delay(failures - 1))
@@ -126,34 +140,13 @@ class Streams(abc.ABC):
         """Wait ``seconds`` before the next try, unless stopped or nudged."""
         with self._lock:
             nudges = self._nudges
-            self._nudged.wait_for(lambda: self._stop.is_set() or self._nudges != nudges, seconds)
-
-    def nudge(self) -> None:
-        """Every stream tries again now: those waiting out a back-off at once, open watches are cut and resume
-        from their resourceVersion (after a partition, a watch may be a silent socket)."""
-        with self._lock:
-            self._nudges += 1
-            self._nudged.notify_all()
-            streams = self._all()
-        for stream in streams:
-            cut(stream)
-
-    def _all(self) -> list[Stream]:
-        """Every stream (lock held)."""
-        return []
-
-    def answered_since(self, moment: float) -> bool:
-        """Every stream's list or watch has been answered since ``moment`` (monotonic)."""
-        with self._lock:
-            return all(s.answered >= moment for s in self._all())
+            self._nudged.wait_for(lambda: self.stopping.is_set() or self._nudges != nudges, seconds)
 
     def _healthy(self, stream: Stream) -> None:
-        """Lock held."""
         if stream.broken_since is not None:
             log.info("quota feed: %s connected again", stream.name)
         stream.broken_since = None
-        stream.answered = time.monotonic()
-        self._report(stream.resource)
+        self._health(stream)
 
     def _list(self, stream: Stream) -> None:
         items: list[dict[str, Any]] = []
@@ -173,16 +166,11 @@ class Streams(abc.ABC):
             cont = page["metadata"].get("continue")
             if not cont:
                 break
-        with self._lock:
-            if self._ended(stream):
-                return
-            stream.table.replace(items)
-            stream.rv, stream.synced = rv, True
-            self._changed(stream)
-            self._healthy(stream)
-            self._moved(stream)
-            self._listed(stream)
-        stream.listed.set()
+        if self._ended(stream):
+            return
+        stream.listed(stream, items, rv)
+        stream.rv = rv
+        self._healthy(stream)
 
     def _watch(self, stream: Stream) -> None:
         seconds = random.randint(*WATCH_SECONDS)
@@ -203,8 +191,7 @@ class Streams(abc.ABC):
         try:
             if self._ended(stream):
                 return
-            with self._lock:
-                self._healthy(stream)
+            self._healthy(stream)
             for line in watch_lines(response):
                 event = orjson.loads(line)
                 kind, obj = event.get("type"), event.get("object") or {}
@@ -212,14 +199,10 @@ class Streams(abc.ABC):
                     if obj.get("code") == GONE:
                         raise Gone()
                     raise ApiError(int(obj.get("code") or 0), "", obj, f"watch {stream.name}")
-                with self._lock:
-                    if self._ended(stream):
-                        break
-                    if kind != "BOOKMARK":
-                        stream.table.apply(kind, obj)
-                        self._changed(stream)
-                    stream.rv = (obj.get("metadata") or {}).get("resourceVersion") or stream.rv
-                    self._moved(stream)
+                if self._ended(stream):
+                    break
+                stream.rv = (obj.get("metadata") or {}).get("resourceVersion") or stream.rv
+                stream.event(stream, str(kind), obj, stream.rv)
         finally:
             stream.response = None
             response.close()

@@ -16,6 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from app.admission.annotations import QUOTA_RESERVATION_ANNOTATION
@@ -144,20 +145,6 @@ class PodTable:
                 del self._taken[key]
 
 
-@dataclass
-class NamespacePods:
-    """The PodTable as one namespace's stream writes it."""
-
-    table: PodTable
-    namespace: str
-
-    def replace(self, items: Iterable[Mapping[str, Any]]) -> None:
-        self.table.replace(self.namespace, items)
-
-    def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
-        self.table.apply(kind, obj)
-
-
 class _Relisted(abc.ABC):
     """A table that a fresh list rebuilds: every listed object applied as if it had just been added."""
 
@@ -256,6 +243,7 @@ class LedgerTable(_Relisted):
     def get(self, namespace: str) -> Snapshot | None:
         return self._by_namespace.get(namespace)
 
-    def first_seen(self, namespace: str) -> dict[str, float]:
-        """When this process first saw each entry of the namespace's newest ledger (monotonic seconds)."""
-        return dict(self._first_seen.get(namespace) or {})
+    def first_seen(self, namespace: str) -> Mapping[str, float]:
+        """When this process first saw each entry of the namespace's newest ledger (monotonic seconds). Read-only:
+        ``offer`` replaces a namespace's mapping whole, never changes one in place, so a reader may keep it."""
+        return MappingProxyType(self._first_seen.get(namespace) or {})

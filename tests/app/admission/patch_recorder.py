@@ -41,8 +41,8 @@ def environment(settings: Settings) -> dict[str, str]:
 def _record(monkeypatch: pytest.MonkeyPatch) -> None:
     decide_review = review_module.decide_review
 
-    def recording(document: Any, settings: Settings, quota: Any, uid: str) -> Any:
-        decision = decide_review(document, settings, quota, uid)
+    def recording(document: Any, settings: Settings, quota: Any, uid: str, *, governed: bool) -> Any:
+        decision = decide_review(document, settings, quota, uid, governed=governed)
         request = document.get("request") if isinstance(document, dict) else None
         if isinstance(quota, QuotaOff) and isinstance(request, dict) and request.get("operation") == "CREATE":
             config = yaml.safe_load(Path(settings.device_config).read_text()) if settings.device_config else None

@@ -48,7 +48,7 @@ from app.admission.ports import QuotaUnavailable, Verdict
 from app.kube.errors import ApiError
 from app.quota.committer import COMMIT_FAILED
 from app.quota.core.amounts import Amounts, accumulate
-from app.quota.core.decision import WINDOW, Taken
+from app.quota.core.decision import WINDOW, Sight, Taken
 from app.quota.core.encoding import Snapshot, snapshot
 from app.quota.evaluator import QuotaEvaluator
 from app.quota.feed.tables import LedgerTable, PodTable, QuotaTable
@@ -150,7 +150,6 @@ class SimFeed:
         self.ledgers = LedgerTable(lambda: worker.sim.now + worker.offset)  # the worker's monotonic clock
         self.watches = {"pods": Watch(), "leases": Watch()}
         self.pod_rv = 0
-        self.moves = 0  # ledger changes seen: what wait_ledgers wakes on
         for kind, watch in self.watches.items():
             server.watches[kind].append(watch)
             self.relist(server, kind)
@@ -163,7 +162,6 @@ class SimFeed:
             self.pod_rv = server.rv
         else:
             self.ledgers.replace(_copy(list(server.leases.values())))
-            self.moves += 1
 
     def deliver(self, kind: str) -> None:
         event, obj = self.watches[kind].pending.popleft()
@@ -172,52 +170,40 @@ class SimFeed:
             self.pod_rv = int(obj["metadata"]["resourceVersion"])
         else:
             self.ledgers.apply(event, obj)
-            self.moves += 1
 
     # --- FeedView ---------------------------------------------------------------------------------
 
-    def limits(self, namespace: str) -> Amounts:
-        return self.quotas.limits(namespace)
+    def sight(self, namespace: str, entries: Iterable[str] | None = None) -> Sight:
+        ledger = self.ledgers.get(namespace)
+        wanted = entries if entries is not None else (ledger.entries if ledger is not None else ())
+        found = {r: self.pods.taken(namespace, r) for r in wanted}
+        taken = {r: Taken(dict(h.amounts), h.rv) for r, h in found.items() if h is not None}
+        first_seen = self.ledgers.first_seen(namespace)
+        return Sight(
+            namespace, self.quotas.limits(namespace), ledger, first_seen, self.pods.used(namespace), taken, self.pod_rv
+        )
 
-    def seen(self, namespace: str, reservations: Iterable[str]) -> tuple[Amounts, dict[str, Taken]]:
-        found = {r: self.pods.taken(namespace, r) for r in reservations}
-        return self.pods.used(namespace), {r: Taken(dict(h.amounts), h.rv) for r, h in found.items() if h is not None}
-
-    def ledger(self, namespace: str) -> Snapshot | None:
-        return self.ledgers.get(namespace)
-
-    def first_seen(self, namespace: str) -> dict[str, float]:
-        return self.ledgers.first_seen(namespace)
-
-    def offer_ledger(self, found: Snapshot) -> None:
+    def offer(self, found: Snapshot) -> None:
         self.ledgers.offer(found)
-        self.moves += 1
 
-    def wait_ledger_newer(self, namespace: str, rv: int, timeout: float) -> Snapshot | None:
+    def wait_ledger(self, namespace: str, rv: int, timeout: float) -> Snapshot | None:
         def newer() -> Snapshot | None:
             found = self.ledgers.get(namespace)
             return found if found is not None and found.rv > rv else None
 
-        self.worker.wait(timeout, lambda: newer() is not None)
+        if timeout > 0:
+            self.worker.wait(timeout, lambda: newer() is not None)
         return newer()
 
-    def wait_ledgers(self, timeout: float) -> None:
-        moves = self.moves
-        self.worker.wait(timeout, lambda: self.moves > moves)
-
-    def caught_up(self, namespace: str, rv: int, timeout: float) -> bool:
+    def wait_pods(self, namespace: str, rv: int, timeout: float) -> bool:
         if self.pod_rv < rv and timeout > 0:
             self.worker.wait(timeout, lambda: self.pod_rv >= rv)
         return self.pod_rv >= rv
 
-    def synced(self, wait: float = 0) -> bool:
+    def wait_synced(self, timeout: float) -> bool:
         return True
 
-    def namespace_synced(self, namespace: str, wait: float = 0) -> bool:
-        return True
-
-    def broken_for(self) -> float:
-        return 0.0
+    # --- FeedLife ---------------------------------------------------------------------------------
 
     def quota_in_play(self) -> bool:
         return True

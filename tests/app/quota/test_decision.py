@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.admission.ports import FITS, Verdict
-from app.quota.core.decision import SHARE, SLACK, WINDOW, Ask, Burst, Mine, Ruling, Scene, Taken, account, decide
+from app.quota.core.decision import SHARE, SLACK, WINDOW, Ask, Burst, Grant, Ruling, Scene, Taken, account, decide
 from app.quota.core.encoding import LEDGER_ANNOTATION, MAX_LEDGER_BYTES, LedgerEntry, snapshot
 from testbed import ROOT
 
@@ -31,6 +31,11 @@ def scene(limit: int = 10, used: int = 0, **changes: object) -> Scene:
 
 def entry(memory: int, *, open: bool = False, expires: float = WALL + 30) -> LedgerEntry:
     return LedgerEntry(expires, {MEM: memory}, open, TTL)
+
+
+def grant(uid: str, memory: int, spent: int, closing: bool = False) -> Grant:
+    """One of this worker's grants: ``memory`` taken ahead, ``spent`` admitted into it."""
+    return Grant(uid, {MEM: memory}, {MEM: spent}, NOW + WINDOW, 0, closing)
 
 
 def ask(uid: str, memory: int, dry_run: bool = False) -> Ask:
@@ -54,14 +59,15 @@ def full(used: int, requested: int, limit: int) -> Verdict:
 TTL_ENTRY = LedgerEntry(round(WALL + TTL, 1), {MEM: 4}, ttl=TTL)
 PREVIOUS = LedgerEntry(WALL - 1000, {MEM: 9})  # as the previous version wrote it (no ttl), long expired by WALL
 SEEN = {"old": Taken({MEM: 3}, rv=42)}
+RESERVED = Verdict(reservation="u")  # in the entry the write adds, once it is stored
 CASES = {
-    "room: reserved alone under its uid": (scene(), [ask("u", 4)], ((None,), ({"u": TTL_ENTRY}, 0, 0, "u"))),
-    "equal fits": (scene(used=6), [ask("u", 4)], ((None,), ({"u": TTL_ENTRY}, 0, 0, "u"))),
+    "room: reserved alone under its uid": (scene(), [ask("u", 4)], ((RESERVED,), ({"u": TTL_ENTRY}, 0, 0, "u"))),
+    "equal fits": (scene(used=6), [ask("u", 4)], ((RESERVED,), ({"u": TTL_ENTRY}, 0, 0, "u"))),
     "no room: denied, nothing written": (scene(used=7), [ask("u", 4)], ((full(7, 4, 10),), None)),
     "in order: the second does not fit beside the first": (
         scene(used=2),
         [ask("a", 4), ask("b", 5)],
-        ((None, full(6, 5, 10)), ({"a": TTL_ENTRY}, 0, 0, "a")),
+        ((Verdict(reservation="a"), full(6, 5, 10)), ({"a": TTL_ENTRY}, 0, 0, "a")),
     ),
     "a dry run checks, reserves nothing": (scene(), [ask("u", 4, dry_run=True)], ((FITS,), None)),
     "sent again: its entry is its reservation": (
@@ -77,7 +83,7 @@ CASES = {
     "an entry a TTL after its first sight here counts nothing, and is pruned by the write": (
         scene(entries={"old": entry(9)}, first_seen={"old": NOW - TTL}),
         [ask("u", 4)],
-        ((None,), ({"u": TTL_ENTRY}, 0, 0, "u")),
+        ((RESERVED,), ({"u": TTL_ENTRY}, 0, 0, "u")),
     ),
     "an entry holds room for its TTL from first sight here, whatever its writer's wall clock says": (
         scene(entries={"old": entry(9, expires=WALL - 1000)}, first_seen={"old": NOW - TTL + 1}),
@@ -92,12 +98,12 @@ CASES = {
     "the previous version's entry past the TTL and a window from first sight here counts nothing": (
         scene(entries={"old": PREVIOUS}, first_seen={"old": NOW - TTL - WINDOW}),
         [ask("u", 4)],
-        ((None,), ({"u": TTL_ENTRY}, 0, 0, "u")),
+        ((RESERVED,), ({"u": TTL_ENTRY}, 0, 0, "u")),
     ),
     "an entry whose Pods took all its room is dropped, the mark moves to them": (
         scene(used=3, entries={"old": entry(3)}, taken=SEEN),
         [ask("u", 4)],
-        ((None,), ({"u": TTL_ENTRY}, 42, 0, "u")),
+        ((RESERVED,), ({"u": TTL_ENTRY}, 42, 0, "u")),
     ),
     "another worker's fresh grant: not certain, so undecided, and the holders are asked": (
         scene(entries={"g": entry(8, open=True)}),
@@ -115,9 +121,9 @@ CASES = {
         ((full(8, 4, 10),), None),
     ),
     "this worker's closing grant is cut to what went into it": (
-        scene(entries={"g": entry(8, open=True)}, mine={"g": Mine({MEM: 2}, closing=True)}),
+        scene(entries={"g": entry(8, open=True)}, mine={"g": grant("g", 8, spent=2, closing=True)}),
         [ask("u", 4)],
-        ((None,), ({"g": LedgerEntry(WALL + 30, {MEM: 2}, ttl=TTL), "u": TTL_ENTRY}, 0, 0, "u")),
+        ((RESERVED,), ({"g": LedgerEntry(WALL + 30, {MEM: 2}, ttl=TTL), "u": TTL_ENTRY}, 0, 0, "u")),
     ),
     "a request outside the limited resources fits": (scene(), [Ask("u", {GPU: 1})], ((FITS,), None)),
 }
@@ -132,7 +138,7 @@ def test_a_burst_takes_room_ahead_at_most_a_share_of_what_is_left() -> None:
     made = decide(
         scene(limit=1000, used=200), [ask("a", 1), ask("b", 1)], wanted=0, ask=True, burst=Burst(3), new_id="g"
     )
-    assert made.verdicts == (None, None) and made.reserved == (0, 1) and made.write is not None
+    assert made.verdicts == (Verdict(reservation="g"),) * 2 and made.reserved == (0, 1) and made.write is not None
     assert made.write.entry == "g" and made.write.entries["g"].open and made.write.entries["g"].ttl == TTL + WINDOW
     assert made.write.ahead == {MEM: 16}  # 8 batches of 2; well under (1000 - 202) / 4
     tight = decide(scene(limit=30, used=2), [ask("a", 1), ask("b", 1)], wanted=0, ask=True, burst=Burst(3), new_id="g")
@@ -205,7 +211,7 @@ def scenes(draw: st.DrawFn) -> Scene:
     used = sum(h.amounts[MEM] for h in seen.values()) + draw(amount)
     first_seen = {i: NOW - draw(st.sampled_from([0.0, WINDOW + SLACK, TTL, TTL + WINDOW])) for i in found}
     mine = {
-        i: Mine({MEM: draw(st.integers(0, e.amounts[MEM]))}, draw(st.booleans()))
+        i: grant(i, e.amounts[MEM], draw(st.integers(0, e.amounts[MEM])), draw(st.booleans()))
         for i, e in found.items()
         if e.open and draw(st.booleans())
     }

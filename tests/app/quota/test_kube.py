@@ -157,7 +157,7 @@ def test_several_quota_objects_are_all_enforced(cluster: Cluster, start_quota, a
     cluster.quota({f"requests.{MEM}": "9000"}, name="memory")
     cluster.quota({GPU: "1"}, name="cards")
     port, settings = start_quota()
-    assert port.feed.limits(cluster.ns) == {MEM: 9000, GPU: 1}
+    assert port.feed.sight(cluster.ns).limits == {MEM: 9000, GPU: 1}
     admit = admitter(port, settings)
     assert admit(1000, "u-1").response["allowed"]
     assert denied(admit(1000, "u-2")).endswith(f"{GPU} used 1 + requested 1 > limit 1")
@@ -197,11 +197,12 @@ def test_ledger_failure_is_an_error_not_an_admission(cluster: Cluster, start_quo
         admit(1000, "u-1")
     cluster.proxy.fail_next("PUT", f"/leases/{cluster.ledger_name}$", 409, times=1000)
     assert admit(1000, "u-2").response["allowed"]  # created by POST: no PUT yet
-    started = time.monotonic()
+    before = len(cluster.ledger_requests())
     # Every write loses; the budget runs out on a lost write or, on a loaded machine, on the read after one.
-    with pytest.raises(QuotaUnavailable, match=r"stayed contended|the API server did not answer within"):
+    with pytest.raises(QuotaUnavailable, match=rf"stayed contended for {ADMIT_BUDGET:g} s|did not answer within"):
         admit(1000, "u-3")
-    assert time.monotonic() - started < 6  # bounded well under the webhook's 10 s timeout
+    tried = [r.split()[0] for r in cluster.ledger_requests()[before:]]
+    assert tried.count("PUT") > 1 and set(tried) <= {"PUT", "GET"}, tried  # lost rounds tried again, in budget
     assert set(cluster.ledger()) == {"u-2"}
 
 
@@ -216,11 +217,9 @@ def test_a_write_without_an_answer_is_read_again_not_sent_again(cluster: Cluster
     for uid, answer in (("u-2", True), ("u-3", False)):
         before = len(cluster.ledger_requests())
         cluster.proxy.hold_next("PUT", put, answer=answer)
-        started = time.monotonic()
-        outcome = admit(1000, uid)
+        outcome = admit(1000, uid)  # admitted: one 2 s request and its re-read fit the admission's budget
         assert outcome.response["allowed"], outcome.response
         assert outcome.patched["metadata"]["annotations"][QUOTA_RESERVATION_ANNOTATION] == uid
-        assert time.monotonic() - started < 5  # one 2 s request, its re-read: within the admission's budget
         methods = [r.split()[0] for r in cluster.ledger_requests()[before:]]
         assert methods == (["PUT", "GET"] if answer else ["PUT", "GET", "PUT"]), methods
     assert set(cluster.ledger()) == {"u-1", "u-2", "u-3"}
@@ -287,21 +286,20 @@ def test_a_replica_cut_off_from_the_api_server_steps_aside(cluster: Cluster, sta
     port, settings = start_quota()
     admit = admitter(port, settings)
     assert admit(1000, "u-1").response["allowed"]
-    cluster.proxy.black_hole()
-    cut = time.monotonic()
+    cluster.proxy.black_hole()  # how many unanswered probes make it step aside: test_contact.py
     eventually(lambda: not port.status()["ready"], 10, "/readyz to turn unready")
-    assert time.monotonic() - cut < 5 and port.contact.shedding.is_set()
+    assert port.contact.shedding.is_set()
     assert port.status()["api_server"].startswith("the API server has not answered this replica for")
-    started = time.monotonic()
+    before = len(cluster.ledger_requests())
     with pytest.raises(QuotaUnavailable, match=f"namespace {cluster.ns}: the API server has not answered"):
         admit(1000, "u-2")
-    assert time.monotonic() - started < 0.5
     elsewhere = run(gpu_pod(1000, "no-quota-here"), settings, port, uid="u-3")
     assert elsewhere.response["allowed"]
     time.sleep(3)
     cluster.proxy.heal()
     healed = time.monotonic()
     eventually(lambda: port.status()["ready"], 15, "/readyz to turn ready again")
+    assert len(cluster.ledger_requests()) == before  # u-2 was refused without a request that could hang
     assert not port.contact.shedding.is_set()
     print(f"\nhealed: ready again {time.monotonic() - healed:.1f} s after")
     assert admit(1000, "u-4").response["allowed"]
@@ -436,12 +434,9 @@ def test_a_served_replica_cut_off_closes_its_kept_alive_connections(cluster: Clu
         assert answer.status == 200 and answer.getheader("Connection") != "close"
         answer.read()
         cluster.proxy.black_hole()
-        cut = time.monotonic()
         assert kept.sock is not None
-        kept.sock.settimeout(10)
+        kept.sock.settimeout(10)  # a bound to stop waiting: how soon it steps aside is test_contact.py's count
         assert kept.sock.recv(1) == b""  # the server closed the idle connection
-        closed = time.monotonic() - cut
-        assert closed < 5, closed
         fresh = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=5)
         fresh.request("GET", "/readyz")
         unready = fresh.getresponse()
