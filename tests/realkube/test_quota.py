@@ -247,10 +247,9 @@ def test_etcd_paused_mid_burst(installed: Installed, crashable: Replicas) -> Non
 
 # --- one replica cut off from the API server ----------------------------------------------------------------
 WEBHOOK_TIMEOUT = 10  # the MutatingWebhookConfiguration's timeoutSeconds
-PARTITION = 30  # seconds the replica stays cut off
-BURST_AFTER = 20  # seconds into the partition the second burst starts
+LEAVES_WITHIN = 15  # seconds from the cut until the replica is out of the endpoints (the readinessProbe's reach)
+PARTITION = CRASH_TTL + 2  # seconds the replica stays cut off: longer than a hold, so all it held has run out
 BURST_PODS, BURST_CLIENTS = 90, 16
-BURSTS = 5  # bursts on each side of the rate comparison, the best of each compared: one takes 0.2-0.6 s
 
 
 @dataclass
@@ -280,19 +279,6 @@ def partitionable(installed: Installed, webhook: WebhookServer, tmp_path: Path) 
             proxy.stop()
 
 
-def burst_rate(kube: RealKube, namespaces: list[str], what: str) -> tuple[float, list[Created]]:
-    """BURST_PODS creates at once into room for all of them, once per namespace: the best rate (Pods created per
-    second; a burst takes well under a second, so one burst alone measures the shared machine's load as much as
-    the webhook), and every call."""
-    rates, every = [], []
-    for ns in namespaces:
-        started, calls = create_at_once(kube, ns, pod(what, ONE_GPU), BURST_PODS, BURST_CLIENTS)
-        rates.append(sum(c.status == 201 for c in calls) / (max(c.ended for c in calls) - started))
-        every += calls
-    print(f"\n{what} bursts: {', '.join(f'{r:.0f}/s' for r in rates)}")
-    return max(rates), every
-
-
 def answered_in_time(calls: list[Created]) -> None:
     """Every refusal says why, and none waited out kube-apiserver's webhook timeout."""
     assert all(explained(c) for c in calls if c.status != 201), [c.refusal for c in calls if not explained(c)]
@@ -305,23 +291,21 @@ def answered_in_time(calls: list[Created]) -> None:
 def test_a_replica_cut_off_mid_burst(installed: Installed, partitionable: Partition, heal: str) -> None:
     """Replica 0 loses the API server (a black hole: nothing copied, nothing closed) a third into a burst into
     room for CRASH_ROOM: nothing over-admitted, every refusal says why and comes before the webhook timeout; the
-    replica leaves the endpoints within 15 s; bursts BURST_AFTER s into the partition run at 0.8x the rate of
-    those before it at least (the best of BURSTS each); healed after PARTITION s (held connections resumed, or
-    reset), all the room is usable again within the reservation TTL."""
+    replica leaves the endpoints within LEAVES_WITHIN s, and a burst then admits every Pod it has room for, none
+    refused (the cut replica answers none of it) and none waiting out the timeout; healed after PARTITION s (held
+    connections resumed, or reset), all the room is usable again within the reservation TTL. How fast the others
+    admit meanwhile is the benchmark's to say (bench/quota.py), not a timed assertion's."""
     kube, service = installed.kube, partitionable.service
-    spare = [quota_namespace(kube, BURST_PODS, f"limits.{MEM}") for _ in range(1 + 2 * BURSTS)]
+    spare = quota_namespace(kube, BURST_PODS, f"limits.{MEM}")
     ns = quota_namespace(kube, CRASH_ROOM, f"limits.{MEM}")
     try:
-        burst_rate(kube, spare[:1], "warm-")  # the first burst of fresh processes is slower: not the reference
-        before, calls = burst_rate(kube, spare[1 : 1 + BURSTS], "before-")
-        assert refusals(calls) == []
         cut_at: list[float] = []
 
         def cut() -> None:
             partitionable.proxies[0].black_hole()
             cut_at.append(time.monotonic())
 
-        calls = []
+        calls: list[Created] = []
         burst = threading.Thread(target=create_at_once, args=(kube, ns, pod("cut-", ONE_GPU), CRASH_PODS, 16, calls))
         burst.start()
         kube.wait_for(
@@ -333,13 +317,12 @@ def test_a_replica_cut_off_mid_burst(installed: Installed, partitionable: Partit
         assert len(stored(kube, ns)) <= CRASH_ROOM
         refused = Counter(explained(c) for c in calls if c.status != 201)
         sample = next((c.refusal["message"] for c in calls if c.status != 201 and not c.quota_denial), "")
-        time.sleep(max(cut_at[0] + BURST_AFTER - time.monotonic(), 0))
-        left = service.left_at(0, cut_at[0])
-        assert left is not None and left - cut_at[0] <= 15, service.changes
-        during, calls = burst_rate(kube, spare[1 + BURSTS :], "during-")
-        answered_in_time(calls)
-        assert refusals(calls) == []
-        assert during >= 0.8 * before, (during, before)
+        left = kube.wait_for(lambda: service.left_at(0, cut_at[0]), LEAVES_WITHIN + 5, interval=0.2)
+        assert left - cut_at[0] <= LEAVES_WITHIN, service.changes
+        started, during = create_at_once(kube, spare, pod("during-", ONE_GPU), BURST_PODS, BURST_CLIENTS)
+        answered_in_time(during)
+        assert refusals(during) == [] and len(stored(kube, spare)) == BURST_PODS
+        rate = BURST_PODS / (max(c.ended for c in during) - started)
         time.sleep(max(cut_at[0] + PARTITION - time.monotonic(), 0))
         partitionable.proxies[0].heal(reset=heal == "reset")
         healed = time.monotonic()
@@ -367,18 +350,18 @@ def test_a_replica_cut_off_mid_burst(installed: Installed, partitionable: Partit
         ready = ready_at[0] - healed
         kube.wait_for(lambda: 0 in service.ready, 20, interval=0.5)  # and back in the endpoints
         print(f"\ncut mid-burst, healed ({heal}): refused {dict(refused)} ({sample}); left the endpoints "
-              f"{left - cut_at[0]:.1f} s after the cut; burst {BURST_AFTER} s into the partition "
-              f"{during:.0f}/s against {before:.0f}/s before ({during / before:.2f}x); ready {ready:.1f} s after the "
-              f"heal; all {CRASH_ROOM} Pods' room "
-              f"usable {back:.1f} s after the heal; connections per replica {service.connections}")  # fmt: skip
+              f"{left - cut_at[0]:.1f} s after the cut; a burst then {rate:.0f}/s; ready {ready:.1f} s after the "
+              f"heal; all {CRASH_ROOM} Pods' room usable {back:.1f} s after the heal; connections per replica "
+              f"{service.connections}")  # fmt: skip
     finally:
-        for name in (ns, *spare):
-            kube.kubectl("delete", "namespace", "--wait=false", name)
+        kube.kubectl("delete", "namespace", "--wait=false", ns, spare)
 
 
 # --- one replica's clocks off ---------------------------------------------------------------------------------
-SKEW_ROOM, SKEW_PODS, SKEW_BURSTS = 100, 300, 3
+SKEW_ROOM, SKEW_PODS, SKEW_BURSTS = 100, 300, 2  # bursts on each side of the jump
+SKEWS = ("-90s", "+90s")  # replica 0's wall clock: behind, then jumping ahead (far beyond the TTL either way)
 FREED = 10  # Pods deleted from each namespace after the bursts: the free room admitted again
+FAKETIME_CACHE = 1  # seconds libfaketime keeps the offset it read from its file
 
 
 def faketime() -> str:
@@ -394,19 +377,27 @@ def faketime() -> str:
 @dataclass
 class Skewed:
     replicas: Replicas
-    skew: str  # libfaketime's offset of replica 0's clocks
+    offset: Path  # libfaketime's offset of replica 0's wall clock, read again every second
     metrics: int  # replica 0's /metrics port
 
+    def jump(self, offset: str) -> None:
+        """Move replica 0's wall clock to ``offset`` from the true time, and wait until it has read it."""
+        self.offset.write_text(offset)
+        time.sleep(FAKETIME_CACHE + 0.5)
 
-@pytest.fixture(params=["-90s", "+90s"])
-def skewed(request: pytest.FixtureRequest, installed: Installed, webhook: WebhookServer) -> Iterator[Skewed]:
-    """Three replicas with a short reservation TTL; replica 0's wall clock runs ``request.param`` off, its
-    monotonic clock true (tests/realkube/faketime/sitecustomize.py says why it is loaded there)."""
+
+@pytest.fixture
+def skewed(installed: Installed, webhook: WebhookServer, tmp_path: Path) -> Iterator[Skewed]:
+    """Three replicas with a short reservation TTL; replica 0's wall clock runs SKEWS[0] off, its monotonic clock
+    true (tests/realkube/faketime/sitecustomize.py says why it is loaded there)."""
     port = free_port()
+    offset = tmp_path / "faketime"
+    offset.write_text(SKEWS[0])
     shim = str(Path(__file__).with_name("faketime"))
     own = {
         "LD_PRELOAD": faketime(),
-        "FAKETIME": request.param,
+        "FAKETIME_TIMESTAMP_FILE": str(offset),
+        "FAKETIME_CACHE_DURATION": str(FAKETIME_CACHE),
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",
         "PYTHONPATH": os.pathsep.join(filter(None, [shim, os.environ.get("PYTHONPATH")])),
         "HAMI_METRICS_BIND": f"127.0.0.1:{port}",
@@ -414,7 +405,7 @@ def skewed(request: pytest.FixtureRequest, installed: Installed, webhook: Webhoo
     env = {"HAMI_QUOTA_RESERVATION_TTL": str(CRASH_TTL)}
     # faults: on a loaded machine a replica may lose the API server for seconds mid-burst and refuse, as designed
     for replicas in replicas_of(installed, env, faults=True, own_env=[own]):
-        yield Skewed(replicas, request.param, port)
+        yield Skewed(replicas, offset, port)
 
 
 def scraped(port: int) -> str:
@@ -430,24 +421,28 @@ def admitted_by(port: int) -> int:
 
 
 def test_one_replica_with_its_clock_off(installed: Installed, skewed: Skewed) -> None:
-    """Replica 0's wall clock 90 s behind or ahead (far beyond the TTL): SKEW_BURSTS bursts of SKEW_PODS creates, each
-    into room for SKEW_ROOM, never store more than the room, and the skewed replica admits Pods in every burst
-    (else this proves nothing); after the bursts, FREED Pods deleted and a TTL waited out, exactly the free room
-    is admitted again."""
+    """Replica 0's wall clock 90 s behind, then jumping to 90 s ahead with its tables full (far beyond the TTL
+    either way): SKEW_BURSTS bursts of SKEW_PODS creates on each side of the jump, each into room for SKEW_ROOM,
+    never store more than the room, and the skewed replica admits Pods in every burst (else this proves
+    nothing); after the bursts, FREED Pods deleted and a TTL waited out, exactly the free room is admitted
+    again."""
     kube = installed.kube
-    namespaces = [quota_namespace(kube, SKEW_ROOM, f"limits.{MEM}") for _ in range(SKEW_BURSTS)]
+    namespaces = [quota_namespace(kube, SKEW_ROOM, f"limits.{MEM}") for _ in range(SKEW_BURSTS * len(SKEWS))]
     try:
         # A replica refuses (explained) in a quota'd namespace whose Pods it has not listed yet: the burst starts
         # once the skewed one publishes every namespace's quota gauges (it lists them when their quota appears).
         kube.wait_for(lambda: all(f'namespace="{ns}"' in scraped(skewed.metrics) for ns in namespaces), 60)
         counts, by_skewed, others = [], [], []
-        for ns in namespaces:
+        for i, ns in enumerate(namespaces):
+            if i and i % SKEW_BURSTS == 0:
+                skewed.jump(SKEWS[i // SKEW_BURSTS])
             before = admitted_by(skewed.metrics)
             _, calls = create_at_once(kube, ns, pod("skew-", ONE_GPU), SKEW_PODS, 32)
             counts.append(len(stored(kube, ns)))
             by_skewed.append(admitted_by(skewed.metrics) - before)
             others += [c.refusal for c in calls if c.status != 201 and not explained(c)]
-        print(f"\nclock {skewed.skew}: stored {counts} (room {SKEW_ROOM}), the skewed replica admitted {by_skewed}")
+        print(f"\nclock {' then '.join(SKEWS)}: stored {counts} (room {SKEW_ROOM}), the skewed replica admitted "
+              f"{by_skewed}")  # fmt: skip
         assert max(counts) <= SKEW_ROOM and others == [], (counts, others[:3])  # every refusal says why
         assert all(by_skewed), by_skewed
         burst_end = time.monotonic()
