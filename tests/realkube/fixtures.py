@@ -70,6 +70,12 @@ class Clusters:
             self.installs[version] = install(self.kube(version), self._tmp.mktemp(f"webhook-{version}"))
         return self.installs[version]
 
+    def discard(self, kube: RealKube) -> None:
+        """Stop a cluster of its own before the session ends (one that runs a scheduler holds a core's worth of
+        processes, and no later test can share it)."""
+        self.kubes = {key: kept for key, kept in self.kubes.items() if kept is not kube}
+        kube.stop()
+
     def stop(self) -> None:
         """All at once: each control plane takes seconds to shut down, and none waits on another."""
         for done in self.installs.values():

@@ -10,10 +10,9 @@ The guard names neither account: it admits them because the authorizer lets them
 own (it runs a scheduler: the shared clusters' Pods stay Pending), with our webhook installed as a user installs
 it.
 
-On the newest version only: what could differ by version, the guard's verdicts on Pod updates, status writes and
-Bindings by HAMi's ServiceAccounts and by anyone else, is proven on both pinned versions by test_policies.py;
-what this test adds is HAMi's own binaries and kube-scheduler's extender calls to HAMi's scheduler (the
-scheduler extender API, unchanged between the pinned versions), each a minute of CPU per cluster.
+On each pinned version (the newest and the oldest the manifests support): the guard's verdicts on HAMi's own
+writes depend on the API server's authorizer and CEL library, and kube-scheduler's extender calls to HAMi's
+scheduler on its version; a minute of CPU per cluster.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ from testbed import hami
 from testbed.api import GPU, create, pod
 from testbed.cluster import RealKube
 from testbed.install import Installed, install, token
-from tests.realkube.fixtures import NEWEST, Clusters
+from tests.realkube.fixtures import NEWEST, OLDEST, Clusters
 from tests.realkube.hami_scheduler import (
     BIND_PHASE,
     DEVICE_PLUGIN,
@@ -56,15 +55,19 @@ WRITES = (*FILTER_WRITES, BIND_PHASE, "hami.io/bind-time")
 GUARD = "ValidatingAdmissionPolicy 'hami-webhook-allocation-guard'"
 
 
-@pytest.fixture(scope="module")
-def installed(clusters: Clusters, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
-    """A cluster of its own with our webhook installed (and the guard with it)."""
-    kube = clusters.own(NEWEST, "hami-scheduler")
+@pytest.fixture(scope="module", params=sorted({NEWEST, OLDEST}, reverse=True))
+def installed(
+    request: pytest.FixtureRequest, clusters: Clusters, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Installed]:
+    """A cluster of its own per version with our webhook installed (and the guard with it), stopped after its
+    test: a scheduler's cluster is never shared, and keeping it would hold its memory for the rest of the run."""
+    kube = clusters.own(request.param, "hami-scheduler")
     done = install(kube, tmp_path_factory.mktemp("hami-scheduler-webhook"))
     try:
         yield done
     finally:
         done.webhook.stop()
+        clusters.discard(kube)
 
 
 def test_hami_scheduler_binds_through_the_guard(

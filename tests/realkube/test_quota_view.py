@@ -2,7 +2,8 @@
 Service: both replicas' gauges, ``hami-webhook quota -o json`` and ``kubectl hami quota`` show the figures this
 test computes itself from the Pods it created (HAMi's arithmetic: memory per device times the devices), a
 ResourceQuota's series go with it, a smaller one moves the limit and its label; the dashboard and the alert name
-only series a live /metrics has."""
+only series a live /metrics has. The command's bad input, with the shipped hami-webhook-quota-viewer RBAC, is
+answered in one line on each version."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import yaml
 from kubernetes.utils import parse_quantity
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.quota.core.encoding import LEDGER_ANNOTATION
 from testbed import ROOT
 from testbed.api import create_at_once, pod
 from testbed.cluster import RealKube, kubectl_binary
@@ -32,6 +34,7 @@ from tests.manifests.test_monitoring import DASHBOARD, selectors
 MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
 GAUGES = ("hami_webhook_quota_limit", "hami_webhook_quota_used", "hami_webhook_quota_held")
 BIN = Path(sys.executable).parent  # hami-webhook and kubectl-hami, as the package installs them
+VIEWER = ROOT / "manifests" / "base" / "rbac" / "quota-viewer.yaml"
 
 
 @pytest.fixture
@@ -191,8 +194,8 @@ def test_gauges_and_the_quota_command_show_the_figures(any_installed: Installed,
         kube.kubectl("delete", "namespace", "--wait=false", ns)
 
 
-def resource_quota(ns: str, name: str, hard: dict[str, int]) -> dict[str, Any]:
-    spec = {"hard": {f"limits.{r}": str(v) for r, v in hard.items()}}
+def resource_quota(ns: str, name: str, hard: dict[str, int], scope: str = "limits") -> dict[str, Any]:
+    spec = {"hard": {f"{scope}.{r}": str(v) for r, v in hard.items()}}
     return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": name, "namespace": ns}, "spec": spec}
 
 
@@ -209,8 +212,15 @@ AFTER_AN_EVENT = {
 
 def live_metrics_name_the_dashboards_series(kube: RealKube, url: str) -> None:
     """Every expression of the dashboard and the PrometheusRule parses and selects series a live scrape has (the
-    webhook's /metrics and the API server's), the quota gauges among them."""
-    live = set(scrape(url)) | {
+    webhook's /metrics and the API server's), the quota gauges among them; the webhook's labels are safe to
+    honour."""
+    samples = scrape(url)
+    # The ServiceMonitor honours the webhook's labels (honorLabels): none may stand in for a target label the
+    # Prometheus Operator sets, and only the quota gauges carry a namespace (the quota'd one).
+    target_labels = {"job", "instance", "pod", "service", "container", "endpoint"}
+    assert not {k for found in samples.values() for labels, _ in found for k in labels} & target_labels
+    assert {n for n, found in samples.items() for labels, _ in found if "namespace" in labels} == set(GAUGES)
+    live = set(samples) | {
         line.split("{")[0].split(" ")[0]
         for line in kube.kubectl("get", "--raw", "/metrics").stdout.splitlines()
         if line and not line.startswith("#")
@@ -222,3 +232,95 @@ def live_metrics_name_the_dashboards_series(kube: RealKube, url: str) -> None:
     named = {n for e in exprs for n in selectors(e.replace("$namespace", "hami-system"))}
     assert set(GAUGES) <= named & live
     assert named - live <= AFTER_AN_EVENT, sorted(named - live - AFTER_AN_EVENT)
+
+
+@pytest.fixture
+def viewer(any_installed: Installed) -> Iterator[tuple[str, str, str, str]]:
+    """A quota'd namespace, a ledgers' namespace of its own, and a ServiceAccount bound to the shipped ClusterRole
+    only (its Role in the ledgers' namespace not bound yet): the two namespaces, its kubeconfig, and the role's
+    name."""
+    kube, suffix = any_installed.kube, uuid.uuid4().hex[:8]
+    ns, home = kube.namespace(f"view-bad-{suffix}"), kube.namespace(f"view-home-{suffix}")
+    name = f"viewer-{home}"
+    cluster_role, role = list(yaml.safe_load_all(VIEWER.read_text()))
+    cluster_role["metadata"]["name"] = name
+    role["metadata"] |= {"name": name, "namespace": home}
+    apply(kube, {"apiVersion": "v1", "kind": "List", "items": [cluster_role, role]})
+    kube.kubectl("create", "serviceaccount", "viewer", "-n", home)
+    kube.kubectl("create", "clusterrolebinding", name, f"--clusterrole={name}", f"--serviceaccount={home}:viewer")
+    user = f"system:serviceaccount:{home}:viewer"
+    kube.wait_for(
+        lambda: kube.kubectl("auth", "can-i", "list", "pods", f"--as={user}", check=False).returncode == 0, 30
+    )
+    token = kube.kubectl("create", "token", "viewer", "-n", home).stdout.strip()
+    try:
+        yield ns, home, kube.kubeconfig_for(token, any_installed.work / f"{name}.kubeconfig"), name
+    finally:
+        kube.kubectl("delete", "clusterrolebinding,clusterrole", name, check=False)
+        kube.kubectl("delete", "namespace", "--wait=false", ns, home)
+
+
+def test_bad_input_is_one_line_and_exit_1(
+    any_installed: Installed, viewer: tuple[str, str, str, str], tmp_path: Path
+) -> None:
+    """An unknown namespace, one with no device quota, kubeconfigs that do not load, RBAC that forbids the Leases
+    (naming the verb and the object), a hand-edited ledger: each one line on stderr and exit 1, never a traceback."""
+    kube, (ns, home, kubeconfig, role) = any_installed.kube, viewer
+    as_viewer = ("quota", "--kubeconfig", kubeconfig, "--webhook-namespace", home)
+    apply(kube, resource_quota(ns, "gpu", {"cpu": 4}, "requests"))
+    assert one_line_error(quota_command(kube, *as_viewer, "-n", "no-such-namespace")) == (
+        'error: namespaces "no-such-namespace" not found'
+    )
+    assert one_line_error(quota_command(kube, *as_viewer, "-n", ns)) == (
+        f"error: namespace {ns} has no device quota (no ResourceQuota limits {', '.join(sorted(quota_names()))})"
+    )
+    for name, text in (("absent", None), ("garbage", "clusters: [oops"), ("not-a-kubeconfig", "just text")):
+        if text is not None:
+            (tmp_path / name).write_text(text)
+        said = one_line_error(quota_command(kube, "quota", "--kubeconfig", str(tmp_path / name), "-A"))
+        assert said.startswith(f"error: cannot load the kubeconfig ({tmp_path / name}): "), said
+
+    kube.kubectl("delete", "resourcequota", "-n", ns, "gpu")
+    apply(kube, resource_quota(ns, "gpu", {MEM: 10000}))
+    forbidden = one_line_error(quota_command(kube, *as_viewer, "-n", ns))
+    user = f"system:serviceaccount:{home}:viewer"
+    assert forbidden.startswith(
+        f"error: forbidden: cannot get leases.coordination.k8s.io hami-quota-{ns} in namespace {home}: "
+    ), forbidden
+    assert f'User "{user}" cannot get resource "leases"' in forbidden
+    listing = one_line_error(quota_command(kube, *as_viewer, "-A"))
+    assert f"cannot list leases.coordination.k8s.io in namespace {home}" in listing
+
+    kube.kubectl("create", "rolebinding", "viewer", "-n", home, f"--role={role}", f"--serviceaccount={home}:viewer")
+    can = ("auth", "can-i", "get", "leases.coordination.k8s.io", "-n", home, f"--as={user}")
+    kube.wait_for(lambda: kube.kubectl(*can, check=False).returncode == 0, 30)
+    fine = quota_command(kube, *as_viewer, "-n", ns)
+    assert fine.returncode == 0 and fine.stdout.split()[:6] == ["RESOURCE", "LIMIT", "USED", "HELD", "FREE", "PODS"]
+
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": f"hami-quota-{ns}", "namespace": home, "annotations": {}},
+    }
+    for text, says in (("{not json", "is not JSON"), ('{"x": {"expires": "soon"}}', "entry 'x' lacks")):
+        lease["metadata"]["annotations"][LEDGER_ANNOTATION] = text
+        apply(kube, lease)
+        broken = one_line_error(quota_command(kube, *as_viewer, "-n", ns))
+        where = f"{home}/hami-quota-{ns}"
+        assert broken.startswith(f"error: quota ledger {where} is malformed: annotation {LEDGER_ANNOTATION}"), broken
+        assert says in broken, broken
+
+
+def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 1 and done.stdout == "", (done.returncode, done.stdout, done.stderr)
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr
+    assert "Traceback" not in done.stderr
+    return done.stderr.strip()
+
+
+def quota_names() -> set[str]:
+    """Every resource a device quota may limit, as the webhook's default settings name them."""
+    from app.settings import Settings
+
+    names = [d.quota_names for d in Settings.from_env({}).devices]
+    return {n for q in names for n in (q.memory, q.cores, q.count) if n}
