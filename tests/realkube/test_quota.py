@@ -56,6 +56,15 @@ def three_webhooks(installed: Installed, webhook: WebhookServer) -> Iterator[Rep
     yield from replicas_of(installed)
 
 
+@pytest.fixture(scope="class")
+def bursts_webhooks(installed: Installed) -> Iterator[Replicas]:
+    """Three processes as `three_webhooks`, shared by the tests of one class (each in namespaces of its own):
+    starting and stopping three replicas and the installed one again costs more than a burst."""
+    yield from replicas_of(installed)
+    if not installed.webhook.running:
+        installed.webhook.start()
+
+
 def quota_namespace(kube: RealKube, room: int, key: str = f"requests.{MEM}") -> str:
     """A fresh namespace with a device quota that fits `room` one-GPU Pods of 1000 MiB, under ``key``."""
     ns = f"e2e-quota-{uuid.uuid4().hex[:8]}"
@@ -105,48 +114,50 @@ def test_exactly_k_of_n_concurrent_creates(installed: Installed, three_webhooks:
     assert len(three_webhooks.connections) == 3 and all(three_webhooks.connections.values())
 
 
-@pytest.mark.parametrize("room", [300, 50])
-def test_300_creates_at_once(installed: Installed, three_webhooks: Replicas, room: int) -> None:
-    """What a Job with high parallelism or a Deployment scale-up does: 300 device Pods at once, 32 clients."""
-    kube = installed.kube
-    ns = quota_namespace(kube, room)
-    try:
-        _, calls = create_at_once(kube, ns, pod("burst-", ONE_GPU), 300, 32)
-        assert refusals(calls) == []
-        assert sum(c.status == 201 for c in calls) == room
-        assert sum(c.quota_denial for c in calls) == 300 - room
-        assert len(stored(kube, ns)) == room
-    finally:
-        kube.kubectl("delete", "namespace", "--wait=false", ns)
+class TestBursts:
+    """Bursts through the same three replicas (`bursts_webhooks`, stopped after the class)."""
 
+    @pytest.mark.parametrize("room", [300, 50])
+    def test_300_creates_at_once(self, installed: Installed, bursts_webhooks: Replicas, room: int) -> None:
+        """What a Job with high parallelism or a Deployment scale-up does: 300 device Pods at once, 32 clients."""
+        kube = installed.kube
+        ns = quota_namespace(kube, room)
+        try:
+            _, calls = create_at_once(kube, ns, pod("burst-", ONE_GPU), 300, 32)
+            assert refusals(calls) == []
+            assert sum(c.status == 201 for c in calls) == room
+            assert sum(c.quota_denial for c in calls) == 300 - room
+            assert len(stored(kube, ns)) == room
+        finally:
+            kube.kubectl("delete", "namespace", "--wait=false", ns)
 
-def test_a_job_with_parallelism_300(installed: Installed, three_webhooks: Replicas) -> None:
-    """The Job controller creates the Pods: exactly those that fit exist, its events carry the quota's message
-    for the others, and none of its creates failed for any other reason (the webhook never failed)."""
-    kube, room = installed.kube, 40
-    ns = quota_namespace(kube, room)
-    template = pod("worker", ONE_GPU, restartPolicy="Never")
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "wide", "namespace": ns},
-        "spec": {"parallelism": 300, "completions": 300, "template": {"spec": template["spec"]}},
-    }
-    try:
-        apply(kube, job)
+    def test_a_job_with_parallelism_300(self, installed: Installed, bursts_webhooks: Replicas) -> None:
+        """The Job controller creates the Pods: exactly those that fit exist, its events carry the quota's message
+        for the others, and none of its creates failed for any other reason (the webhook never failed)."""
+        kube, room = installed.kube, 40
+        ns = quota_namespace(kube, room)
+        template = pod("worker", ONE_GPU, restartPolicy="Never")
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "wide", "namespace": ns},
+            "spec": {"parallelism": 300, "completions": 300, "template": {"spec": template["spec"]}},
+        }
+        try:
+            apply(kube, job)
 
-        def settled() -> list[dict[str, Any]] | None:
-            events = get(kube, "events", "--field-selector", "involvedObject.kind=Job", namespace=ns)["items"]
-            failed = [e for e in events if e["reason"] == "FailedCreate"]
-            return failed if len(stored(kube, ns)) == room and failed else None
+            def settled() -> list[dict[str, Any]] | None:
+                events = get(kube, "events", "--field-selector", "involvedObject.kind=Job", namespace=ns)["items"]
+                failed = [e for e in events if e["reason"] == "FailedCreate"]
+                return failed if len(stored(kube, ns)) == room and failed else None
 
-        failed = kube.wait_for(settled, 120, interval=1)
-        messages = {e["message"] for e in failed}
-        assert any(full(ns, room) in m for m in messages), messages
-        assert all("exceeding resource quota" in m for m in messages), messages
-        assert len(stored(kube, ns)) == room  # and the controller's retries did not squeeze one more in
-    finally:
-        kube.kubectl("delete", "namespace", "--wait=false", ns)
+            failed = kube.wait_for(settled, 120, interval=1)
+            messages = {e["message"] for e in failed}
+            assert any(full(ns, room) in m for m in messages), messages
+            assert all("exceeding resource quota" in m for m in messages), messages
+            assert len(stored(kube, ns)) == room  # and the controller's retries did not squeeze one more in
+        finally:
+            kube.kubectl("delete", "namespace", "--wait=false", ns)
 
 
 # --- crashes in the middle of a burst ---------------------------------------------------------------------------
