@@ -7,4 +7,7 @@ bash scripts/install-hooks.sh # a contributor's commits get the history's rules 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-exec .venv/bin/python -m pytest "$@"
+# One pytest worker per core (pytest-xdist), a module's (or class's) tests kept together so each worker starts a
+# shared control plane at most once: the real-cluster tests leave a core idle half the time, waiting on the API
+# server. `-n 0` runs everything in this process.
+exec .venv/bin/python -m pytest --numprocesses=auto --dist=loadscope "$@"

@@ -56,8 +56,11 @@ def cert_manager_binaries() -> CertManager:
 
 
 @pytest.fixture(scope="module")
-def kube(clusters: Clusters) -> RealKube:
-    return clusters.own(NEWEST, "cert-manager")
+def kube(clusters: Clusters) -> Iterator[RealKube]:
+    """A cluster of its own, stopped after the module (an idle control plane still takes a few % of a core)."""
+    made = clusters.own(NEWEST, "cert-manager")
+    yield made
+    clusters.discard(made)
 
 
 @pytest.fixture(scope="module")

@@ -38,9 +38,12 @@ Obj = dict[str, Any]
 
 
 @pytest.fixture(scope="module", params=sorted({NEWEST, OLDEST}, reverse=True))
-def kube(request: pytest.FixtureRequest, clusters: Clusters) -> RealKube:
-    """A cluster of its own (install and uninstall must not disturb the shared `installed` one)."""
-    return clusters.own(request.param, "install")
+def kube(request: pytest.FixtureRequest, clusters: Clusters) -> Iterator[RealKube]:
+    """A cluster of its own (install and uninstall must not disturb the shared `installed` one), stopped after
+    its version's tests."""
+    made = clusters.own(request.param, "install")
+    yield made
+    clusters.discard(made)
 
 
 def create(kube: RealKube, obj: Obj, check: bool = True) -> subprocess.CompletedProcess[str]:

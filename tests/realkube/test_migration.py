@@ -86,8 +86,11 @@ class StandIn:
 
 
 @pytest.fixture(scope="module")
-def kube(clusters: Clusters) -> RealKube:
-    return clusters.own(NEWEST, "migration")
+def kube(clusters: Clusters) -> Iterator[RealKube]:
+    """A cluster of its own, stopped after the module (an idle control plane still takes a few % of a core)."""
+    made = clusters.own(NEWEST, "migration")
+    yield made
+    clusters.discard(made)
 
 
 @pytest.fixture(scope="module")
