@@ -269,6 +269,19 @@ def guard(request: pytest.FixtureRequest) -> Iterator[None]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     mark(items)
+    heaviest_first(items)
+
+
+def heaviest_first(items: list[pytest.Item]) -> None:
+    """Modules with a cluster test first, then those with a server test, then the rest, each module's tests in
+    their own order: pytest-xdist (scripts/test.sh) hands out whole modules in this order, and a long module
+    handed out last leaves one worker running alone at the end (longest first, the short ones fill the gaps)."""
+    rank: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        found = next((ORDER.index(t) for t in reversed(ORDER) if item.get_closest_marker(t)), 0)
+        rank[module] = max(rank.get(module, 0), found)
+    items.sort(key=lambda item: -rank[item.nodeid.split("::", 1)[0]])  # stable: modules keep their order
 
 
 @pytest.fixture(autouse=True)
