@@ -12,6 +12,8 @@ import pytest
 from scripts.commit_msg import problems
 from testbed import ROOT
 
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
 LONG = "quota: " + "x" * 66
 
 CASES = {

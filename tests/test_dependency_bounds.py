@@ -37,6 +37,8 @@ from testbed.reviews import admission_review
 from testbed.servers import Server, serving_env, stop, wait_ready
 from testbed.tls import client_context
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 
 def requirements(review: bool = True) -> list[Requirement]:
     """setup.cfg's install_requires, and its `review` extra (the preview's CEL: the product's, not the tests',

@@ -1,5 +1,5 @@
-"""The tiers (tests/tiers.py): each test's marker follows from what it uses, and the guard fails a unit test
-that opens a socket or starts a process whatever its code catches."""
+"""The tiers (tests/tiers.py): a module declares the highest tier its tests reach, checked against what they
+use, and the guard fails a unit test that opens a socket or starts a process whatever its code catches."""
 
 from __future__ import annotations
 
@@ -14,15 +14,31 @@ import pytest
 from testbed import ROOT
 from tests.tiers import REACHES
 
-EXAMPLES = """
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
+HEAD = """
 import os
 import socket
 import pytest
 from testbed.servers import gunicorn
-
-
+"""
+UNIT_EXAMPLES = """
 def test_pure():
     assert sorted([2, 1]) == [1, 2]
+
+
+def test_reads_the_environment():
+    assert isinstance(os.environ, os._Environ)
+
+
+def test_hides_its_socket():
+    try:
+        getattr(__import__("so" + "cket"), "socket")().close()
+    except BaseException:
+        pass
+"""
+SERVER_EXAMPLES = """
+pytestmark = pytest.mark.server
 
 
 def test_names_a_socket():
@@ -33,12 +49,11 @@ def test_forks():
     assert callable(os.fork)
 
 
-def test_reads_the_environment():
-    assert isinstance(os.environ, os._Environ)
-
-
 def test_uses_a_server_helper():
     assert callable(gunicorn)
+"""
+CLUSTER_EXAMPLES = """
+pytestmark = pytest.mark.cluster
 
 
 def test_on_a_cluster(bare_kube):
@@ -47,13 +62,6 @@ def test_on_a_cluster(bare_kube):
 
 def test_builds_with_go(go_toolchain):
     pass
-
-
-def test_hides_its_socket():
-    try:
-        getattr(__import__("so" + "cket"), "socket")().close()
-    except BaseException:
-        pass
 """
 
 
@@ -84,8 +92,11 @@ def test_every_name_that_sets_a_tier_exists(name: str) -> None:
     assert exists(name)
 
 
-def run_marked(tmp_path: Path, marker: str, *args: str) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "test_examples.py").write_text(textwrap.dedent(EXAMPLES))
+def run_marked(tmp_path: Path, marker: str, *args: str, **modules: str) -> subprocess.CompletedProcess[str]:
+    """pytest on sample modules (name -> body, after HEAD's imports), selecting ``marker``."""
+    chosen = modules or {"unit": UNIT_EXAMPLES, "server": SERVER_EXAMPLES, "cluster": CLUSTER_EXAMPLES}
+    for name, body in chosen.items():
+        (tmp_path / f"test_{name}_examples.py").write_text(textwrap.dedent(HEAD + body))
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "-m", marker, *args, str(tmp_path)]
     command += ["--rootdir", str(ROOT), "-c", str(ROOT / "setup.cfg"), "--confcutdir", str(tmp_path)]
     command += ["-p", "tests.tiers", "-p", "tests.realkube.fixtures"]
@@ -109,6 +120,27 @@ def test_each_test_gets_the_tier_of_what_it_uses(tmp_path: Path, marker: str, se
 def test_a_unit_test_that_opens_a_socket_fails_even_if_it_catches_everything(tmp_path: Path) -> None:
     done = run_marked(tmp_path, "unit")
     assert done.returncode == 1, done.stdout
-    assert "PASSED test_examples.py::test_pure" in done.stdout
-    assert "ERROR test_examples.py::test_hides_its_socket" in done.stdout
+    assert "PASSED test_unit_examples.py::test_pure" in done.stdout
+    assert "ERROR test_unit_examples.py::test_hides_its_socket" in done.stdout
     assert "opened a socket or started a process (socket.__new__)" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (
+            UNIT_EXAMPLES + CLUSTER_EXAMPLES.replace("pytestmark = pytest.mark.cluster", ""),
+            "declares unit, its tests reach cluster (test_on_a_cluster): put `pytestmark = pytest.mark.cluster` at",
+        ),
+        (
+            "pytestmark = pytest.mark.server\n" + UNIT_EXAMPLES,
+            "declares server, its tests reach unit: drop its pytestmark",
+        ),
+    ],
+    ids=["undeclared", "declared-too-high"],
+)
+def test_a_module_declares_the_highest_tier_its_tests_reach(tmp_path: Path, body: str, says: str) -> None:
+    """The declaration a reader sees is checked against what the tests use: a wrong one stops the run."""
+    done = run_marked(tmp_path, "unit", "--collect-only", "-q", mixed=body)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert f"test_mixed_examples.py: {says}" in done.stderr, done.stderr

@@ -211,12 +211,45 @@ def tier_of_item(item: pytest.Function, reach: Reach) -> str:
 
 
 def mark(items: list[pytest.Item]) -> None:
-    """Give every collected test its tier's marker (a test already marked with a tier by hand keeps it)."""
+    """Check each module's declared tier against what its tests use, and mark a module's tests with no
+    declaration ``unit``. A module whose tests reach beyond ``unit`` declares its highest tier at its top
+    (``pytestmark = pytest.mark.server``), so a reader sees it; one declared higher or lower than its tests reach
+    stops the run, naming the module and the declaration it needs."""
     reach = Reach()
+    highest_of: dict[str, str] = {}
+    reached_by: dict[str, str] = {}
     for item in items:
-        if not isinstance(item, pytest.Function) or any(item.get_closest_marker(t) for t in ORDER):
+        if not isinstance(item, pytest.Function):
             continue
-        item.add_marker(getattr(pytest.mark, tier_of_item(item, reach)))
+        module = item.nodeid.split("::", 1)[0]
+        tier = tier_of_item(item, reach)
+        if ORDER.index(tier) > ORDER.index(highest_of.get(module, UNIT)):
+            highest_of[module], reached_by[module] = tier, item.name
+        else:
+            highest_of.setdefault(module, UNIT)
+    wrong = []
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        if module not in highest_of:
+            continue
+        declared = declared_tier(item)
+        if declared != highest_of[module]:
+            wrong.append(f"{module}: declares {declared}, its tests reach {highest_of[module]}"
+                         f"{f' ({reached_by[module]})' if module in reached_by else ''}: "
+                         + (f"put `pytestmark = pytest.mark.{highest_of[module]}` at its top"
+                            if highest_of[module] != UNIT else "drop its pytestmark"))  # fmt: skip
+            highest_of.pop(module)
+        elif declared == UNIT:
+            item.add_marker(pytest.mark.unit)
+    if wrong:
+        raise pytest.UsageError("tiers (tests/tiers.py):\n  " + "\n  ".join(wrong))
+
+
+def declared_tier(item: pytest.Item) -> str:
+    """The tier a test's module declares with its ``pytestmark`` (``unit`` when it declares none)."""
+    marks = getattr(getattr(item, "module", None), "pytestmark", [])
+    named = [m.name for m in (marks if isinstance(marks, list) else [marks]) if m.name in ORDER]
+    return named[0] if named else UNIT
 
 
 class Guard:

@@ -18,6 +18,8 @@ from app.cli import main
 from testbed.ports import free_port
 from testbed.servers import stop
 
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
 GPU_POD = """\
 apiVersion: v1
 kind: Pod

@@ -14,6 +14,8 @@ import pytest
 
 from testbed import ROOT
 
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
 HEAVY = ("flask", "werkzeug", "kubernetes", "gunicorn")
 PROBE = """
 import json, os, sys

@@ -15,6 +15,8 @@ from testbed.pods import container, pod
 from testbed.reviews import admission_review
 from tests.app.served import Served, serve
 
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
 GPU = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}
 FORGED = 'x\n[2026-01-01T00:00:00.000Z] [1] [INFO] review uid=forged allowed=true code=200 "'
 REVIEW_FIELDS = {"uid", "namespace", "pod", "generateName", "operation", "allowed", "code", "reason", "message"}

@@ -22,6 +22,8 @@ from testbed.ports import taken_port
 from testbed.reviews import admission_review
 from tests.app.served import Served, sample, serve
 
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
 GPU = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}
 
 

@@ -18,6 +18,8 @@ from testbed.ports import free_port, taken_port
 from testbed.servers import Server, stop, wait_ready
 from testbed.tls import client_context
 
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
 SCRIPT = ROOT / "scripts" / "run-local.sh"
 DECODER = re.compile(r"^\s*(\| python3 -c .*)$", re.M)
 

@@ -13,6 +13,8 @@ import pytest
 
 from testbed import ROOT
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 
 def test_smoke_run_prints_every_part_and_writes_results(tmp_path: Path, go_toolchain: str) -> None:
     """Parts 4 and 5 start control planes and HAMi's webhook, built with Go: without it the run skips."""

@@ -15,6 +15,8 @@ from testbed.ports import free_port
 from tests.certgen.helpers import CA_SECRET, HOSTS, SECRET, Certgen, Cluster, json_lines, read_secret
 from tests.realkube.faults import FaultyProxy
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 NAMESPACE, WEBHOOK = "hami-system", "hami-webhook"  # for command lines refused before any request
 CREATE = ("create", "--namespace", NAMESPACE, "--secret-name", SECRET)
 PATCH = ("patch", "--namespace", NAMESPACE, "--secret-name", SECRET, "--webhook-name", WEBHOOK)

@@ -37,6 +37,8 @@ from tests.certgen.helpers import (
 )
 from tests.realkube.faults import FaultyProxy
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 DAY = timedelta(days=1)
 
 

@@ -31,6 +31,8 @@ from tests.certgen.helpers import (
 )
 from tests.realkube.faults import FaultyProxy
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 MATERIAL = issue(HOSTS, now=datetime.now(UTC))
 
 

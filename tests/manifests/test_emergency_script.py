@@ -24,6 +24,8 @@ from testbed.ports import free_port
 from tests.manifests.conftest import Obj, create, kubectl_env, one
 from tests.realkube.faults import FaultyProxy
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 SCRIPT = ROOT / "scripts" / "emergency-failure-policy.sh"
 MWC = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")
 DEFAULT = "hami-webhook-pods"  # the configuration the script switches when given no --name

@@ -17,6 +17,8 @@ from certgen.resources import desired_webhooks
 from testbed import ROOT
 from tests.manifests.conftest import Obj, find, kustomize, one, write_overlay
 
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
 GITOPS = ROOT / "docs" / "gitops.md"
 MWC = "MutatingWebhookConfiguration"
 

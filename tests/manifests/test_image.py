@@ -17,6 +17,8 @@ import yaml
 
 from testbed import ROOT
 
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
 DOCKERFILE = ROOT / "Dockerfile"
 CONSTRAINTS = ROOT / "constraints.txt"
 

@@ -24,6 +24,8 @@ from testbed.cluster import RealKube, kubectl_binary
 from tests.manifests.conftest import MANIFESTS, Obj, create, kubectl_env, kustomize, one, write_overlay
 from tests.realkube.faults import FaultyProxy
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 SCRIPT = ROOT / "scripts" / "migrate-from-hami.sh"
 MWC = ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")
 CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").decode()

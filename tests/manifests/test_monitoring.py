@@ -14,6 +14,8 @@ from app.preview.policies import GUARD, REVIEWED, ROUTED
 from testbed import ROOT
 from tests.manifests.conftest import Obj, kustomize, one, write_overlay
 
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
 DASHBOARD = ROOT / "docs" / "grafana-dashboard.json"
 # The API server's own (docs/operations.md)
 APISERVER = {"apiserver_admission_webhook_fail_open_count", "apiserver_validating_admission_policy_check_total"}

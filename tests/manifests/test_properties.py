@@ -16,6 +16,8 @@ from testbed import ROOT
 from testbed import version as project_version
 from tests.manifests.conftest import MANIFESTS, NAMESPACE, Obj, containers, find, one, pod_specs
 
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
 MODES = ["certgen", "cert-manager", "manual"]
 WEBHOOK_LABELS = {"app.kubernetes.io/name": "hami-webhook", "app.kubernetes.io/component": "webhook"}
 SERVICE_HOSTS = {

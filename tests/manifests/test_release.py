@@ -19,6 +19,8 @@ import yaml
 
 from testbed import ROOT, version
 
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
 ACTIONLINT = "github.com/rhysd/actionlint/cmd/actionlint@v1.7.12"
 

@@ -12,6 +12,8 @@ from app.admission.devices.config import chart_defaults, load_device_config
 from app.preview.scope import load_scope
 from tests.manifests.conftest import MANIFESTS, Obj, one
 
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
 # The oldest supported minor (matchConditions are GA since 1.30), a recent one, and the newest the package ships.
 VERSIONS = ("1.30.0", "1.34.0", kubernetes_validate.latest_version())
 # Cluster-scoped like the webhook configuration, though kustomize does not know it (the base undoes its namespace).

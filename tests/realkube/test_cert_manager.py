@@ -29,6 +29,8 @@ from testbed.tls import client_context
 from tests.manifests.conftest import NAMESPACE, write_overlay
 from tests.realkube.fixtures import CI, NEWEST, Clusters
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 SERVING = "hami-webhook-serving"
 
 

@@ -15,6 +15,8 @@ import pytest
 from testbed.cluster import RealKube
 from testbed.install import Installed
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 MEM = "nvidia.com/gpumem"
 Obj = dict[str, Any]
 

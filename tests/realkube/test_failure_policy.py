@@ -15,6 +15,8 @@ from testbed.api import GPU, create, pod
 from testbed.cluster import kubectl_binary
 from testbed.install import CONFIGURATION, Installed, WebhookServer, get, run_certgen
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 
 def policy(installed: Installed) -> str:
     (hook,) = get(installed.kube, "mutatingwebhookconfiguration", CONFIGURATION)["webhooks"]

@@ -45,6 +45,8 @@ from tests.realkube.hami_scheduler import (
     updates_after_allocate,
 )
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 Obj = dict[str, Any]
 NODES = ("gpu-node-1", "gpu-node-2")
 PODS = 3

@@ -34,6 +34,8 @@ from tests.manifests.conftest import MANIFESTS, NAMESPACE, README, kustomize, ma
 from tests.realkube.fixtures import NEWEST, OLDEST, Clusters
 from tests.realkube.test_match_conditions import calls
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 Obj = dict[str, Any]
 
 

@@ -23,6 +23,8 @@ from testbed.cluster import RealKube
 from testbed.install import CONFIGURATION, WEBHOOK, Installed
 from testbed.pods import pod as build_pod
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 VENDOR_RESOURCES = sorted(
     {
         name

@@ -34,6 +34,8 @@ from tests.manifests.test_migrate_script import hamis
 from tests.realkube.fixtures import NEWEST, Clusters
 from tests.realkube.test_match_conditions import metric
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 Obj = dict[str, Any]
 HAMI = "vgpu.hami.io"
 OURS = "pods.hami.io"

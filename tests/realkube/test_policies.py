@@ -37,6 +37,8 @@ from tests.realkube.hami_scheduler import (
 )
 from tests.realkube.sidecar import LABEL, sidecar_injector
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 FORGED = {
     "hami.io/bind-time": "1757923200",
     "hami.io/bind-phase": "allocating",

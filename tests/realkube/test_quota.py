@@ -32,6 +32,8 @@ from tests.realkube.faults import FaultyProxy
 from tests.realkube.fixtures import CI
 from tests.realkube.service import ReadyService
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 MEM = "nvidia.com/gpumem"
 ONE_GPU = {"nvidia.com/gpu": "1", MEM: "1000"}  # K of these fit in a quota of K * 1000
 

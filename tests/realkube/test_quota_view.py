@@ -31,6 +31,8 @@ from testbed.install import Installed, WebhookServer, apply
 from testbed.replicas import Replicas, start_replicas
 from tests.manifests.test_monitoring import DASHBOARD, selectors
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
 GAUGES = ("hami_webhook_quota_limit", "hami_webhook_quota_used", "hami_webhook_quota_held")
 BIN = Path(sys.executable).parent  # hami-webhook and kubectl-hami, as the package installs them

@@ -26,6 +26,8 @@ from testbed.install import (
     run_certgen,
 )
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 
 def forbidden(call: Callable[[], Any]) -> str:
     with pytest.raises(ApiException) as caught:

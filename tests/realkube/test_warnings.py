@@ -17,6 +17,8 @@ import pytest
 from testbed import ROOT
 from testbed.install import Installed, WebhookServer
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 
 def documented_example() -> tuple[str, list[str], list[str]]:
     """The example's train.yaml, what kubectl prints for it, and what it prints with strict annotations."""

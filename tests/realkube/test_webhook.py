@@ -22,6 +22,8 @@ from testbed.install import (
     run_certgen,
 )
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 
 @pytest.fixture
 def ns(any_installed: Installed) -> str:

@@ -26,6 +26,8 @@ from testbed.cluster import RealKube
 from testbed.install import Installed, WebhookServer
 from tests.realkube.test_match_conditions import metric
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 Obj = dict[str, Any]
 WORKLOADS = "workloads.hami.io"
 MEM = "nvidia.com/gpumem"

@@ -17,6 +17,8 @@ from testbed.pods import container, pod
 from testbed.reviews import admission_review, run
 from tests.app.served import Served, sample, serve
 
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
 NVIDIA_ENV = {"nvidia": {"overwriteEnv": True}}
 ASCEND = {"HAMI_ENABLE_ASCEND": "true"}
 ILUVATAR = {"HAMI_ENABLE_ILUVATAR": "true"}

@@ -14,6 +14,8 @@ from app.kube.config import load_configuration
 from app.kube.errors import NOT_FOUND, ApiError, describe
 from testbed.cluster import RealKube
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 
 @pytest.fixture
 def api_client(bare_kube: RealKube, monkeypatch: pytest.MonkeyPatch) -> Iterator[client.ApiClient]:

@@ -18,6 +18,8 @@ import yaml
 from testbed import ROOT
 from testbed.pods import container
 
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
 HAMI_WEBHOOK = Path(sys.executable).with_name("hami-webhook")
 WEBHOOK_CONFIGURATION = ROOT / "manifests/base/mutatingwebhookconfiguration.yaml"
 NOT_IN_KUBE_SYSTEM = (

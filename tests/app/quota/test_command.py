@@ -11,10 +11,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from app.admission.edit import PodEdit
 from testbed.pods import container, pod
 from testbed.polling import eventually
 from tests.app.quota.conftest import GPU, MEM, Cluster
+
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
 
 
 def gpu_pod(name: str, devices: int, memory: int) -> dict[str, Any]:

@@ -20,6 +20,8 @@ from app.quota.core.decision import SHARE, SLACK, WINDOW, Ask, Burst, Grant, Rul
 from app.quota.core.encoding import LEDGER_ANNOTATION, MAX_LEDGER_BYTES, LedgerEntry, snapshot
 from testbed import ROOT
 
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
 MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
 WALL, NOW, TTL = 1_700_000_000.0, 500.0, 60.0
 

@@ -16,6 +16,8 @@ from testbed.polling import eventually
 from tests.app.quota.conftest import GPU, MEM, Cluster, in_use, unique
 from tests.realkube.faults import Request
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 
 def gpu_pod(name: str, memory: int) -> dict[str, Any]:
     obj = pod(container(limits={GPU: "1", MEM: str(memory)}))

@@ -4,11 +4,14 @@ scrape."""
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import REGISTRY, generate_latest
 
 from testbed.pods import container, pod
 from testbed.polling import eventually
 from tests.app.quota.conftest import GPU, MEM, Cluster
+
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
 
 
 def test_a_scrape_makes_no_api_call(cluster: Cluster, start_quota) -> None:

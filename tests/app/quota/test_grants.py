@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from prometheus_client import REGISTRY
 
 from app.admission.review import QUOTA_RESERVATION_ANNOTATION
@@ -13,6 +14,8 @@ from app.quota.core.encoding import WANTED_ANNOTATION
 from testbed.pods import container, pod
 from testbed.reviews import Outcome, run
 from tests.app.quota.conftest import GPU, MEM, Cluster
+
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
 
 ROOM = 100  # Pods of 1000 MiB
 

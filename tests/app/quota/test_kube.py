@@ -33,6 +33,8 @@ from testbed.servers import gunicorn, stop, wait_ready
 from testbed.tls import client_context
 from tests.app.quota.conftest import GPU, MEM, Cluster, in_use, resource_quota, unique
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 Admit = Callable[..., Outcome]
 
 

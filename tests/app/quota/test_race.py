@@ -35,6 +35,8 @@ from testbed.servers import stop
 from testbed.tls import client_context
 from tests.app.quota.conftest import GPU, MEM, resource_quota, unique
 
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
 KS = (1, 3, 7, 12, 25)  # per round, in a namespace of its own: how many Pods of 1000 MiB fit
 N = 60  # admissions fired at once per namespace
 WEBHOOKS, WORKERS = 3, "2"

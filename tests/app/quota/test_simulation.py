@@ -18,7 +18,11 @@ import os
 import random
 from concurrent.futures import ProcessPoolExecutor
 
+import pytest
+
 from tests.app.quota.simulation import Simulation
+
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
 
 SCHEDULES = int(os.environ.get("SIM_SCHEDULES", "4000"))
 """Schedules per run: 4,000 take 38 s on this project's 2-core machine (74 s of CPU); 10,000 took 83 s."""

@@ -21,6 +21,8 @@ from app.settings import Settings
 from testbed.pods import container, pod
 from testbed.reviews import admission_review, decode_patch
 
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
 
 @pytest.fixture
 def client(settings):

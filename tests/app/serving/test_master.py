@@ -23,6 +23,8 @@ from testbed.reviews import admission_review, redirected
 from testbed.servers import Server, gunicorn, serving_env, stop, wait_ready
 from testbed.tls import client_context
 
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
 SERVICE_NAME = "hami-webhook.hami-system.svc"
 
 

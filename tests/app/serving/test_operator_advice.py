@@ -7,12 +7,15 @@ import base64
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from certgen.local import LocalFiles
 from testbed.pods import container, pod
 from testbed.reviews import admission_review
 from tests.app.served import serve
+
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
 
 ASCEND = {"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "16384"}
 

@@ -12,11 +12,15 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from certgen.local import LocalFiles, write_local
 from testbed.ports import free_port
 from testbed.servers import gunicorn, stop, wait_ready
 from testbed.tls import client_context
 from tests.app.serving.test_transport import REVIEW
+
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
 
 REFUSED = "serving certificate change refused, still serving the previous one"
 

@@ -17,6 +17,8 @@ from testbed.servers import gunicorn, wait_ready
 from testbed.tls import client_context
 from tests.app.serving.test_transport import REVIEW
 
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
 
 # CPython's wrap_socket leaks the SSLSocket it made when the connection was reset before it (its check for data
 # sent before the handshake re-raises ECONNRESET without closing it): the reset this test counts apart.

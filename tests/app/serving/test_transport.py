@@ -25,6 +25,8 @@ from testbed.servers import gunicorn, stop, wait_ready
 from testbed.tls import client_context
 from tests.app.served import serve
 
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
 REVIEW = json.dumps(admission_review(pod(container(limits={"nvidia.com/gpu": "1"})), uid="u1")).encode()
 HEAD = b"POST /webhook HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
 

@@ -42,6 +42,8 @@ from testbed.pods import container, pod
 from testbed.reviews import admission_review
 from testbed.tls import client_context
 
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
 REVIEW = json.dumps(admission_review(pod(container(limits={"nvidia.com/gpu": "1"})), uid="u1")).encode()
 HEAD = b"POST /webhook HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
 
