@@ -84,7 +84,7 @@ def collect(args: argparse.Namespace, load: Callable[[argparse.Namespace], Quota
     from app.kube.config import load_configuration
     from app.quota.core.limits import quota_factors
     from app.quota.core.standing import standing
-    from app.quota.feed.tables import PodTable, QuotaTable
+    from app.quota.feed.tables import PodTable, QuotaTable, say_uncounted
 
     try:
         settings = load(args)
@@ -110,7 +110,7 @@ def collect(args: argparse.Namespace, load: Callable[[argparse.Namespace], Quota
         pods = PodTable(settings.devices, forget_after=0)
         namespaces = sorted(quotas.namespaces())
         for name in namespaces:
-            pods.replace(name, reads.pods(name))
+            say_uncounted(pods.replace(name, reads.pods(name)))
         ledgers = reads.ledgers(namespaces)
         # A reader that just started: every entry is new to it, and holds its room for its whole life from now.
         now, ttl = time.monotonic(), settings.quota_reservation_ttl

@@ -28,7 +28,7 @@ from app.quota.core.decision import Sight, Taken
 from app.quota.core.encoding import MANAGED_BY, Snapshot, resource_version
 from app.quota.core.standing import Standing, standing
 from app.quota.feed.stream import Stream, Streams
-from app.quota.feed.tables import LedgerTable, PodTable, QuotaTable
+from app.quota.feed.tables import LedgerTable, PodTable, QuotaTable, say_found_at_start, say_uncounted
 
 log = logging.getLogger("hami_webhook.quota")
 GAUGES_EVERY = 1.0  # seconds between refreshes of the quota gauges (published only when they changed)
@@ -40,7 +40,8 @@ class Feed:
 
     ``_lock`` guards the tables and what the feed knows of its streams: which namespaces' Pods are watched and how
     far each has been seen, and when each stream broke or was last answered. Every method takes it once (a wait lets
-    it go while it waits); nothing else is locked or called out (streams started, metrics set) while it is held."""
+    it go while it waits); nothing else is locked or called out (streams started, metrics set, lines logged) while it
+    is held."""
 
     def __init__(
         self, api_client: client.ApiClient, devices: Sequence[Device], *, forget_after: float, home: str
@@ -208,8 +209,9 @@ class Feed:
 
     def _ledgers_listed(self, stream: Stream, items: list[dict[str, Any]], rv: str) -> None:
         with self._lock:
-            self.ledgers.replace(items)
+            found = self.ledgers.replace(items)
             self._ledgers_moved.notify_all()
+        say_found_at_start(found)
 
     def _ledger_event(self, stream: Stream, kind: str, obj: Mapping[str, Any], rv: str) -> None:
         if kind == "BOOKMARK":
@@ -222,10 +224,11 @@ class Feed:
         with self._lock:
             if self._pod_streams.get(stream.namespace) is not stream:
                 return  # its namespace's quota went meanwhile
-            self.pods.replace(stream.namespace, items)
+            uncounted = self.pods.replace(stream.namespace, items)
             self._pods_at[stream.namespace] = max(resource_version(rv), 0)
             self._pods_moved.notify_all()
             synced = self._first_sync()
+        say_uncounted(uncounted)
         if synced:
             self._synced.set()
 
@@ -233,10 +236,11 @@ class Feed:
         with self._lock:
             if self._pod_streams.get(stream.namespace) is not stream:
                 return
-            if kind != "BOOKMARK":
-                self.pods.apply(kind, obj)
+            uncounted = self.pods.apply(kind, obj) if kind != "BOOKMARK" else None
             self._pods_at[stream.namespace] = max(resource_version(rv), 0)
             self._pods_moved.notify_all()
+        if uncounted is not None:
+            say_uncounted([uncounted])
 
     def _health(self, stream: Stream) -> None:
         """The stream was answered, or broke: what readiness and the sync gauges read."""

@@ -3,8 +3,10 @@ reservation's Pods took, the device limits per ResourceQuota, and the newest led
 
 Rules: docs/rules.md#usage-is-counted-by-the-webhook, #limits-come-from-every-resourcequota.
 
-No I/O: app/quota/feed/feed.py's streams write these tables under its lock and read them for the decision;
-the simulation (tests/app/quota/simulation.py) drives the same tables against a model.
+No I/O, and no logging: app/quota/feed/feed.py's streams write these tables under its lock and read them for the
+decision, so what a table has to say (a Pod it cannot count, ledger entries found at start) is returned, and said by
+the caller after the lock (``say_uncounted``, ``say_found_at_start``); logging takes a lock of its own. The
+simulation (tests/app/quota/simulation.py) drives the same tables against a model.
 """
 
 from __future__ import annotations
@@ -31,6 +33,30 @@ TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 log = logging.getLogger("hami_webhook.quota")
 
 
+@dataclass(frozen=True, slots=True)
+class Uncounted:
+    """A stored Pod the arithmetic refuses: it counts nothing, and whoever applied it says which."""
+
+    namespace: str
+    name: str
+    reason: str
+
+
+def say_uncounted(uncounted: Iterable[Uncounted]) -> None:
+    for pod in uncounted:
+        log.warning("quota: cannot count pod %s/%s: %s", pod.namespace, pod.name, pod.reason)
+
+
+def say_found_at_start(found: int) -> None:
+    """What ``LedgerTable.replace`` returned: entries a process's first list found count as new (said once)."""
+    if found:
+        log.info(
+            "quota: %d ledger entries found at start count as new: this process never saw them written, "
+            "so their room is held for up to one TTL from now",
+            found,
+        )
+
+
 @dataclass(slots=True)
 class _Pod:
     namespace: str
@@ -54,23 +80,33 @@ class PodTable:
         self._taken: dict[tuple[str, str], Taken] = {}
         self._forget: deque[tuple[float, tuple[str, str]]] = deque()
 
-    def replace(self, namespace: str, items: Iterable[Mapping[str, Any]]) -> None:
-        """The namespace's Pods are now exactly ``items`` (a fresh list)."""
-        fresh = {uid: pod for uid, pod in (self._summary(o) for o in items) if pod is not None}
+    def replace(self, namespace: str, items: Iterable[Mapping[str, Any]]) -> list[Uncounted]:
+        """The namespace's Pods are now exactly ``items`` (a fresh list); returns those it could not count."""
+        fresh: dict[str, _Pod] = {}
+        uncounted = []
+        for uid, pod in (self._summary(o) for o in items):
+            if isinstance(pod, _Pod):
+                fresh[uid] = pod
+            elif pod is not None:
+                uncounted.append(pod)
         for uid in self._by_namespace.get(namespace, set()) - set(fresh):
             self._remove(uid)
         for uid, pod in fresh.items():
             if uid not in self._pods:
                 self._add(uid, pod)
+        return uncounted
 
-    def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+    def apply(self, kind: str, obj: Mapping[str, Any]) -> Uncounted | None:
+        """One watch event; returns the Pod if it could not be counted."""
         uid = (obj.get("metadata") or {}).get("uid") or ""
         if kind == "DELETED" or (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
             self._remove(uid)
         elif uid not in self._pods:  # device requests are immutable: a known Pod's summary stands
             _, pod = self._summary(obj)
-            if pod is not None:
-                self._add(uid, pod)
+            if not isinstance(pod, _Pod):
+                return pod
+            self._add(uid, pod)
+        return None
 
     def forget_namespace(self, namespace: str) -> None:
         """The namespace is no longer watched (its device quota is gone)."""
@@ -91,16 +127,15 @@ class PodTable:
     def __len__(self) -> int:
         return len(self._pods)
 
-    def _summary(self, obj: Mapping[str, Any]) -> tuple[str, _Pod | None]:
+    def _summary(self, obj: Mapping[str, Any]) -> tuple[str, _Pod | Uncounted | None]:
         meta = obj.get("metadata") or {}
         uid = meta.get("uid") or ""
         if (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
             return uid, None
         try:
             amounts = pod_amounts(obj, self._devices)
-        except Exception as exc:  # a stored Pod the arithmetic refuses counts nothing; say which
-            log.warning("quota: cannot count pod %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
-            return uid, None
+        except Exception as exc:  # a stored Pod the arithmetic refuses counts nothing; the caller says which
+            return uid, Uncounted(meta.get("namespace") or "", meta.get("name") or "", str(exc))
         if not amounts:
             return uid, None
         reservation = (meta.get("annotations") or {}).get(QUOTA_RESERVATION_ANNOTATION) or ""
@@ -150,7 +185,7 @@ class _Relisted(abc.ABC):
 
     _by_namespace: dict[str, Any]
 
-    def replace(self, items: Iterable[Mapping[str, Any]]) -> None:
+    def _rebuild(self, items: Iterable[Mapping[str, Any]]) -> None:
         self._by_namespace = {}
         for obj in items:
             self.apply("ADDED", obj)
@@ -165,6 +200,9 @@ class QuotaTable(_Relisted):
     def __init__(self, devices: Sequence[Device]) -> None:
         self._factors = quota_factors(devices)
         self._by_namespace: dict[str, dict[str, Amounts]] = {}
+
+    def replace(self, items: Iterable[Mapping[str, Any]]) -> None:
+        self._rebuild(items)
 
     def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -202,20 +240,16 @@ class LedgerTable(_Relisted):
         self._first_seen: dict[str, dict[str, float]] = {}  # namespace -> entry id -> first sight here
         self._listed = False
 
-    def replace(self, items: Iterable[Mapping[str, Any]]) -> None:
+    def replace(self, items: Iterable[Mapping[str, Any]]) -> int:
         """A fresh list: first sights of entries still there stand. What the first list of a process finds
-        counts as new (its room held up to one TTL longer than its writer meant); said once."""
-        super().replace(items)
+        counts as new (its room held up to one TTL longer than its writer meant): returns how many entries that
+        is, on the first list only (``say_found_at_start``), else 0."""
+        self._rebuild(items)
         self._first_seen = {ns: seen for ns, seen in self._first_seen.items() if ns in self._by_namespace}
-        if not self._listed:
-            self._listed = True
-            found = sum(len(s.entries) for s in self._by_namespace.values())
-            if found:
-                log.info(
-                    "quota: %d ledger entries found at start count as new: this process never saw them written, "
-                    "so their room is held for up to one TTL from now",
-                    found,
-                )
+        if self._listed:
+            return 0
+        self._listed = True
+        return sum(len(s.entries) for s in self._by_namespace.values())
 
     def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}

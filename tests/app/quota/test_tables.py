@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from app.quota.core.encoding import LEDGER_ANNOTATION, LEDGER_PREFIX
-from app.quota.feed.tables import LedgerTable
+from app.quota.feed.tables import LedgerTable, PodTable, say_found_at_start, say_uncounted
+from app.settings import Settings
 
 
 def lease(rv: int, *ids: str, namespace: str = "ai") -> dict[str, Any]:
@@ -37,14 +38,44 @@ def test_an_entry_is_first_seen_when_a_ledger_holding_it_first_arrives() -> None
     assert table.first_seen("ai") == {} and table.get("ai") is None
 
 
-def test_what_the_first_list_finds_counts_as_new_and_is_said_once(caplog: pytest.LogCaptureFixture) -> None:
+def test_what_the_first_list_finds_counts_as_new_and_is_returned_once(caplog: pytest.LogCaptureFixture) -> None:
     table = LedgerTable(lambda: 7.0)
     with caplog.at_level(logging.INFO, logger="hami_webhook.quota"):
-        table.replace([lease(5, "a", "b"), lease(6, "c", namespace="ml")])
-        table.replace([lease(7, "a", "b", "d")])
+        found = [
+            table.replace([lease(5, "a", "b"), lease(6, "c", namespace="ml")]),
+            table.replace([lease(7, "a", "b", "d")]),
+        ]
+        for each in found:
+            say_found_at_start(each)
+    assert found == [3, 0]
     assert table.first_seen("ai") == {"a": 7.0, "b": 7.0, "d": 7.0}
     said = [r.getMessage() for r in caplog.records if "found at start" in r.getMessage()]
     assert said == [
         "quota: 3 ledger entries found at start count as new: this process never saw them written, so their room "
         "is held for up to one TTL from now"
     ]
+
+
+def test_a_pod_the_arithmetic_refuses_counts_nothing_and_is_returned_to_be_said(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The table logs nothing itself: the feed calls it under its lock and says what it returned after."""
+    table = PodTable(Settings.from_env({}).devices, forget_after=60.0)
+
+    def gpu_pod(uid: str, memory: str) -> dict[str, Any]:
+        limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": memory}
+        meta = {"uid": uid, "namespace": "ai", "name": f"p-{uid}", "resourceVersion": "3"}
+        return {"metadata": meta, "spec": {"containers": [{"name": "c", "resources": {"limits": limits}}]}}
+
+    with caplog.at_level(logging.DEBUG, logger="hami_webhook.quota"):
+        listed = table.replace("ai", [gpu_pod("a", "1000"), gpu_pod("b", "1e400")])
+        watched = table.apply("ADDED", gpu_pod("c", "x"))
+        assert table.apply("ADDED", gpu_pod("d", "500")) is None
+    assert caplog.records == []
+    assert [(u.namespace, u.name) for u in listed] == [("ai", "p-b")] and "out of range" in listed[0].reason
+    assert watched is not None and watched.name == "p-c" and "not a valid quantity" in watched.reason
+    assert table.used("ai") == {"nvidia.com/gpu": 2, "nvidia.com/gpumem": 1500} and table.count("ai") == 2
+    with caplog.at_level(logging.WARNING, logger="hami_webhook.quota"):
+        say_uncounted([*listed, watched])
+    said = [r.getMessage() for r in caplog.records]
+    assert [line.split(": ")[1] for line in said] == ["cannot count pod ai/p-b", "cannot count pod ai/p-c"]
