@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install libfaketime (Debian/Ubuntu's `faketime`), which the quota's clock test preloads into one webhook replica
-# to move its clocks (tests/realkube/test_quota.py), when it is missing (needs root); print the library's path.
+# to move its clocks (tests/realkube/test_quota_clock.py), when it is missing (needs root); print the library's path.
 set -euo pipefail
 # shellcheck source=scripts/lib/apt.sh
 . "$(dirname "$0")/lib/apt.sh"

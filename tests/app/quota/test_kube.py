@@ -282,7 +282,7 @@ def test_a_replica_cut_off_from_the_api_server_steps_aside(cluster: Cluster, sta
     """A black-holed network (nothing copied, nothing closed): within seconds the port says the API server is
     lost, /readyz turns unready, the worker is told to shed its connections, and an admission into the quota'd
     namespace is refused at once saying so (one elsewhere still fits). Healed by resuming what was held (the
-    partition test of tests/realkube/test_quota.py heals both ways), it is ready again once its streams
+    partition test, tests/realkube/test_quota_partition.py, heals both ways), it is ready again once its streams
     answered, and admits."""
     cluster.quota({f"limits.{MEM}": "4000"})
     port, settings = start_quota()
