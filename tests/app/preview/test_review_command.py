@@ -1,8 +1,11 @@
-"""``hami-webhook review`` as an admin runs it: the installed entry point, on HAMi's own examples and on what
-kubectl prints (workloads, Lists, live Pods, the device ConfigMap), with the webhook configuration's scope."""
+"""``hami-webhook review`` as an admin runs it, on HAMi's own examples and on what kubectl prints (workloads, Lists,
+live Pods, the device ConfigMap), with the webhook configuration's scope: its ``main`` with a clean environment,
+and the installed entry point reading standard input."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -10,11 +13,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import jsonpatch
 import pytest
 import yaml
 
+from app import cli
 from testbed import ROOT
 from testbed.pods import container
 
@@ -43,19 +48,31 @@ class Run:
         return [d for d in yaml.safe_load_all(self.out) if d is not None]
 
 
-def review(*args: str | Path, stdin: str | None = None, **env: str) -> Run:
-    """The installed ``hami-webhook review`` with ``args``; HAMI_* variables of the test run do not leak in."""
+def review(*args: str | Path, stdin: str | None = None, installed: bool = False, **env: str) -> Run:
+    """``hami-webhook review`` with ``args``; HAMI_* variables of the test run do not leak in. Its ``main`` in this
+    process (a process of its own costs a second of imports), or with ``installed`` the installed entry point."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("HAMI_")}
-    proc = subprocess.run(
-        [str(HAMI_WEBHOOK), "review", *map(str, args)],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env={**clean, **env},
-        timeout=60,
-        check=False,
-    )
-    return Run(proc.returncode, proc.stdout, proc.stderr)
+    if installed:
+        proc = subprocess.run(
+            [str(HAMI_WEBHOOK), "review", *map(str, args)],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env={**clean, **env},
+            timeout=60,
+            check=False,
+        )
+        return Run(proc.returncode, proc.stdout, proc.stderr)
+    out, err = io.StringIO(), io.StringIO()
+    given = io.TextIOWrapper(io.BytesIO((stdin or "").encode()), encoding="utf-8")
+    with (
+        mock.patch.dict(os.environ, {**clean, **env}, clear=True),
+        mock.patch.object(sys, "stdin", given),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
+        code = cli.main(["review", *map(str, args)])
+    return Run(code, out.getvalue(), err.getvalue())
 
 
 def write(tmp_path: Path, name: str, documents: Any) -> Path:
@@ -222,10 +239,10 @@ def test_nothing_that_creates_pods_exits_2() -> None:
 
 def test_dash_reads_standard_input(hami_examples: Path) -> None:
     path = hami_examples / "examples/nvidia/default_use.yaml"
-    from_file, from_stdin = review(path), review("-", stdin=path.read_text())
+    from_file, from_stdin = review(path), review("-", stdin=path.read_text(), installed=True)
     assert from_stdin.code == 0, from_stdin.err
     assert (from_stdin.out, from_stdin.err) == (from_file.out, from_file.err)
-    broken = review("-", stdin="a: [")
+    broken = review("-", stdin="a: [", installed=True)
     assert broken.code == 2 and broken.lines[0].startswith("hami-webhook: cannot read standard input: ")
 
 
