@@ -36,6 +36,7 @@ from testbed.ports import free_port
 from testbed.reviews import admission_review
 from testbed.servers import Server, serving_env, stop, wait_ready
 from testbed.tls import client_context
+from testbed.wheels import wheelhouse
 
 pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
 
@@ -105,7 +106,8 @@ def run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None, timeout
 
 @pytest.fixture(scope="module")
 def oldest(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A clean virtualenv with the package and every dependency at the lower bound setup.cfg declares."""
+    """A clean virtualenv with the package and every dependency at the lower bound setup.cfg declares (their wheels
+    built once per set of bounds, testbed/wheels.py)."""
     root = tmp_path_factory.mktemp("oldest")
     source = root / "src"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", ".git", "*.egg-info", "build", "__pycache__"))
@@ -117,7 +119,9 @@ def oldest(tmp_path_factory: pytest.TempPathFactory) -> Path:
     wheel = next((root / "wheels").glob("hami_webhook-*.whl"))
     python = target / "bin" / "python"
     spec = f"{wheel}[review]"
-    run(*pip, "--python", python, "install", "--quiet", "--constraint", root / "lower-bounds.txt", spec, cwd=root)
+    wheels = wheelhouse(pip, source, (root / "lower-bounds.txt").read_text(), "[review]")
+    offline = ["--no-index", "--find-links", wheels, "--no-compile", "--constraint", root / "lower-bounds.txt"]
+    run(*pip, "--python", python, "install", "--quiet", *offline, spec, cwd=root)
     installed = {
         canonicalize_name(p["name"]): p["version"]
         for p in json.loads(run(*pip, "--python", python, "list", "--format=json", cwd=root))

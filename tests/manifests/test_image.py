@@ -3,7 +3,6 @@ way the Dockerfile builds it, installed offline into a clean virtualenv, provide
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -16,6 +15,7 @@ import pytest
 import yaml
 
 from testbed import ROOT
+from testbed.wheels import wheelhouse
 
 pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
 
@@ -74,21 +74,6 @@ def test_constraints_pin_every_dependency_exactly() -> None:
     assert pins and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[\w.+!-]+", p) for p in pins), pins
 
 
-def dependency_wheels(pip: list[str], source: Path) -> Path:
-    """``pip wheel --constraint constraints.txt`` of the dependencies, kept beside the venv per constraints.txt
-    content: building them is most of this test's time, and they change only when constraints.txt does."""
-    key = hashlib.sha256(CONSTRAINTS.read_bytes()).hexdigest()[:16]
-    wheels = Path(sys.prefix) / "wheelhouse" / key
-    if not wheels.is_dir():
-        partial = wheels.with_name(f"{key}.partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        run(*pip, "wheel", "--quiet", "--constraint", "constraints.txt", "--wheel-dir", partial, ".", cwd=source)
-        for own in partial.glob("hami_webhook-*.whl"):
-            own.unlink()
-        partial.rename(wheels)
-    return wheels
-
-
 @pytest.fixture(scope="module")
 def image_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A clean virtualenv with the project installed the way the image installs it: wheels built with
@@ -110,7 +95,7 @@ def image_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "--no-compile",
         "--no-index",
         f"--find-links={own}",
-        f"--find-links={dependency_wheels(pip, source)}",
+        f"--find-links={wheelhouse(pip, source, CONSTRAINTS.read_text())}",
         f"--constraint={CONSTRAINTS}",
         "hami-webhook",
         cwd=root,
