@@ -18,8 +18,6 @@ if [ -z "$extras" ]; then # an install with any extras includes the base
 fi
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  # --no-compile: byte-compiling every installed package took a third of a fresh install (20 of 68 s); Python
-  # compiles what is imported, once, when it is first imported.
-  .venv/bin/python -m pip install --quiet --no-compile -e ".${extras:+[$extras]}"
+  .venv/bin/python -m pip install --quiet -e ".${extras:+[$extras]}"
   touch "$stamp"
 fi
