@@ -153,6 +153,7 @@ def test_taken_metrics_port_is_logged_and_admissions_go_on(pki: LocalFiles) -> N
 def test_quota_off_exports_no_quota_gauges(pki: LocalFiles) -> None:
     with serve(pki, HAMI_QUOTA_ENABLED="false", HAMI_WEBHOOK_WORKERS="1") as served:
         assert served.post(KINDS["patched"](0))[0] == 200
+        served.wait_for(r"review uid=p-0 ")  # counted, then logged, once the answer has left (app/serving/http.py)
         text = served.scrape()
         assert "hami_webhook_decisions_total" in text
         assert not [line for line in text.splitlines() if line.startswith(tuple(metrics.QuotaGauges.NAMES))]

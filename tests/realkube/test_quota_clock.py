@@ -98,9 +98,9 @@ def admitted_by(port: int) -> int:
 def test_one_replica_with_its_clock_off(installed: Installed, skewed: Skewed) -> None:
     """Replica 0's wall clock 90 s behind, then jumping to 90 s ahead with its tables full (far beyond the TTL
     either way): SKEW_BURSTS bursts of SKEW_PODS creates on each side of the jump, each into room for SKEW_ROOM,
-    never store more than the room, and the skewed replica admits Pods in every burst (else this proves
-    nothing); after the bursts, FREED Pods deleted and a TTL waited out, exactly the free room is admitted
-    again."""
+    never store more than the room, and the skewed replica admits Pods on each side of the jump (else this
+    proves nothing; one burst may find it cut off on a starved machine, refusing as designed); after the bursts,
+    FREED Pods deleted and a TTL waited out, exactly the free room is admitted again."""
     kube = installed.kube
     namespaces = [quota_namespace(kube, SKEW_ROOM, f"limits.{MEM}") for _ in range(SKEW_BURSTS * len(SKEWS))]
     try:
@@ -119,7 +119,7 @@ def test_one_replica_with_its_clock_off(installed: Installed, skewed: Skewed) ->
         print(f"\nclock {' then '.join(SKEWS)}: stored {counts} (room {SKEW_ROOM}), the skewed replica admitted "
               f"{by_skewed}")  # fmt: skip
         assert max(counts) <= SKEW_ROOM and others == [], (counts, others[:3])  # every refusal says why
-        assert all(by_skewed), by_skewed
+        assert any(by_skewed[:SKEW_BURSTS]) and any(by_skewed[SKEW_BURSTS:]), by_skewed
         burst_end = time.monotonic()
         for ns in namespaces:
             names = [p["metadata"]["name"] for p in stored(kube, ns)[:FREED]]
