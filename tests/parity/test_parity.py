@@ -22,8 +22,8 @@ from tests.parity.run import Checker, example_reviews, failure, sweep_reviews
 
 pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
 
-PODS = int(os.environ.get("PARITY_PODS", "600"))
-"""Generated Pods per set-up and run: five set-ups make 3,000, half of them from a fresh seed, so successive runs
+PODS = int(os.environ.get("PARITY_PODS", "400"))
+"""Generated Pods per set-up and run: five set-ups make 2,000, half of them from a fresh seed, so successive runs
 cover new Pods (PARITY_PODS=5000 for a long run)."""
 FIXED_SEED = 20261126
 FRESH_SEED = int(os.environ.get("PARITY_SEED") or random.SystemRandom().getrandbits(32))
