@@ -43,6 +43,7 @@ class Uncounted:
 
 
 def say_uncounted(uncounted: Iterable[Uncounted]) -> None:
+    """What ``PodTable.replace`` and ``apply`` returned, one warning a Pod: an admin learns which Pod counts nothing."""
     for pod in uncounted:
         log.warning("quota: cannot count pod %s/%s: %s", pod.namespace, pod.name, pod.reason)
 
