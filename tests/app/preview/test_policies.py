@@ -97,18 +97,19 @@ def test_guard_lists_every_owned_key_of_every_vendor_and_the_given_components(tm
     }
 
 
-def test_the_shipped_guard_pins_no_account_and_asks_the_authorizer_last() -> None:
-    """Trust by permission: no user name in it; the authorizer only after an owned annotation is found written,
-    and after the cheap tests (a ServiceAccount, a Pod for HAMi's scheduler)."""
+def test_the_shipped_guard_pins_no_account_nor_scheduler_and_asks_the_authorizer_last() -> None:
+    """Trust by permission: no user name and no scheduler name in it (a vendor's own scheduler and plugin are
+    trusted as HAMi's are); the authorizer only after an owned key is found written, and after the cheap test (a
+    ServiceAccount)."""
     policy, _ = yaml.safe_load_all(chart_defaults()["allocation-guard.yaml"])
-    assert [c["name"] for c in policy["spec"]["matchConditions"]] == ["annotations-written"]
+    assert [c["name"] for c in policy["spec"]["matchConditions"]] == ["metadata-written"]
     (validation,) = policy["spec"]["validations"]
     expression = validation["expression"]
     assert "system:serviceaccount:kube-system" not in yaml.safe_dump(policy)
+    assert "schedulerName" not in yaml.safe_dump(policy)
     order = [
-        "size(variables.written) == 0 ||",
+        "size(variables.written) + size(variables.labelled) == 0 ||",
         "request.userInfo.username.startsWith('system:serviceaccount:')",
-        "object.spec.schedulerName == 'hami-scheduler'",
         "authorizer.group('').resource('nodes').check('patch').allowed()",
     ]
     assert [expression.index(part) for part in order] == sorted(expression.index(part) for part in order)
