@@ -39,6 +39,11 @@ GUARD = f"{PREFIX}allocation-guard"
 ROUTED = f"{PREFIX}routed"
 REVIEWED = f"{PREFIX}reviewed"
 FLOOR = f"{PREFIX}floor"
+SCHEDULER_VARIABLE = "scheduler"
+SCHEDULER_NAME = f"variables.{SCHEDULER_VARIABLE}"
+"""How a policy's expressions name HAMi's scheduler: through one variable (``_scheduler``)."""
+NAMING_THE_SCHEDULER = (ROUTED, REVIEWED, FLOOR)
+"""The policies that name HAMi's scheduler (the guard names none: trust decides)."""
 SERVICE_ACCOUNT = "system:serviceaccount:"
 """The prefix of every ServiceAccount's user name."""
 COMPONENT_CHECK = ("", "nodes", "patch")
@@ -180,6 +185,20 @@ def allocation_guard(owned: Sequence[str], labels: Sequence[str], components: Se
     return [_policy("ValidatingAdmissionPolicy", GUARD, spec), binding]
 
 
+def _scheduler(settings: PolicySettings) -> Obj:
+    """The variable that names HAMi's scheduler, the one place a policy holds it: a CEL string literal, which the
+    scheduler-name component rewrites between its quotes (docs/rules.md#one-scheduler-name)."""
+    return {"name": SCHEDULER_VARIABLE, "expression": f"'{settings.scheduler_name}'"}
+
+
+def scheduler_of(policy: Mapping[str, Any]) -> str:
+    """The scheduler an installed policy routes to or checks for, read from its variable ("" when it names none)."""
+    for variable in (policy.get("spec") or {}).get("variables") or ():
+        if variable.get("name") == SCHEDULER_VARIABLE:
+            return str(variable.get("expression", "")).strip().strip("'")
+    return ""
+
+
 def _device_names(settings: PolicySettings) -> list[str]:
     """The resource names that alone make the webhook take a Pod for a device Pod, found by asking the vendors as
     the webhook does (a one-container Pod asking for one of them): an enabled vendor's count, and its memory or
@@ -214,28 +233,28 @@ def _on_device_pods(settings: PolicySettings, *conditions: Obj, reinvocation: st
 def routed(settings: PolicySettings, scope: Mapping[str, Any]) -> list[Obj]:
     """A device Pod stored on default-scheduler, or bound to a node while meant for HAMi's scheduler, is what a
     webhook that was skipped or failed open leaves: denied in the webhook's scope, a warning outside it."""
-    scheduler = settings.scheduler_name
     validations = []
     if settings.force_overwrite_default_scheduler:
         validations.append(
             {
                 "expression": f"object.spec.schedulerName != '{DEFAULT_SCHEDULER}'",
-                "message": f"a device Pod would be stored on {DEFAULT_SCHEDULER}, not routed to {scheduler} by "
-                "hami-webhook (opted out, not called, failed under failurePolicy Ignore, or a later webhook added "
-                "the device): HAMi's device plugins refuse to start it",
+                "messageExpression": f'"a device Pod would be stored on {DEFAULT_SCHEDULER}, not routed to " + '
+                f"{SCHEDULER_NAME} +\n"
+                '" by hami-webhook (opted out, not called, failed under failurePolicy Ignore, or a later webhook added '
+                "the device): HAMi's device plugins refuse to start it\"",
                 "reason": "Forbidden",
             }
         )
     validations.append(
         {
-            "expression": f"!has(object.spec.nodeName) || object.spec.schedulerName != '{scheduler}'",
-            "message": f"a device Pod for {scheduler} has spec.nodeName set: it would skip HAMi's scheduler, which "
-            "allocates its devices (hami-webhook denies this: it was opted out, not called, or failed under "
-            "failurePolicy Ignore)",
+            "expression": f"!has(object.spec.nodeName) || object.spec.schedulerName != {SCHEDULER_NAME}",
+            "messageExpression": f'"a device Pod for " + {SCHEDULER_NAME} + " has spec.nodeName set:" +\n'
+            "\" it would skip HAMi's scheduler, which allocates its devices (hami-webhook denies this: it was opted "
+            'out, not called, or failed under failurePolicy Ignore)"',
             "reason": "Forbidden",
         }
     )
-    spec = {**_on_device_pods(settings), "validations": validations}
+    spec = {**_on_device_pods(settings), "variables": [_scheduler(settings)], "validations": validations}
     binding = "ValidatingAdmissionPolicyBinding"
     namespaces, pods = scope.get("namespaceSelector") or {}, scope.get("objectSelector") or {}
     outside = [
@@ -271,16 +290,16 @@ def _complement(selector: Mapping[str, Any]) -> list[Obj]:
 def reviewed(settings: PolicySettings) -> list[Obj]:
     """A warning, everywhere, for a device Pod bound for HAMi's scheduler that the webhook never marked: its
     devices and quota were not checked (an opted-out Pod naming the scheduler itself, or a failed-open call)."""
-    scheduler = settings.scheduler_name
-    for_hami = {"name": "for-hami-scheduler", "expression": f"object.spec.schedulerName == '{scheduler}'"}
     spec = {
-        **_on_device_pods(settings, for_hami),
+        **_on_device_pods(settings),
+        "variables": [_scheduler(settings)],
         "validations": [
             {
-                "expression": f"has(object.metadata.annotations) && '{GPU_TYPE_ANNOTATION}' in "
-                "object.metadata.annotations",
-                "message": f"a device Pod for {scheduler} without hami-webhook's mark ({GPU_TYPE_ANNOTATION}): "
-                "the webhook did not review it, so its device requests and quota were not checked",
+                "expression": f"object.spec.schedulerName != {SCHEDULER_NAME} ||\n"
+                f"(has(object.metadata.annotations) && '{GPU_TYPE_ANNOTATION}' in object.metadata.annotations)",
+                "messageExpression": f'"a device Pod for " + {SCHEDULER_NAME} +\n" without hami-webhook\'s mark '
+                f"({GPU_TYPE_ANNOTATION}): the webhook did not review it, so its device requests and quota were not "
+                'checked"',
             }
         ],
     }
@@ -293,14 +312,14 @@ def floor(settings: PolicySettings, scope: Mapping[str, Any]) -> list[Obj]:
     any webhook, and again after them (a later webhook that adds a device): under failurePolicy Ignore an outage
     then leaves device Pods unmutated but routed. Only with HAMI_FORCE_OVERWRITE_DEFAULT_SCHEDULER on, the one
     case where the webhook itself reroutes default-scheduler Pods."""
-    scheduler = settings.scheduler_name
     on_default = {"name": "on-default-scheduler", "expression": f"object.spec.schedulerName == '{DEFAULT_SCHEDULER}'"}
     spec = {
         **_on_device_pods(settings, on_default, reinvocation="IfNeeded"),
+        "variables": [_scheduler(settings)],
         "mutations": [
             {
                 "patchType": "ApplyConfiguration",
-                "applyConfiguration": {"expression": f"Object{{spec: Object.spec{{schedulerName: '{scheduler}'}}}}"},
+                "applyConfiguration": {"expression": f"Object{{spec: Object.spec{{schedulerName: {SCHEDULER_NAME}}}}}"},
             }
         ],
     }

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from app.cli import main
-from app.preview.policies import GUARD, ROUTED, Inputs, render
+from app.preview.policies import GUARD, ROUTED, Inputs, render, scheduler_of
 from app.preview.scope import load_scope
 from app.settings import Settings
 from testbed import ROOT
@@ -130,8 +130,10 @@ def test_the_policies_follow_the_settings(tmp_path: Path) -> None:
         o for o in yaml.safe_load_all(files["routed.yaml"]) if o["metadata"]["name"].startswith(ROUTED)
     ]
     assert [v["expression"] for v in policy["spec"]["validations"]] == [
-        "!has(object.spec.nodeName) || object.spec.schedulerName != 'gpu-scheduler'"
+        "!has(object.spec.nodeName) || object.spec.schedulerName != variables.scheduler"
     ]
+    assert scheduler_of(policy) == "gpu-scheduler"
+    assert "hami-scheduler" not in "".join(files.values())
     devices = policy["spec"]["matchConditions"][0]["expression"]
     assert "'nvidia.com/gpu'" in devices and "huawei.com" not in devices  # Ascend is off by default
     assert deny["spec"]["validationActions"] == ["Deny"] and len(outside) == 3
