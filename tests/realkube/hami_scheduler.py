@@ -153,11 +153,16 @@ class Running:
 
 @contextmanager
 def run_scheduler(
-    kube: RealKube, reference: hami.Reference, kube_scheduler: Path, port: int, work: Path, scheduler: str = SCHEDULER
+    kube: RealKube,
+    reference: hami.Reference,
+    kube_scheduler: Path,
+    port: int,
+    work: Path,
+    scheduler_name: str = SCHEDULER,
 ) -> Iterator[Running]:
     """The Deployment's Pod's containers as local processes until the block ends; ready once kube-scheduler
-    holds the chart's leader-election Lease (HAMi's extender acts as the leader, registering nodes and
-    answering /readyz, only beside the Lease's holder: the same host)."""
+    holds the chart's leader-election Lease, named after `scheduler_name` (HAMi's extender acts as the leader,
+    registering nodes and answering /readyz, only beside the Lease's holder: the same host)."""
     pod = kube.wait_for(lambda: _scheduler_pod(kube), 60)
     account = token(kube, pod["spec"]["serviceAccountName"], HAMI_NAMESPACE)
     kubeconfig = kube.kubeconfig_for(account, work / "scheduler.kubeconfig")
@@ -183,7 +188,7 @@ def run_scheduler(
                 running.processes[name] = subprocess.Popen(
                     ctr.argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log
                 )
-        kube.wait_for(lambda: _ready(kube, running, scheduler), 60)
+        kube.wait_for(lambda: _ready(kube, running, scheduler_name), 60)
         yield running
     finally:
         for proc in running.processes.values():
