@@ -44,10 +44,12 @@ class ReviewSettings(Protocol):
 @dataclass(frozen=True)
 class Verdict:
     """A quota answer: ``denial`` is the quota denial's message when the Pod does not fit; ``reservation``
-    names the ledger entry that holds its room (the patch puts it on the Pod), "" when nothing was reserved."""
+    names the ledger entry that holds its room (the patch puts it on the Pod), "" when nothing was reserved;
+    ``warning``: what the author should know of how it was charged (a gang's group not found, say)."""
 
     denial: str = ""
     reservation: str = ""
+    warning: str = ""
 
 
 FITS = Verdict()

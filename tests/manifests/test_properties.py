@@ -108,7 +108,13 @@ def rules(role: Obj) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, 
 
 def test_webhook_rbac_is_what_the_quota_feature_needs_and_no_more(base: list[Obj]) -> None:
     assert rules(one(base, "ClusterRole", "hami-webhook")) == [
-        (("",), ("pods", "resourcequotas"), ("list", "watch"), ())
+        (("",), ("pods", "resourcequotas"), ("list", "watch"), ()),
+        (
+            ("scheduling.k8s.io", "scheduling.x-k8s.io", "scheduling.volcano.sh"),
+            ("podgroups",),
+            ("get", "list", "watch"),
+            (),
+        ),
     ]
     role = one(base, "Role", "hami-webhook")
     assert role["metadata"]["namespace"] == NAMESPACE
