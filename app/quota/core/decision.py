@@ -210,7 +210,7 @@ def account(scene: Scene) -> Account:
     keep: dict[str, LedgerEntry] = {}
     mark = scene.mark
     for entry_id, held in live.items():
-        entry = released(held) if held.hold is not None and held.hold.group in scene.gone else held
+        entry = released(scene, held) if held.hold is not None and held.hold.group in scene.gone else held
         grant = scene.mine.get(entry_id)
         taken = scene.taken.get(entry_id)
         closing = grant is not None and grant.closing
@@ -231,12 +231,13 @@ def account(scene: Scene) -> Account:
     return Account(live, lower, upper, keep, mark, first_seen)
 
 
-def released(entry: LedgerEntry) -> LedgerEntry:
-    """A hold whose group object is gone: its members' room only, an ordinary entry (its Pods drop it)."""
+def released(scene: Scene, entry: LedgerEntry) -> LedgerEntry:
+    """A hold whose group object is gone: its members' room only, an ordinary entry that lives the reservation TTL
+    from its last member's write (its Pods drop it sooner)."""
     assert entry.hold is not None
     unfilled = entry.hold.unfilled()
     amounts = {name: amount - unfilled.get(name, 0) for name, amount in entry.amounts.items()}
-    return replace(entry, amounts=amounts, hold=None)
+    return replace(entry, expires=round(scene.wall + scene.ttl, 1), amounts=amounts, ttl=scene.ttl, hold=None)
 
 
 def life(scene: Scene, entry: LedgerEntry) -> float:

@@ -112,7 +112,8 @@ def test_a_hold_whose_group_is_gone_keeps_only_its_members_room() -> None:
     assert free(at) == 4
     made = decided(at, ask("a", gpus=4, gang=None))
     assert made.verdicts == (Verdict(reservation="a"),)
-    assert made.write is not None and made.write.entries["w0"] == replace(hold(2), amounts={GPU: 2}, hold=None)
+    released = LedgerEntry(round(WALL + TTL, 1), {GPU: 2}, ttl=TTL)
+    assert made.write is not None and made.write.entries["w0"] == released
 
 
 def test_a_hold_expires_its_ttl_after_the_last_member_was_seen_joining() -> None:
