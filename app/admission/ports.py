@@ -84,6 +84,11 @@ class QuotaPort(Protocol):
         waits on the API server); None when unknown (no quota, or the cache cannot be trusted yet)."""
         ...
 
+    def gang(self, namespace: str, pod: PodEdit) -> int:
+        """The size of the gang ``pod`` is a member of, from what this process has cached (0: none, or not known);
+        a figure for a workload's warning."""
+        ...
+
     def status(self) -> dict[str, Any]:
         """Readiness detail: ``{"ready": bool, ...}`` for /readyz."""
         ...
@@ -110,6 +115,9 @@ class QuotaOff:
 
     def room(self, namespace: str) -> dict[str, int] | None:
         return None
+
+    def gang(self, namespace: str, pod: PodEdit) -> int:
+        return 0
 
     def status(self) -> dict[str, Any]:
         return {"ready": True, "quota": "off", "reason": self.reason}

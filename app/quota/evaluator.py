@@ -121,6 +121,11 @@ class QuotaEvaluator:
         taken = account(self.committer.scene(sight, found)).lower
         return {name: max(limit - taken.get(name, 0), 0) for name, limit in sight.limits.items()}
 
+    def gang(self, namespace: str, pod: PodEdit) -> int:
+        """The size of the Pod's gang from the group objects watched (0: none, or gang holds off)."""
+        gang = self._groups.gang(namespace, pod.pod)[0] if self._groups is not None else None
+        return gang.size if gang is not None else 0
+
     # --- helpers ---------------------------------------------------------------------------------
 
     def _unfit(self, sight: Sight) -> str:

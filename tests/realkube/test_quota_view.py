@@ -34,7 +34,12 @@ from tests.manifests.test_monitoring import DASHBOARD, selectors
 pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
 
 MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
-GAUGES = ("hami_webhook_quota_limit", "hami_webhook_quota_used", "hami_webhook_quota_held")
+GAUGES = (
+    "hami_webhook_quota_limit",
+    "hami_webhook_quota_used",
+    "hami_webhook_quota_held",
+    "hami_webhook_quota_held_for_gangs",
+)
 BIN = Path(sys.executable).parent  # hami-webhook and kubectl-hami, as the package installs them
 VIEWER = ROOT / "manifests" / "base" / "rbac" / "quota-viewer.yaml"
 
@@ -94,6 +99,7 @@ def expected_series(ns: str, figures: dict[str, dict[str, Any]]) -> set[tuple[st
         out.add(("hami_webhook_quota_limit", tuple(sorted(base.items())), float(f["limit"])))
         out.add(("hami_webhook_quota_used", with_limit, float(f["used"])))
         out.add(("hami_webhook_quota_held", with_limit, float(f["held"])))
+        out.add(("hami_webhook_quota_held_for_gangs", with_limit, float(f.get("heldForGangs", 0))))
     return out
 
 

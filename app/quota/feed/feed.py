@@ -211,7 +211,11 @@ class Feed:
                 continue
             found = self.standings(time.monotonic())
             if found != last:
-                rows = [(s.namespace, f.resource, f.quota, f.limit, f.used, f.held) for s in found for f in s.figures]
+                rows = [
+                    (s.namespace, f.resource, f.quota, f.limit, f.used, f.held, f.gangs)
+                    for s in found
+                    for f in s.figures
+                ]
                 metrics.quota_standings(rows)
                 last = found
 

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 
 from app.admission.ports import FITS, Verdict
+from app.quota.command import render
 from app.quota.core.decision import Ask, Burst, Ruling, Scene, Taken, account, decide
 from app.quota.core.encoding import LEDGER_ANNOTATION, GangHold, LedgerEntry, encode, snapshot
 from app.quota.core.gang import Gang, group
+from app.quota.core.standing import standing
 from app.quota.feed.groups import GroupTable
 from app.quota.feed.tables import LedgerTable
 
@@ -206,3 +208,24 @@ def test_kueue_declares_the_size_on_the_pod_and_a_basic_policy_is_no_gang() -> N
     table.replace("scheduling.k8s.io", [podgroup("b", {"schedulingPolicy": {"basic": {}}})])
     assert table.gang("ai", member(name="b")) == (None, "")
     assert group(member()) == "" and table.gang("ai", member()) == (None, "")
+
+
+def test_the_standing_shows_room_held_for_gangs_per_group() -> None:
+    class Tables:
+        def objects(self, namespace: str) -> dict[str, dict[str, int]]:
+            return {"gpu": {GPU: 6}}
+
+        def used(self, namespace: str) -> dict[str, int]:
+            return {GPU: 1}
+
+        def taken(self, namespace: str, reservation: str) -> Taken | None:
+            return Taken({GPU: 1}, rv=3) if reservation == "w0" else None
+
+        def count(self, namespace: str) -> int:
+            return 1
+
+    ledger = snapshot("ai", lease({"w0": hold(1)}, 4))
+    found = standing("ai", Tables(), Tables(), ledger, now=NOW, ttl=TTL, first_seen={})
+    assert [(f.used, f.held, f.gangs, f.free) for f in found.figures] == [(1, 3, 3, 2)]
+    assert found.gangs == (GangHold(TRAIN.key, 4, 1, {GPU: 1}),)
+    assert render([found], "wide", wide_scope=False).splitlines()[1].split()[-2:] == ["3", f"{TRAIN.key}=1/4"]
