@@ -38,7 +38,7 @@ class GroupTable:
             return
         meta = obj.get("metadata") or {}
         where = (meta.get("namespace") or "", f"{api}/{meta.get('name') or ''}")
-        if kind == "DELETED":
+        if kind == "DELETED" or meta.get("deletionTimestamp"):  # deleted: a finalizer may keep it while Pods live
             self._sizes.pop(where, None)
         else:
             self._sizes[where] = object_size(api, obj)

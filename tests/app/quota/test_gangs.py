@@ -194,7 +194,11 @@ def test_each_way_of_declaring_a_group_gives_its_gang(way: str) -> None:
     table.apply(api, "ADDED", podgroup("t", spec))
     assert table.gang("ai", pod) == (Gang(f"{api}/t", 4), "")
     assert table.gone("ai", [f"{api}/t"]) == frozenset()
-    table.apply(api, "DELETED", podgroup("t", spec))
+    being_deleted = podgroup("t", spec)
+    being_deleted["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"  # a finalizer keeps it while Pods live
+    table.apply(api, "MODIFIED", being_deleted)
+    assert table.gone("ai", [f"{api}/t"]) == {f"{api}/t"}
+    table.apply(api, "DELETED", being_deleted)
     assert table.gone("ai", [f"{api}/t"]) == {f"{api}/t"}
 
 
