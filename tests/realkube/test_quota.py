@@ -15,13 +15,16 @@ from typing import Any
 import pytest
 
 from testbed.api import create_at_once, pod
-from testbed.cluster import RealKube
 from testbed.install import Installed, WebhookServer, apply, get
 from testbed.replicas import Replicas
 from tests.realkube.quota_replicas import (
     ONE_GPU,
     SHORT_TTL,
+    WAYS,
     full,
+    member,
+    podgroup,
+    podgroup_crds,
     quota_namespace,
     refusals,
     replicas_of,
@@ -122,56 +125,6 @@ class TestBursts:
 # --- gangs: each way of declaring a group, its group object and its Pods' marks -------------------------------
 
 HOLD = 20  # HAMI_QUOTA_GANG_HOLD for the gang tests: long enough for a burst, short enough to wait out
-CRD_GROUPS = {"scheduling.x-k8s.io": "v1alpha1", "scheduling.volcano.sh": "v1beta1"}
-WAYS = ("scheduling.k8s.io", "scheduling.x-k8s.io", "scheduling.volcano.sh", "kueue.x-k8s.io")
-
-
-def podgroup_crds(kube: RealKube) -> None:
-    """coscheduling's and Volcano's PodGroup as CRDs, as small as what the webhook reads (spec.minMember)."""
-    for group, version in CRD_GROUPS.items():
-        schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-        names = {"kind": "PodGroup", "listKind": "PodGroupList", "plural": "podgroups", "singular": "podgroup"}
-        crd = {
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"podgroups.{group}"},
-            "spec": {
-                "group": group,
-                "names": names,
-                "scope": "Namespaced",
-                "versions": [{"name": version, "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}],
-            },
-        }
-        apply(kube, crd)
-    for group in CRD_GROUPS:
-        kube.kubectl("wait", "--for=condition=Established", f"crd/podgroups.{group}", "--timeout=60s")
-
-
-def podgroup(way: str, ns: str, name: str, size: int) -> dict[str, Any]:
-    """The group object of ``way`` declaring a gang of ``size``."""
-    if way == "scheduling.k8s.io":
-        api, spec = "scheduling.k8s.io/v1beta1", {"schedulingPolicy": {"gang": {"minCount": size}}}
-    else:
-        api, spec = f"{way}/{CRD_GROUPS[way]}", {"minMember": size}
-    return {"apiVersion": api, "kind": "PodGroup", "metadata": {"name": name, "namespace": ns}, "spec": spec}
-
-
-def member(way: str, group: str, size: int) -> dict[str, Any]:
-    """A one-GPU Pod of ``group``, named the way ``way`` names a group (Kueue's carries its size)."""
-    marks: dict[str, Any] = {
-        "scheduling.x-k8s.io": {"labels": {"scheduling.x-k8s.io/pod-group": group}},
-        "scheduling.volcano.sh": {"annotations": {"scheduling.k8s.io/group-name": group}},
-        "kueue.x-k8s.io": {
-            "labels": {"kueue.x-k8s.io/pod-group-name": group},
-            "annotations": {"kueue.x-k8s.io/pod-group-total-count": str(size)},
-        },
-    }.get(way, {})
-    spec = {"schedulingGroup": {"podGroupName": group}} if way == "scheduling.k8s.io" else {}
-    return pod(f"{group}-", ONE_GPU, metadata=marks, **spec)
-
-
-def gang_of(obj: dict[str, Any]) -> str:
-    return obj["metadata"]["generateName"].rstrip("-")
 
 
 @pytest.fixture(scope="class")
