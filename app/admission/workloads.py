@@ -178,8 +178,8 @@ def _quota(
             continue
         where = ".".join(map(str, (*at, counted)))
         if size > 1 and size * amount > free:  # a gang is admitted whole or not at all (docs/quota.md#gangs)
-            text = f"{where}: a gang of {size} × {amount} {name} needs {size * amount}; {free} free in {namespace}: "
-            found.append(Notice(QUOTA_ROOM, text + f"all {size} would be refused now"))
+            text = f"{where}: a gang of {size} × {amount} {name} needs {size * amount}, {free} free: "
+            found.append(Notice(QUOTA_ROOM, text + f"all {size} refused now"))
         elif size <= 1 and count * amount > free:
             pods = "1 Pod" if count == 1 else f"{count} Pods"
             text = f"{where}: {pods} × {amount} {name} need {count * amount}; {free} free in {namespace}: "

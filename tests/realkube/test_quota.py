@@ -243,3 +243,33 @@ class TestGangs:
             assert sorted(c.status for c in more) == [201] * 5 + [403]
         finally:
             kube.kubectl("delete", "namespace", "--wait=false", ns)
+
+    def test_a_workload_whose_gang_cannot_fit_now_is_told_at_apply(
+        self, installed: Installed, gang_webhooks: Replicas
+    ) -> None:
+        kube = installed.kube
+        ns = quota_namespace(kube, 6)
+        try:
+            apply(kube, podgroup("scheduling.x-k8s.io", ns, "train", 4))
+            _, ordinary = create_at_once(kube, ns, pod("plain-", ONE_GPU), 3, 1)
+            assert [c.status for c in ordinary] == [201] * 3
+            worker = member("scheduling.x-k8s.io", "train", 4)
+            template = {"metadata": worker["metadata"], "spec": worker["spec"] | {"restartPolicy": "Never"}}
+            job = {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": "train", "namespace": ns},
+                "spec": {"parallelism": 4, "completions": 4, "template": template},
+            }
+            warning = (
+                "Warning: spec.parallelism: a gang of 4 × 1000 nvidia.com/gpumem needs 4000, 3000 free: "
+                "all 4 refused now"
+            )
+
+            def told() -> bool:
+                done = kube.kubectl("create", "--dry-run=server", "-o", "name", "-f", "-", stdin=json.dumps(job))
+                return warning in done.stderr
+
+            kube.wait_for(told, 20, interval=0.5)
+        finally:
+            kube.kubectl("delete", "namespace", "--wait=false", ns)

@@ -217,9 +217,8 @@ def test_a_gang_that_cannot_fit_now_is_told_it_would_be_refused_whole() -> None:
     """A Job of 4 workers in a gang of 4 with room for 3: admitted one at a time 3 would run; as a gang, none."""
     job = workload("Job", container("train", GPU, defaulted=False), parallelism=4, completions=4)
     (warning,) = answer(review(job), Room({"nvidia.com/gpumem": 48000}, gang=4))["warnings"]
-    assert warning == (
-        "spec.parallelism: a gang of 4 × 16000 nvidia.com/gpumem needs 64000; 48000 free in ai-team: all 4 would be "
-        "refused now"
+    assert (
+        warning == "spec.parallelism: a gang of 4 × 16000 nvidia.com/gpumem needs 64000, 48000 free: all 4 refused now"
     )
     assert "warnings" not in answer(review(job), Room({"nvidia.com/gpumem": 64000}, gang=4)), "equal fits"
 
