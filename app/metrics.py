@@ -48,8 +48,9 @@ class Collectors:
     quota: QuotaGauges
 
 
-QuotaRow = tuple[str, str, str, int, int, int]
-"""One quota'd namespace's resource: namespace, resource, the ResourceQuota setting its limit, limit, used, held."""
+QuotaRow = tuple[str, str, str, int, int, int, int]
+"""One quota'd namespace's resource: namespace, resource, the ResourceQuota setting its limit, limit, used, held,
+and of held what gangs hold for members not created yet."""
 
 
 class QuotaGauges:
@@ -66,6 +67,7 @@ class QuotaGauges:
         "ResourceQuotas (label resourcequota names it).",
         "hami_webhook_quota_used": "What the namespace's Pods use of the resource, with HAMi's arithmetic.",
         "hami_webhook_quota_held": "Room the quota ledger holds for the namespace's Pods admitted but not seen yet.",
+        "hami_webhook_quota_held_for_gangs": "Of the room held, what gangs hold for members not created yet.",
     }
 
     def __init__(self) -> None:
@@ -86,15 +88,16 @@ class QuotaGauges:
         # as HAMi's: the limit gauge has no limit label, the others have it
         labels = ["namespace", "quota_name", "limit", "resourcequota"]
         texts = self.NAMES
-        limit, used, held = (
+        limit, used, held, gangs = (
             GaugeMetricFamily(name, texts[name], labels=labels if name != LIMIT else labels[:2] + labels[3:])
             for name in texts
         )
-        for namespace, resource, quota, amount, in_use, in_ledger in rows:
+        for namespace, resource, quota, amount, in_use, in_ledger, for_gangs in rows:
             limit.add_metric([namespace, resource, quota], amount)
             used.add_metric([namespace, resource, str(amount), quota], in_use)
             held.add_metric([namespace, resource, str(amount), quota], in_ledger)
-        yield from (limit, used, held)
+            gangs.add_metric([namespace, resource, str(amount), quota], for_gangs)
+        yield from (limit, used, held, gangs)
 
 
 LIMIT = "hami_webhook_quota_limit"

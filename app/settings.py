@@ -135,6 +135,12 @@ class Settings:
         "seconds a quota reservation counts when its Pod never appears (above the API server's 60 s request timeout)",
         minimum=1,
     )
+    quota_gang_hold: int = _knob(
+        "HAMI_QUOTA_GANG_HOLD",
+        "300",
+        "seconds a gang's unfilled room stays held after its last member; 0: off",
+        minimum=0,
+    )
     quota_stale_after: int = _knob(
         "HAMI_QUOTA_STALE_AFTER",
         "30",

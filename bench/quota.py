@@ -11,7 +11,8 @@ burst      Device Pods created at once by client threads through kube-apiserver,
            those ratios are printed. Every run is checked: exactly the Pods that fit are created, and nothing
            is refused except by the quota.
 inprocess  What review() costs per admission: quota off, quota on in a namespace without a device quota,
-           and with one (the ledger round trips to the API server), medians over alternating rounds.
+           and with one (the ledger round trips to the API server), medians over alternating rounds; beside
+           it, a Pod naming a group that is no gang (the group's lookup) and a gang's member joining its hold.
 scale      One replica's start-to-ready and worker RSS against the number of non-device Pods in the cluster,
            with one quota'd namespace holding device Pods; and what the API server sent it, by its own
            metrics (LIST bytes and requests for Pods).
@@ -44,6 +45,7 @@ from app.admission.edit import PodEdit
 from app.admission.ports import QuotaOff
 from app.admission.review import review
 from app.quota.core.encoding import LEDGER_ANNOTATION
+from app.quota.core.gang import KUEUE_LABEL, KUEUE_TOTAL
 from app.quota.evaluator import QuotaEvaluator
 from app.quota.lease import Leases
 from app.quota.startup import open_quota
@@ -332,8 +334,10 @@ def inprocess_part(kube: RealKube, args: argparse.Namespace) -> None:
     time.sleep(1)
     off = QuotaOff()
 
-    def one(ns: str, quota: Any) -> Callable[[], Any]:
-        template = admission_review(pod(container(limits=GPU), namespace=ns))
+    def one(ns: str, quota: Any, group: int = 0) -> Callable[[], Any]:
+        """Review one Pod; ``group``: a member of a Kueue plain-Pod group of that size (1: no gang)."""
+        marks = {"labels": {KUEUE_LABEL: f"g{group}"}, "annotations": {KUEUE_TOTAL: str(group)}} if group else {}
+        template = admission_review(pod(container(limits=GPU), namespace=ns, metadata=marks))
 
         def call() -> Any:
             request = copy.deepcopy(template)
@@ -349,6 +353,8 @@ def inprocess_part(kube: RealKube, args: argparse.Namespace) -> None:
         "quota off": one(free, off),
         "quota on, namespace without quota": one(free, port),
         "quota on, namespace with quota (ledger)": one(limited, port),
+        "the same, a Pod of a group that is no gang": one(limited, port, 1),
+        "the same, a gang's member (joins its hold)": one(limited, port, 10**6),
         "port.admit() alone, without quota": lambda: port.admit(free, asked, uid="u", dry_run=False),
     }
     results: dict[str, list[float]] = {name: [] for name in cases}

@@ -73,12 +73,17 @@ class Api:
 
 
 def create_at_once(
-    kube: RealKube, ns: str, obj: dict[str, Any], count: int, threads: int, results: list[Created] | None = None
+    kube: RealKube,
+    ns: str,
+    obj: dict[str, Any] | list[dict[str, Any]],
+    count: int,
+    threads: int,
+    results: list[Created] | None = None,
 ) -> tuple[float, list[Created]]:
-    """`count` creates of `obj` in `ns` by `threads` connected clients released together; the start time
-    (perf_counter) and each call's outcome (appended to `results` as they come, when given: another thread
-    can watch the burst's progress). Bounded: every call has the client's 120 s timeout."""
-    body = json.dumps(obj).encode()
+    """`count` creates of `obj` (a list: its objects in turn) in `ns` by `threads` connected clients released
+    together; the start time (perf_counter) and each call's outcome (appended to `results` as they come, when
+    given: another thread can watch the burst's progress). Bounded: every call has the client's 120 s timeout."""
+    bodies = [json.dumps(one).encode() for one in (obj if isinstance(obj, list) else [obj])]
     path = f"/api/v1/namespaces/{ns}/pods"
     numbers = itertools.count()
     results = [] if results is None else results
@@ -89,10 +94,10 @@ def create_at_once(
         try:
             api.call("GET", f"/api/v1/namespaces/{ns}")  # connected and authenticated before the start
             barrier.wait()
-            while next(numbers) < count:
+            while (number := next(numbers)) < count:
                 started = time.perf_counter()
                 try:
-                    status, data = api.call("POST", path, body)
+                    status, data = api.call("POST", path, bodies[number % len(bodies)])
                 except (OSError, http.client.HTTPException) as exc:  # the API server is gone (a crash test)
                     results.append(Created(started, time.perf_counter(), 0, {"message": f"no answer: {exc!r}"}))
                     api.close()

@@ -157,6 +157,15 @@ class RealKube:
     def minor(self) -> int:
         return int(self.version.split(".")[1])
 
+    def _workload_api(self) -> list[str]:
+        """From 1.37: the beta Workload API (PodGroups of scheduling.k8s.io/v1beta1, Pods' spec.schedulingGroup),
+        which gangs are declared with; off by default, and nothing else here uses it."""
+        done = subprocess.run([str(self.binaries.apiserver), "--version"], capture_output=True, text=True, check=True)
+        minor = int(done.stdout.split()[-1].lstrip("v").split(".")[1])
+        if minor < 37:
+            return []
+        return ["--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1beta1=true"]
+
     def start(self, timeout: float = 120.0) -> RealKube:
         if not self.service_cidr.subnet_of(LOOPBACK):  # type: ignore[arg-type]
             raise ValueError(f"service CIDR {self.service_cidr} is outside 127.0.0.0/8: test traffic must stay local")
@@ -202,6 +211,7 @@ class RealKube:
                 f"--service-account-key-file={certs / 'sa.pub'}",
                 f"--service-account-signing-key-file={certs / 'sa.key'}",
                 "--profiling=false",
+                *self._workload_api(),
             ],
         )
         self._wait(f"{self.url}/readyz", timeout, ok=lambda body: body == "ok", token=ADMIN_TOKEN)

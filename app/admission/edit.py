@@ -270,6 +270,11 @@ class PodEdit:
         ]
 
     @property
+    def pod(self) -> Mapping[str, Any]:
+        """The Pod as the author wrote it."""
+        return self._pod
+
+    @property
     def written_annotations(self) -> Mapping[str, str]:
         """The annotations as the author wrote them."""
         return (self._pod.get("metadata") or {}).get("annotations") or {}

@@ -20,6 +20,7 @@ REQUEST_FROM_LIMIT = "request_from_limit"
 POLICY_FROM_ANNOTATION = "policy_from_annotation"
 UNKNOWN_ANNOTATION = "unknown_annotation"
 INVALID_ANNOTATION_VALUE = "invalid_annotation_value"
+GANG = "gang"
 KINDS = (
     DEFAULT,
     ROUNDED,
@@ -28,6 +29,7 @@ KINDS = (
     POLICY_FROM_ANNOTATION,
     UNKNOWN_ANNOTATION,
     INVALID_ANNOTATION_VALUE,
+    GANG,
 )
 
 MAX_CHARS = 120

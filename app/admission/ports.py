@@ -44,10 +44,12 @@ class ReviewSettings(Protocol):
 @dataclass(frozen=True)
 class Verdict:
     """A quota answer: ``denial`` is the quota denial's message when the Pod does not fit; ``reservation``
-    names the ledger entry that holds its room (the patch puts it on the Pod), "" when nothing was reserved."""
+    names the ledger entry that holds its room (the patch puts it on the Pod), "" when nothing was reserved;
+    ``warning``: what the author should know of how it was charged (a gang's group not found, say)."""
 
     denial: str = ""
     reservation: str = ""
+    warning: str = ""
 
 
 FITS = Verdict()
@@ -82,6 +84,11 @@ class QuotaPort(Protocol):
         waits on the API server); None when unknown (no quota, or the cache cannot be trusted yet)."""
         ...
 
+    def gang(self, namespace: str, pod: PodEdit) -> int:
+        """The size of the gang ``pod`` is a member of, from what this process has cached (0: none, or not known);
+        a figure for a workload's warning."""
+        ...
+
     def status(self) -> dict[str, Any]:
         """Readiness detail: ``{"ready": bool, ...}`` for /readyz."""
         ...
@@ -108,6 +115,9 @@ class QuotaOff:
 
     def room(self, namespace: str) -> dict[str, int] | None:
         return None
+
+    def gang(self, namespace: str, pod: PodEdit) -> int:
+        return 0
 
     def status(self) -> dict[str, Any]:
         return {"ready": True, "quota": "off", "reason": self.reason}

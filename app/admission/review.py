@@ -172,6 +172,8 @@ def decide(
             return deny(403, QUOTA_REASON, verdict.denial)
         if verdict.reservation:  # the feed reads it back to count the Pod once (usage, not reservation)
             edit.annotations[QUOTA_RESERVATION_ANNOTATION] = verdict.reservation
+        if verdict.warning:
+            warnings.append(Notice(notices.GANG, verdict.warning))
     warnings += edit.changes()
     return Decision(allowed=True, patch=edit.ops(), devices=tuple(found), warnings=tuple(warnings), hint=hint)
 

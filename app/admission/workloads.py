@@ -95,6 +95,9 @@ class _Demanded:
     def room(self, namespace: str) -> dict[str, int] | None:
         return self.quota.room(namespace)
 
+    def gang(self, namespace: str, pod: PodEdit) -> int:
+        return self.quota.gang(namespace, pod)
+
     def status(self) -> dict[str, Any]:
         return self.quota.status()
 
@@ -167,19 +170,20 @@ def _quota(
     if count < 1:
         return []
     room = quota.room(namespace)
+    size = quota.gang(namespace, pod) if room and pod is not None else 0
     found = []
     for name, amount in each.items():
         free = room.get(name) if room else None
-        if free is None or not amount or count * amount <= free:
+        if free is None or not amount:
             continue
-        pods = "1 Pod" if count == 1 else f"{count} Pods"
         where = ".".join(map(str, (*at, counted)))
-        refused = count - free // amount
-        text = (
-            f"{where}: {pods} × {amount} {name} need {count * amount}; {free} free in {namespace}: "
-            f"{refused} would be refused now"
-        )
-        found.append(Notice(QUOTA_ROOM, text))
+        if size > 1 and size * amount > free:  # a gang is admitted whole or not at all (docs/quota.md#gangs)
+            text = f"{where}: a gang of {size} × {amount} {name} needs {size * amount}, {free} free: "
+            found.append(Notice(QUOTA_ROOM, text + f"all {size} refused now"))
+        elif size <= 1 and count * amount > free:
+            pods = "1 Pod" if count == 1 else f"{count} Pods"
+            text = f"{where}: {pods} × {amount} {name} need {count * amount}; {free} free in {namespace}: "
+            found.append(Notice(QUOTA_ROOM, text + f"{count - free // amount} would be refused now"))
     return found
 
 

@@ -271,6 +271,8 @@ def rows(found: Sequence[Standing]) -> list[dict[str, Any]]:
                     "pods": one.pods,
                     "resourceQuota": figure.quota,
                     "oldestHold": None if hold is None else {"id": hold.id, "expiresIn": f"{hold.left:.0f}s"},
+                    "heldForGangs": figure.gangs,
+                    "gangs": [{"group": g.group, "members": g.members, "size": g.size} for g in one.gangs],
                 }
             )
     return out
@@ -288,7 +290,7 @@ def render(found: Sequence[Standing], output: str | None, *, wide_scope: bool) -
     if wide_scope:
         header.insert(0, "NAMESPACE")
     if output == "wide":
-        header += ["RESOURCEQUOTA", "OLDEST-HOLD", "EXPIRES-IN"]
+        header += ["RESOURCEQUOTA", "OLDEST-HOLD", "EXPIRES-IN", "HELD-FOR-GANGS", "GANGS"]
     table = [header]
     for item in items:
         line = [item["resource"], *(str(item[k]) for k in ("limit", "used", "held", "free", "pods"))]
@@ -296,7 +298,8 @@ def render(found: Sequence[Standing], output: str | None, *, wide_scope: bool) -
             line.insert(0, item["namespace"])
         if output == "wide":
             hold = item["oldestHold"] or {"id": "<none>", "expiresIn": "<none>"}
-            line += [item["resourceQuota"], hold["id"], hold["expiresIn"]]
+            gangs = ",".join(f"{g['group']}={g['members']}/{g['size']}" for g in item["gangs"]) or "<none>"
+            line += [item["resourceQuota"], hold["id"], hold["expiresIn"], str(item["heldForGangs"]), gangs]
         table.append(line)
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     return "".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in table)

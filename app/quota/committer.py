@@ -108,11 +108,19 @@ class Committer:
     threads of its own)."""
 
     def __init__(
-        self, feed: FeedView, ledger: LedgerStore, *, ttl: float, clock: Clock, new_id: Callable[[], str]
-    ) -> None:  # fmt: skip
+        self,
+        feed: FeedView,
+        ledger: LedgerStore,
+        *,
+        ttl: float,
+        clock: Clock,
+        new_id: Callable[[], str],
+        hold_ttl: float = 0.0,
+    ) -> None:
         self.feed = feed
         self.ledger = ledger
         self._ttl = ttl
+        self._hold_ttl = hold_ttl
         self._clock = clock
         self._new_id = new_id
         lock = threading.Lock()
@@ -135,7 +143,7 @@ class Committer:
         wall, now = self._clock.time(), self._clock.monotonic()
         with self._work:
             mine = self._state(sight.namespace).mine()
-        return sight.scene(found, wall=wall, now=now, ttl=self._ttl, mine=mine)
+        return sight.scene(found, wall=wall, now=now, ttl=self._ttl, mine=mine, hold_ttl=self._hold_ttl)
 
     def settle(self, namespace: str, ticket: Ticket) -> None:
         """Queue the ticket and wait until a committer settles it, by its deadline. A commit that took it in ends by
@@ -362,7 +370,7 @@ class Committer:
         self.feed.offer(written)
         full = ledger_full(tries.where, len(write.entries), MAX_LEDGER_BYTES, self._ttl) if ruling.full else None
         with self._work:
-            reserved = [batch[i].ask for i in ruling.reserved]
+            reserved = [(batch[i].ask, _reservation(ruling.verdicts[i])) for i in ruling.reserved]
             self._state(namespace).written(write, reserved, sent, scene.now)
             self._settle(batch, ruling, full)
         for _ in ruling.full:
@@ -388,6 +396,10 @@ def _due(grant: Grant, wanted: int, now: float) -> bool:
     """The grant must close now: its window has ended, or a worker that could not decide asked for its room (the
     ledger's ``wanted`` count went past the one it was made at)."""
     return grant.closes_at <= now or (wanted > grant.wanted and grant.unused())
+
+
+def _reservation(verdict: Verdict | None) -> str:
+    return verdict.reservation if verdict is not None else ""
 
 
 def _wanted(found: Snapshot | None) -> int:

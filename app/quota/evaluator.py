@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from app.admission.devices.base import Device
@@ -25,7 +26,7 @@ from app.quota.core.decision import Ask, Sight, account, denial
 from app.quota.core.demand import amounts, demands
 from app.quota.core.encoding import Snapshot
 from app.quota.core.limits import limited
-from app.quota.ports import SYSTEM_CLOCK, Clock, FeedPort, LedgerStore
+from app.quota.ports import SYSTEM_CLOCK, Clock, FeedPort, Groups, LedgerStore
 from app.quota.state import Ticket
 
 SYNC_WAIT = 3.0  # seconds an admission waits for a just-started worker's (or a new quota's) first lists
@@ -48,13 +49,16 @@ class QuotaEvaluator:
         clock: Clock = SYSTEM_CLOCK,
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         shedding: threading.Event | None = None,
+        groups: Groups | None = None,
+        gang_hold: float = 0.0,
     ) -> None:
         self.feed = feed
         self.ledger = ledger
         self._devices = tuple(devices)
         self._stale_after = stale_after
         self._clock = clock
-        self.committer = Committer(feed, ledger, ttl=ttl, clock=clock, new_id=new_id)
+        self._groups = groups if gang_hold > 0 else None  # None: gang holds off, every Pod charged alone
+        self.committer = Committer(feed, ledger, ttl=ttl, clock=clock, new_id=new_id, hold_ttl=gang_hold)
         self.contact = Contact(ledger.probe, feed.quota_in_play, feed.nudge, clock, shedding)
 
     def governs(self, namespace: str) -> bool:
@@ -84,16 +88,18 @@ class QuotaEvaluator:
         listing = max(min(SYNC_WAIT, deadline - self._clock.monotonic()), 0)
         if sight.pods_at < 0 and not self.feed.wait_pods(namespace, 0, listing):
             raise QuotaUnavailable(f"the Pods of namespace {namespace} have not been listed yet")
-        ask = Ask(uid, requested, dry_run)
-        verdict = self.committer.alone(namespace, ask) or self._denied_at_once(namespace, ask)
-        if verdict is not None:
-            return verdict
-        ticket = Ticket(ask, deadline)
-        self.committer.settle(namespace, ticket)
-        if ticket.error is not None:
-            raise ticket.error
-        assert ticket.verdict is not None
-        return ticket.verdict
+        gang, why = self._groups.gang(namespace, pod.pod) if self._groups is not None else (None, "")
+        ask = Ask(uid, requested, dry_run, gang)
+        # a gang member's room may be in its hold, which a denial from the cache counts as taken: the ledger decides
+        verdict = self.committer.alone(namespace, ask) or (None if gang else self._denied_at_once(namespace, ask))
+        if verdict is None:
+            ticket = Ticket(ask, deadline)
+            self.committer.settle(namespace, ticket)
+            if ticket.error is not None:
+                raise ticket.error
+            assert ticket.verdict is not None
+            verdict = ticket.verdict
+        return replace(verdict, warning=why) if why and not verdict.denial else verdict
 
     def _denied_at_once(self, namespace: str, ask: Ask) -> Verdict | None:
         """A denial from the cached ledger, without waiting for a commit in flight: what does not fit even
@@ -114,6 +120,11 @@ class QuotaEvaluator:
         found = sight.ledger or Snapshot(namespace, {}, None)
         taken = account(self.committer.scene(sight, found)).lower
         return {name: max(limit - taken.get(name, 0), 0) for name, limit in sight.limits.items()}
+
+    def gang(self, namespace: str, pod: PodEdit) -> int:
+        """The size of the Pod's gang from the group objects watched (0: none, or gang holds off)."""
+        gang = self._groups.gang(namespace, pod.pod)[0] if self._groups is not None else None
+        return gang.size if gang is not None else 0
 
     # --- helpers ---------------------------------------------------------------------------------
 

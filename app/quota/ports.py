@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from app.admission.ports import QuotaUnavailable
 from app.quota.core.decision import Sight
 from app.quota.core.encoding import Snapshot
+from app.quota.core.gang import Gang
 
 
 class Clock(Protocol):
@@ -97,6 +98,15 @@ class FeedLife(Protocol):
 
 class FeedPort(FeedView, FeedLife, Protocol):
     """What QuotaEvaluator is given: the view its decisions read, and the life its readiness follows."""
+
+
+class Groups(Protocol):
+    """The gang a Pod belongs to, from the group objects a watch keeps (app/quota/feed/feed.py's Feed): one look in a
+    table, never an API call on an admission's way."""
+
+    def gang(self, namespace: str, pod: Mapping[str, Any]) -> tuple[Gang | None, str]:
+        """The Pod's gang (None: it is charged alone), and why a group it names is not one ("": nothing to say)."""
+        ...
 
 
 class LedgerStore(Protocol):

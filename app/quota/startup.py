@@ -41,6 +41,8 @@ class QuotaSettings(Protocol):
     @property
     def quota_reservation_ttl(self) -> int: ...
     @property
+    def quota_gang_hold(self) -> int: ...
+    @property
     def quota_stale_after(self) -> int: ...
     @property
     def devices(self) -> tuple[Device, ...]: ...
@@ -78,10 +80,18 @@ def open_quota(settings: QuotaSettings, readiness: Readiness) -> QuotaPort:
     if settings.quota_mode is QuotaMode.REQUIRED:
         _probe(configuration)
     ttl = settings.quota_reservation_ttl
-    feed = Feed(client.ApiClient(configuration), settings.devices, forget_after=ttl, home=settings.home_namespace)
+    home, hold = settings.home_namespace, settings.quota_gang_hold
+    feed = Feed(client.ApiClient(configuration), settings.devices, forget_after=ttl, home=home, gangs=hold > 0)
     ledger = Leases.of(client.ApiClient(configuration), settings.home_namespace)
     port = QuotaEvaluator(
-        feed, ledger, settings.devices, ttl=ttl, stale_after=settings.quota_stale_after, shedding=readiness.shedding
+        feed,
+        ledger,
+        settings.devices,
+        ttl=ttl,
+        stale_after=settings.quota_stale_after,
+        shedding=readiness.shedding,
+        groups=feed,
+        gang_hold=hold,
     )
     port.start()
     log.info(

@@ -71,18 +71,19 @@ class NamespaceState:
             self.admitted.popleft()
         return Burst(len(self.admitted), contended)
 
-    def written(self, write: Write, reserved: Sequence[Ask], sent: float, now: float) -> None:
+    def written(self, write: Write, reserved: Sequence[tuple[Ask, str]], sent: float, now: float) -> None:
         """After ``write`` was stored: the grants it closed go, the grant it made (if any) opens, its asks are
-        remembered."""
+        remembered with the entry that holds each (``write.entry``, or a gang's hold)."""
         for grant in [g for g in self.grants.values() if g.closing]:
             del self.grants[grant.id]
-        for one in reserved:
-            self.remember(one.uid, write.entry, now)
+        for one, reservation in reserved:
+            self.remember(one.uid, reservation, now)
         if not write.ahead:
             return
         taking: Amounts = {}
-        for one in reserved:
-            accumulate(taking, one.requested)
+        for one, reservation in reserved:
+            if reservation == write.entry:
+                accumulate(taking, one.requested)
         amounts = write.entries[write.entry].amounts
         self.grants[write.entry] = Grant(write.entry, amounts, taking, sent + WINDOW, write.wanted)
 

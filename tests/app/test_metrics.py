@@ -206,9 +206,9 @@ def test_quota_gauges_read_the_newest_workers_figures_and_forget_a_dead_one(
     watch the same objects), a dead worker's goes with it, and none at all means no series (quota off)."""
     monkeypatch.setenv(metrics.MULTIPROC_ENV, str(tmp_path))
     assert quota_samples() == set()
-    row = ("ai", "nvidia.com/gpumem", "gpu", 8000, 2000, 500)
+    row = ("ai", "nvidia.com/gpumem", "gpu", 8000, 2000, 500, 300)
     older = tmp_path / metrics.QUOTA_FILE.format(pid=1)
-    older.write_text(json.dumps([[*row[:3], 8000, 1000, 0]]))
+    older.write_text(json.dumps([[*row[:3], 8000, 1000, 0, 0]]))
     os.utime(older, ns=(1, 1))
     metrics.quota_standings([row])  # this process, now
     labels = {"namespace": "ai", "quota_name": "nvidia.com/gpumem", "resourcequota": "gpu"}
@@ -217,6 +217,7 @@ def test_quota_gauges_read_the_newest_workers_figures_and_forget_a_dead_one(
         ("hami_webhook_quota_limit", tuple(sorted(labels.items())), 8000.0),
         ("hami_webhook_quota_used", limited, 2000.0),
         ("hami_webhook_quota_held", limited, 500.0),
+        ("hami_webhook_quota_held_for_gangs", limited, 300.0),
     }
     metrics.process_dead(os.getpid())
     assert not (tmp_path / metrics.QUOTA_FILE.format(pid=os.getpid())).exists()

@@ -108,9 +108,15 @@ def rules(role: Obj) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, 
 
 
 def test_webhook_rbac_is_what_the_quota_feature_needs_and_no_more(base: list[Obj]) -> None:
-    """The quota's reads and ledgers, and reading by name the policies that name the scheduler (at start)."""
+    """The quota's reads (gangs' PodGroups too) and ledgers, and by name the policies that name the scheduler."""
     assert rules(one(base, "ClusterRole", "hami-webhook")) == [
         (("",), ("pods", "resourcequotas"), ("list", "watch"), ()),
+        (
+            ("scheduling.k8s.io", "scheduling.x-k8s.io", "scheduling.volcano.sh"),
+            ("podgroups",),
+            ("get", "list", "watch"),
+            (),
+        ),
         (
             ("admissionregistration.k8s.io",),
             ("mutatingadmissionpolicies", "validatingadmissionpolicies"),

@@ -1,8 +1,9 @@
 """What the quota tests through kube-apiserver share (test_quota.py, test_quota_crashes.py,
 test_quota_partition.py, test_quota_clock.py): three webhook replicas behind the installed webhook's ClusterIP (a
 round-robin forwarder plays kube-proxy, as a Deployment scaled to three runs them), namespaces with room for K
-one-GPU Pods, what a refusal says, and what was stored. Split in four modules so pytest-xdist runs them side by
-side, each on a worker's own control plane."""
+one-GPU Pods, what a refusal says, and what was stored; gangs' group objects and members, each way of declaring
+them (test_quota.py, test_quota_view.py). Split in four modules so pytest-xdist runs them side by side, each on a
+worker's own control plane."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from testbed.api import Created
+from testbed.api import Created, pod
 from testbed.cluster import RealKube
 from testbed.install import Installed, apply, get
 from testbed.replicas import Replicas, start_replicas
@@ -64,3 +65,51 @@ def explained(call: Created) -> str:
         if kind in message:
             return kind
     return message[:80]
+
+
+CRD_GROUPS = {"scheduling.x-k8s.io": "v1alpha1", "scheduling.volcano.sh": "v1beta1"}
+WAYS = ("scheduling.k8s.io", "scheduling.x-k8s.io", "scheduling.volcano.sh", "kueue.x-k8s.io")
+
+
+def podgroup_crds(kube: RealKube) -> None:
+    """coscheduling's and Volcano's PodGroup as CRDs, as small as what the webhook reads (spec.minMember)."""
+    for group, version in CRD_GROUPS.items():
+        schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        names = {"kind": "PodGroup", "listKind": "PodGroupList", "plural": "podgroups", "singular": "podgroup"}
+        crd = {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"podgroups.{group}"},
+            "spec": {
+                "group": group,
+                "names": names,
+                "scope": "Namespaced",
+                "versions": [{"name": version, "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}],
+            },
+        }
+        apply(kube, crd)
+    for group in CRD_GROUPS:
+        kube.kubectl("wait", "--for=condition=Established", f"crd/podgroups.{group}", "--timeout=60s")
+
+
+def podgroup(way: str, ns: str, name: str, size: int) -> dict[str, Any]:
+    """The group object of ``way`` declaring a gang of ``size``."""
+    if way == "scheduling.k8s.io":
+        api, spec = "scheduling.k8s.io/v1beta1", {"schedulingPolicy": {"gang": {"minCount": size}}}
+    else:
+        api, spec = f"{way}/{CRD_GROUPS[way]}", {"minMember": size}
+    return {"apiVersion": api, "kind": "PodGroup", "metadata": {"name": name, "namespace": ns}, "spec": spec}
+
+
+def member(way: str, group: str, size: int) -> dict[str, Any]:
+    """A one-GPU Pod of ``group``, named the way ``way`` names a group (Kueue's carries its size)."""
+    marks: dict[str, Any] = {
+        "scheduling.x-k8s.io": {"labels": {"scheduling.x-k8s.io/pod-group": group}},
+        "scheduling.volcano.sh": {"annotations": {"scheduling.k8s.io/group-name": group}},
+        "kueue.x-k8s.io": {
+            "labels": {"kueue.x-k8s.io/pod-group-name": group},
+            "annotations": {"kueue.x-k8s.io/pod-group-total-count": str(size)},
+        },
+    }.get(way, {})
+    spec = {"schedulingGroup": {"podGroupName": group}} if way == "scheduling.k8s.io" else {}
+    return pod(f"{group}-", ONE_GPU, metadata=marks, **spec)

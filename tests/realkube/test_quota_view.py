@@ -30,11 +30,17 @@ from testbed.cluster import RealKube, kubectl_binary
 from testbed.install import Installed, WebhookServer, apply
 from testbed.replicas import Replicas, start_replicas
 from tests.manifests.test_monitoring import DASHBOARD, selectors
+from tests.realkube.quota_replicas import CRD_GROUPS, member, podgroup, podgroup_crds, quota_namespace, stored
 
 pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
 
 MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
-GAUGES = ("hami_webhook_quota_limit", "hami_webhook_quota_used", "hami_webhook_quota_held")
+GAUGES = (
+    "hami_webhook_quota_limit",
+    "hami_webhook_quota_used",
+    "hami_webhook_quota_held",
+    "hami_webhook_quota_held_for_gangs",
+)
 BIN = Path(sys.executable).parent  # hami-webhook and kubectl-hami, as the package installs them
 VIEWER = ROOT / "manifests" / "base" / "rbac" / "quota-viewer.yaml"
 
@@ -44,6 +50,7 @@ def two_webhooks(any_installed: Installed) -> Iterator[Replicas]:
     """Two replicas (one worker each, as the Deployment runs them) with /metrics on free loopback ports; a hold
     lasts 5 minutes (HAMI_QUOTA_RESERVATION_TTL), longer than the test looks at it on a loaded machine."""
     work = any_installed.work / f"view-{uuid.uuid4().hex[:6]}"
+    podgroup_crds(any_installed.kube)  # served before the replicas start: they list them at once
     env = {"HAMI_METRICS_BIND": "127.0.0.1:0", "HAMI_QUOTA_RESERVATION_TTL": "300"}
     replicas = start_replicas(any_installed, 2, work, env)
     try:
@@ -94,6 +101,7 @@ def expected_series(ns: str, figures: dict[str, dict[str, Any]]) -> set[tuple[st
         out.add(("hami_webhook_quota_limit", tuple(sorted(base.items())), float(f["limit"])))
         out.add(("hami_webhook_quota_used", with_limit, float(f["used"])))
         out.add(("hami_webhook_quota_held", with_limit, float(f["held"])))
+        out.add(("hami_webhook_quota_held_for_gangs", with_limit, float(f.get("heldForGangs", 0))))
     return out
 
 
@@ -210,6 +218,34 @@ AFTER_AN_EVENT = {
     "apiserver_admission_webhook_fail_open_count",
     "apiserver_validating_admission_policy_check_total",
 }
+
+
+def test_crd_gangs_race_and_the_room_a_gang_holds_shows(any_installed: Installed, two_webhooks: Replicas) -> None:
+    """On each version (1.30: no Workload API, the CRDs only): two coscheduling or Volcano gangs of 4 racing into
+    room for 6 store one whole and the other not at all; a gang's first member alone holds its others' room, which
+    both replicas' gauges and ``-o wide`` show."""
+    kube = any_installed.kube
+    spaces = [quota_namespace(kube, 6) for _ in range(3)]
+    try:
+        for ns, way in zip(spaces, CRD_GROUPS, strict=False):
+            apply(kube, podgroup(way, ns, "red", 4), podgroup(way, ns, "blue", 4))
+            _, calls = create_at_once(kube, ns, [member(way, "red", 4), member(way, "blue", 4)], 8, 8)
+            names = [p["metadata"]["generateName"] for p in stored(kube, ns)]
+            assert sorted(names.count(f"{g}-") for g in ("red", "blue")) == [0, 4], (way, calls)
+        ns = spaces[2]
+        apply(kube, podgroup("scheduling.x-k8s.io", ns, "solo", 4))
+        _, first = create_at_once(kube, ns, member("scheduling.x-k8s.io", "solo", 4), 1, 1)
+        assert [c.status for c in first] == [201]
+        labels = tuple(sorted({"namespace": ns, "quota_name": MEM, "limit": "6000", "resourcequota": "gpu"}.items()))
+        held = ("hami_webhook_quota_held_for_gangs", labels, 3000.0)
+        for url in [metrics_url(s) for s in two_webhooks.servers]:
+            kube.wait_for(lambda url=url: held in quota_series(url, ns), 30, interval=0.5)
+        wide = quota_command(kube, "quota", "-n", ns, "-o", "wide")
+        row = next(line.split() for line in wide.stdout.splitlines() if line.startswith(MEM))
+        assert row[-2:] == ["3000", "scheduling.x-k8s.io/solo=1/4"], wide.stdout
+    finally:
+        for ns in spaces:
+            kube.kubectl("delete", "namespace", "--wait=false", ns)
 
 
 def live_metrics_name_the_dashboards_series(kube: RealKube, url: str) -> None:

@@ -16,6 +16,8 @@ Rules: docs/rules.md#no-over-admission-under-concurrency; why they hold: docs/qu
 - Between the two the Pod is undecided: it waits for the grants to close.
 - An entry is dropped from the ledger once its Pods were seen to take all its room; the mark moves to their
   resourceVersion, so every reader counts those Pods instead.
+- A gang's first member holds room for every member still missing, in the same write (a ``GangHold``); later
+  members take theirs from it, ordinary Pods never; a hold whose group object is gone holds only its members' room.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from dataclasses import dataclass, field, replace
 
 from app.admission.ports import FITS, Verdict
 from app.quota.core.amounts import Amounts, accumulate, plus, unseen
-from app.quota.core.encoding import MAX_LEDGER_BYTES, LedgerEntry, Snapshot, encode
-from app.quota.core.limits import limited, overflow
+from app.quota.core.encoding import MAX_LEDGER_BYTES, GangHold, LedgerEntry, Snapshot, encode
+from app.quota.core.gang import Gang
+from app.quota.core.limits import gang_overflow, limited, overflow
 
 WINDOW = 1.0  # seconds a worker admits into a grant it wrote, counted from before the write
 SLACK = 0.25  # others count a grant as possibly free this much longer, on their own clocks, from first sight
@@ -59,6 +62,7 @@ class Ask:
     uid: str
     requested: Amounts
     dry_run: bool = False
+    gang: Gang | None = None  # the Pod's gang: its room comes from the gang's hold, never from a grant
 
 
 @dataclass(eq=False)
@@ -83,7 +87,12 @@ class Grant:
     def admits(self, ask: Ask, now: float) -> bool:
         """Whether ``ask`` goes into this grant now (its room taken, unless a dry run): open, in its window, room."""
         room = self.room()
-        if self.closing or now >= self.closes_at or any(room.get(n, 0) < a for n, a in ask.requested.items()):
+        if (
+            ask.gang is not None
+            or self.closing
+            or now >= self.closes_at
+            or any(room.get(n, 0) < a for n, a in ask.requested.items())
+        ):
             return False
         if not ask.dry_run:
             accumulate(self.spent, ask.requested)
@@ -109,6 +118,9 @@ class Scene:
     ttl: float  # this worker's reservation TTL: new entries' life, and that of entries written without one
     mine: Mapping[str, Grant] = field(default_factory=dict)  # this worker's grants, by entry id
     first_seen: Mapping[str, float] = field(default_factory=dict)  # each entry's first sight here (default: now)
+    members: Mapping[str, int] = field(default_factory=dict)  # per gang key: its Pods in the namespace, as seen
+    gone: frozenset[str] = frozenset()  # gangs whose group object was deleted: their holds keep members' room only
+    hold_ttl: float = 0.0  # a hold's life after its last member's write (this worker's setting)
 
 
 @dataclass(slots=True)
@@ -126,11 +138,18 @@ class Sight:
     pods_at: int  # the resourceVersion its Pod watch has reached (-1: its Pods not listed yet)
     synced: bool = True  # the first lists are in (ResourceQuotas, and the Pods of every namespace quota'd then)
     broken_for: float = 0.0  # seconds the longest-broken ResourceQuota or Pod stream has been broken
+    members: Mapping[str, int] = field(default_factory=dict)  # per gang key: its Pods in the namespace, as seen
+    gone: frozenset[str] = frozenset()  # gangs of the ledger's holds whose group object was deleted
 
-    def scene(self, found: Snapshot, *, wall: float, now: float, ttl: float, mine: Mapping[str, Grant]) -> Scene:
+    def scene(
+        self, found: Snapshot, *, wall: float, now: float, ttl: float, mine: Mapping[str, Grant], hold_ttl: float = 0.0
+    ) -> Scene:  # fmt: skip
         """The scene to decide ``found`` on (a ledger this sight's ``taken`` was read for)."""
         entries, mark, used, taken = found.entries, found.mark, self.used, self.taken
-        return Scene(self.namespace, self.limits, entries, mark, used, taken, wall, now, ttl, mine, self.first_seen)
+        return Scene(
+            self.namespace, self.limits, entries, mark, used, taken, wall, now, ttl, mine, self.first_seen,
+            self.members, self.gone, hold_ttl,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -190,7 +209,8 @@ def account(scene: Scene) -> Account:
     lower, upper = dict(scene.used), dict(scene.used)
     keep: dict[str, LedgerEntry] = {}
     mark = scene.mark
-    for entry_id, entry in live.items():
+    for entry_id, held in live.items():
+        entry = released(scene, held) if held.hold is not None and held.hold.group in scene.gone else held
         grant = scene.mine.get(entry_id)
         taken = scene.taken.get(entry_id)
         closing = grant is not None and grant.closing
@@ -211,6 +231,15 @@ def account(scene: Scene) -> Account:
     return Account(live, lower, upper, keep, mark, first_seen)
 
 
+def released(scene: Scene, entry: LedgerEntry) -> LedgerEntry:
+    """A hold whose group object is gone: its members' room only, an ordinary entry that lives the reservation TTL
+    from its last member's write (its Pods drop it sooner)."""
+    assert entry.hold is not None
+    unfilled = entry.hold.unfilled()
+    amounts = {name: amount - unfilled.get(name, 0) for name, amount in entry.amounts.items()}
+    return replace(entry, expires=round(scene.wall + scene.ttl, 1), amounts=amounts, ttl=scene.ttl, hold=None)
+
+
 def life(scene: Scene, entry: LedgerEntry) -> float:
     """How long ``entry`` holds room from this worker's first sight: its ``ttl``; one written by the previous
     version has none, and holds the longest any of ours would (a grant's)."""
@@ -226,47 +255,108 @@ def decide(scene: Scene, asks: Sequence[Ask], *, wanted: int, ask: bool, burst: 
     """Verdicts for ``asks`` on ``scene``, in order; a write when any is reserved, a grant of this worker is
     closed, or (``ask``) an undecided one asks the holders of open grants to close them (``wanted`` + 1).
 
-    ``new_id`` names the entry of a batch written with room ahead (a lone reservation is named by its uid)."""
+    ``new_id`` names the entry of a batch written with room ahead (a lone reservation is named by its uid, a
+    gang's hold by its first member's)."""
     counted = account(scene)
     closing = {i for i, g in scene.mine.items() if g.closing and i in counted.live}
-    verdicts: list[Verdict | None] = [None] * len(asks)
-    reserve: list[int] = []
-    undecided: list[int] = []
-    taking: Amounts = {}
-    for index, one in enumerate(asks):
-        if one.uid in counted.live and one.uid not in closing:  # sent again: its entry is there already
-            verdicts[index] = Verdict(reservation=one.uid)
-            continue
-        verdicts[index] = _verdict(scene, counted, taking, one)
-        if verdicts[index] is not None:
-            continue
-        if overflow(scene.namespace, scene.limits, plus(counted.upper, taking), one.requested):
-            undecided.append(index)
-        else:
-            accumulate(taking, one.requested)
-            reserve.append(index)
+    keep = dict(counted.keep)
+    verdicts, reserve, joined, undecided, taking, holding = _each(scene, counted, asks, closing, keep)
     closes = any(counted.keep.get(i) != counted.live[i] for i in closing)
     raised = wanted + 1 if undecided and ask else wanted
     decided = Ruling(tuple(verdicts), undecided=tuple(undecided), account=counted)
-    if not reserve and not closes and raised == wanted:
+    if not reserve and not joined and not closes and raised == wanted:
         return decided  # denials and dry runs only: no write (an older ledger never counts more)
-    keep = dict(counted.keep)
     entry, extra = "", {}
     if reserve:
-        extra = ahead(scene.limits, plus(counted.upper, taking), taking, len(reserve), burst)
+        extra = ahead(scene.limits, plus(counted.upper, plus(taking, holding)), taking, len(reserve), burst)
         entry = asks[reserve[0]].uid if len(reserve) == 1 and not extra else new_id
         # a Pod admitted into a grant as its window ends may appear a TTL later
         ttl = scene.ttl + (WINDOW if extra else 0)
         keep[entry] = LedgerEntry(round(scene.wall + ttl, 1), plus(taking, extra), bool(extra), ttl)
         if _size(keep) > MAX_LEDGER_BYTES:  # too big: take nothing ahead, then refuse the batch
             extra, keep[entry] = {}, LedgerEntry(round(scene.wall + scene.ttl, 1), dict(taking), ttl=scene.ttl)
-            if _size(keep) > MAX_LEDGER_BYTES:
-                del keep[entry]
-                return replace(decided, full=tuple(reserve), write=Write(keep, counted.mark, raised))
+    if _size(keep) > MAX_LEDGER_BYTES:
+        full = tuple(sorted(reserve + joined))
+        refused = tuple(None if i in full else v for i, v in enumerate(verdicts))
+        return replace(decided, verdicts=refused, full=full, write=Write(dict(counted.keep), counted.mark, raised))
     for index in reserve:
         verdicts[index] = Verdict(reservation=entry)
     write = Write(keep, counted.mark, raised, entry, extra)
-    return replace(decided, verdicts=tuple(verdicts), reserved=tuple(reserve), write=write)
+    return replace(decided, verdicts=tuple(verdicts), reserved=tuple(sorted(reserve + joined)), write=write)
+
+
+def _each(
+    scene: Scene, counted: Account, asks: Sequence[Ask], closing: set[str], keep: dict[str, LedgerEntry]
+) -> tuple[list[Verdict | None], list[int], list[int], list[int], Amounts, Amounts]:  # fmt: skip
+    """Each ask in order: its verdict, or reserved in the batch's entry (``reserve``, ``taking`` its room), or in its
+    gang's hold (``joined``, written into ``keep``; ``holding`` the room added), or undecided."""
+    verdicts: list[Verdict | None] = [None] * len(asks)
+    reserve: list[int] = []
+    joined: list[int] = []
+    undecided: list[int] = []
+    taking: Amounts = {}
+    holding: Amounts = {}
+    for index, one in enumerate(asks):
+        if one.uid in counted.live and one.uid not in closing:  # sent again: its entry is there already
+            verdicts[index] = Verdict(reservation=one.uid)
+            continue
+        both = plus(taking, holding)
+        hold = _join(scene, counted, keep, both, one) if one.gang and limited(scene.limits, one.requested) else None
+        if hold is not None:
+            verdicts[index], taken = hold
+            if taken:
+                accumulate(holding, taken)
+                joined.append(index)
+            elif verdicts[index] is None:
+                undecided.append(index)
+            continue
+        verdicts[index] = _verdict(scene, counted, both, one)
+        if verdicts[index] is not None:
+            continue
+        if overflow(scene.namespace, scene.limits, plus(counted.upper, both), one.requested):
+            undecided.append(index)
+        else:
+            accumulate(taking, one.requested)
+            reserve.append(index)
+    return verdicts, reserve, joined, undecided, taking, holding
+
+
+def _join(
+    scene: Scene, counted: Account, keep: dict[str, LedgerEntry], taking: Amounts, one: Ask
+) -> tuple[Verdict | None, Amounts] | None:  # fmt: skip
+    """A gang member's verdict and the room it adds to the ledger, its gang's hold written into ``keep``; None when
+    it is charged alone (its gang's hold is full, or all but it are there). The first member holds room for every
+    member missing (``size`` less its Pods seen); a later one takes its room from the hold, and only what it asks
+    beyond the first member's charge from free room. (None, {}): it must wait for others' grants to close."""
+    assert one.gang is not None
+    key = one.gang.key
+    found = next((i for i, e in keep.items() if e.hold is not None and e.hold.group == key), None)
+    if found is not None:
+        entry = keep[found]
+        assert entry.hold is not None
+        if entry.hold.members >= entry.hold.size:
+            return None
+        need = {name: max(amount - entry.hold.each.get(name, 0), 0) for name, amount in one.requested.items()}
+        members = entry.hold.members + 1
+        hold_id, hold, denied = found, replace(entry.hold, members=members), ""
+        amounts = {name: entry.amounts.get(name, 0) - entry.hold.each.get(name, 0) for name in entry.amounts}
+        amounts = plus(amounts, one.requested)
+    else:
+        missing = one.gang.size - scene.members.get(key, 0)
+        if missing <= 1:
+            return None
+        need = {name: amount * missing for name, amount in one.requested.items()}
+        hold_id, hold, amounts = one.uid, GangHold(key, missing, 1, dict(one.requested)), need
+        denied = gang_overflow(scene.namespace, scene.limits, plus(counted.lower, taking), one.gang, missing, need)
+    if denied or (denied := overflow(scene.namespace, scene.limits, plus(counted.lower, taking), need)):
+        return Verdict(denied), {}
+    if overflow(scene.namespace, scene.limits, plus(counted.upper, taking), need):
+        return None, {}
+    if one.dry_run:
+        return FITS, {}
+    ttl = max(scene.hold_ttl, scene.ttl)
+    keep[hold_id] = LedgerEntry(round(scene.wall + ttl, 1), amounts, ttl=ttl, hold=hold)
+    return Verdict(reservation=hold_id), need
 
 
 def _verdict(scene: Scene, counted: Account, taking: Amounts, one: Ask) -> Verdict | None:

@@ -2,14 +2,16 @@
 
 The Lease ``hami-quota-<namespace>`` lives in the webhook's own namespace, so the webhook's write access
 stays inside it. Its annotation ``hami.io/quota-ledger`` holds
-``{id: {"ttl": seconds, "expires": unix seconds, "amounts": {resource: amount}, "open": true?}}``: room set
-aside for Pods admitted (or, while open, about to be admitted) that some worker may not have seen yet; the Pods
-carry the id in their ``hami.io/quota-reservation`` annotation. Each reader holds an entry's room for ``ttl``
-seconds from when it first saw the entry, on its own monotonic clock; ``expires`` (the writer's wall clock plus
-``ttl``) is written only for the previous version's readers, which judge by it, and never read
-(docs/rules.md#no-clock-but-its-own). ``hami.io/quota-ledger-mark`` is the resourceVersion
-up to which a worker must have seen the namespace's Pods before it decides on this ledger: an entry is
-dropped once the writer has seen its Pods take all its room, and the mark moves to their resourceVersion,
+``{id: {"ttl": seconds, "expires": unix seconds, "amounts": {resource: amount}, "open": true?, "hold": {...}?}}``:
+room set aside for Pods admitted (or, while open, about to be admitted) that some worker may not have seen yet; the
+Pods carry the id in their ``hami.io/quota-reservation`` annotation. An entry with a ``hold`` is a gang's: its
+first member wrote it with room for the whole gang, and its later members take their room from it (GangHold).
+Each reader holds an entry's room for ``ttl`` seconds from when it first saw the entry (a hold: since it first saw
+its last member's write), on its own monotonic clock; ``expires`` (the writer's wall clock plus ``ttl``) is
+written only for the previous version's readers, which judge by it, and never read
+(docs/rules.md#no-clock-but-its-own). ``hami.io/quota-ledger-mark`` is the resourceVersion up to which a worker
+must have seen the namespace's Pods before it decides on this ledger: an entry is dropped once the writer has seen
+its Pods take all its room, and the mark moves to their resourceVersion,
 so every reader counts the Pods instead. ``hami.io/quota-ledger-wanted`` counts the times a worker could
 not decide because open grants held the room: each raise asks their holders to close them. Every worker of
 every replica decides against the same object: a write that lost a race gets 409 Conflict and decides
@@ -39,6 +41,22 @@ MAX_LEDGER_BYTES = 250_000
 
 
 @dataclass(frozen=True)
+class GangHold:
+    """A gang's room in its entry: ``size`` members of ``group`` (a key of app/quota/core/gang.py), ``members`` of
+    them admitted so far, ``each`` the first member's charge. The entry's amounts are what its members were
+    charged plus ``each`` for every member still to come (``unfilled``)."""
+
+    group: str
+    size: int
+    members: int
+    each: Amounts
+
+    def unfilled(self) -> Amounts:
+        missing = max(self.size - self.members, 0)
+        return {name: amount * missing for name, amount in self.each.items()}
+
+
+@dataclass(frozen=True)
 class LedgerEntry:
     """Amounts set aside for the Pods that will carry this entry's id, for ``ttl`` seconds from each reader's
     first sight (None: written by the previous version, which wrote no ``ttl``: the reader's own TTL applies).
@@ -53,6 +71,7 @@ class LedgerEntry:
     amounts: Amounts
     open: bool = False
     ttl: float | None = None
+    hold: GangHold | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +119,9 @@ def _encoded(entry: LedgerEntry) -> dict[str, Any]:
     out |= {"expires": entry.expires, "amounts": entry.amounts}
     if entry.open:
         out["open"] = True
+    if entry.hold is not None:
+        hold = entry.hold
+        out["hold"] = {"group": hold.group, "size": hold.size, "members": hold.members, "each": hold.each}
     return out
 
 
@@ -111,10 +133,20 @@ def _entries(raw: Any) -> dict[str, LedgerEntry]:
     for uid, entry in raw.items():
         try:
             amounts = {str(k): int(v) for k, v in entry["amounts"].items()}
-            out[str(uid)] = LedgerEntry(float(entry["expires"]), amounts, entry.get("open") is True, _ttl(entry))
+            opened = entry.get("open") is True
+            out[str(uid)] = LedgerEntry(float(entry["expires"]), amounts, opened, _ttl(entry), _hold(entry))
         except (KeyError, TypeError, ValueError, AttributeError):
             continue
     return out
+
+
+def _hold(entry: Mapping[str, Any]) -> GangHold | None:
+    """An entry's gang hold (None: an ordinary entry). Raises on a malformed one: the entry is dropped."""
+    raw = entry.get("hold")
+    if raw is None:
+        return None
+    each = {str(k): int(v) for k, v in raw["each"].items()}
+    return GangHold(str(raw["group"]), int(raw["size"]), int(raw["members"]), each)
 
 
 def _ttl(entry: Mapping[str, Any]) -> float | None:

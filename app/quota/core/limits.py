@@ -15,6 +15,7 @@ from typing import Any
 from app.admission import quantity
 from app.admission.devices.base import Device
 from app.quota.core.amounts import Amounts
+from app.quota.core.gang import Gang
 
 PREFIXES = ("limits.", "requests.", "")
 
@@ -80,5 +81,21 @@ def overflow(namespace: str, limits: Mapping[str, int], used: Mapping[str, int],
             return (
                 f"exceeding resource quota: namespace {namespace} {name} "
                 f"used {used.get(name, 0)} + requested {amount} > limit {limit}"
+            )
+    return ""
+
+
+def gang_overflow(
+    namespace: str, limits: Mapping[str, int], used: Mapping[str, int], gang: Gang, missing: int, need: Amounts
+) -> str:  # fmt: skip
+    """The denial of a gang's first member when the room its ``missing`` members ``need`` together does not fit:
+    the group, its size, what it needs and what is free; "" when it fits."""
+    for name, amount in need.items():
+        limit = limits.get(name)
+        if limit is not None and used.get(name, 0) + amount > limit:
+            free = max(limit - used.get(name, 0), 0)
+            return (
+                f"exceeding resource quota: namespace {namespace} {name}: gang {gang.key} of {gang.size} Pods "
+                f"needs {amount} for {missing} Pods together, {free} free of limit {limit}"
             )
     return ""

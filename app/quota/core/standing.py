@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from app.quota.core.amounts import Amounts, unseen
+from app.quota.core.amounts import Amounts, accumulate, unseen
 from app.quota.core.decision import Scene, Taken, account, life
-from app.quota.core.encoding import Snapshot
+from app.quota.core.encoding import GangHold, Snapshot
 from app.quota.core.limits import set_by
 
 
@@ -45,6 +45,7 @@ class Figure:
     quota: str  # the ResourceQuota that sets the limit (the smallest)
     used: int
     held: int
+    gangs: int = 0  # of ``held``: room held for gangs' members not created yet (their holds' unfilled part)
 
     @property
     def free(self) -> int:
@@ -65,6 +66,7 @@ class Standing:
     figures: tuple[Figure, ...]  # by resource name
     pods: int  # the Pods counted in ``used``
     oldest: Hold | None  # the hold let go first, if any
+    gangs: tuple[GangHold, ...] = ()  # the gangs holding room, by group
 
 
 def standing(
@@ -93,9 +95,13 @@ def standing(
         for i, e in counted.live.items()
         if any(unseen(e.amounts, seen[i].amounts if i in seen else None).values())
     ]
+    gangs = tuple(sorted((e.hold for e in counted.keep.values() if e.hold is not None), key=lambda h: h.group))
+    unfilled: Amounts = {}
+    for gang in gangs:
+        accumulate(unfilled, gang.unfilled())
     figures = tuple(
-        Figure(name, limit, quota, used.get(name, 0), taken.get(name, 0) - used.get(name, 0))
+        Figure(name, limit, quota, used.get(name, 0), taken.get(name, 0) - used.get(name, 0), unfilled.get(name, 0))
         for name, (limit, quota) in sorted(limits.items())
     )
     oldest = min(holds, key=lambda h: (h.left, h.id)) if holds else None
-    return Standing(namespace, figures, pods.count(namespace), oldest)
+    return Standing(namespace, figures, pods.count(namespace), oldest, gangs)

@@ -26,7 +26,9 @@ from app.admission.devices.base import Device
 from app.quota.core.amounts import Amounts
 from app.quota.core.decision import Sight, Taken
 from app.quota.core.encoding import MANAGED_BY, Snapshot, resource_version
+from app.quota.core.gang import Gang
 from app.quota.core.standing import Standing, standing
+from app.quota.feed.groups import GroupTable, group_streams
 from app.quota.feed.stream import Stream, Streams
 from app.quota.feed.tables import LedgerTable, PodTable, QuotaTable, say_found_at_start, say_uncounted
 
@@ -44,7 +46,13 @@ class Feed:
     is held."""
 
     def __init__(
-        self, api_client: client.ApiClient, devices: Sequence[Device], *, forget_after: float, home: str
+        self,
+        api_client: client.ApiClient,
+        devices: Sequence[Device],
+        *,
+        forget_after: float,
+        home: str,
+        gangs: bool = True,
     ) -> None:
         self._api_client = api_client
         self._core = client.CoreV1Api(api_client)
@@ -62,6 +70,15 @@ class Feed:
         self._quota_stream = Stream("resourcequotas", "resourcequotas", quotas, self._quotas_listed, self._quota_event)
         ledgers = functools.partial(leases.list_namespaced_lease, home, label_selector=MANAGED_BY)
         self._lease_stream = Stream("leases", "leases", ledgers, self._ledgers_listed, self._ledger_event)
+        self.groups = GroupTable()
+        self._group_streams = (
+            [  # gangs' group objects: none when gang holds are off
+                Stream(name, "podgroups", call, listed, event)
+                for name, call, listed, event in group_streams(api_client, self._groups_listed, self._group_event)
+            ]
+            if gangs
+            else []
+        )
         self._pod_streams: dict[str, Stream] = {}  # the quota'd namespaces' Pod streams
         self._pods_at: dict[str, int] = {}  # per quota'd namespace: the rv its Pod watch reached (-1: not listed)
         self._quotas_in = False  # the ResourceQuotas have been listed
@@ -86,7 +103,15 @@ class Feed:
                 r: Taken(dict(t.amounts), t.rv) for r in wanted if (t := self.pods.taken(namespace, r)) is not None
             }
             used, first_seen = self.pods.used(namespace), self.ledgers.first_seen(namespace)
-            return Sight(namespace, limits, ledger, first_seen, used, taken, pods_at, synced, broken)
+            members = self.pods.members(namespace)
+            holds = [e.hold.group for e in (ledger.entries.values() if ledger else ()) if e.hold is not None]
+            gone = self.groups.gone(namespace, holds) if holds else frozenset()
+            return Sight(namespace, limits, ledger, first_seen, used, taken, pods_at, synced, broken, members, gone)
+
+    def gang(self, namespace: str, pod: Mapping[str, Any]) -> tuple[Gang | None, str]:
+        """The Pod's gang from the group objects watched (app/quota/ports.py's Groups)."""
+        with self._lock:
+            return self.groups.gang(namespace, pod)
 
     def offer(self, found: Snapshot) -> None:
         """A ledger this process read or wrote: newer than the cache, unless the watch was quicker."""
@@ -165,7 +190,7 @@ class Feed:
     def start(self) -> None:
         for name in ("pods", "resourcequotas"):
             metrics.quota_feed_synced(name, False)
-        for stream in (self._quota_stream, self._lease_stream):
+        for stream in (self._quota_stream, self._lease_stream, *self._group_streams):
             self.streams.start(stream)
         self._gauges = threading.Thread(target=self._publish_gauges, name="quota gauges", daemon=True)
         self._gauges.start()
@@ -186,7 +211,11 @@ class Feed:
                 continue
             found = self.standings(time.monotonic())
             if found != last:
-                rows = [(s.namespace, f.resource, f.quota, f.limit, f.used, f.held) for s in found for f in s.figures]
+                rows = [
+                    (s.namespace, f.resource, f.quota, f.limit, f.used, f.held, f.gangs)
+                    for s in found
+                    for f in s.figures
+                ]
                 metrics.quota_standings(rows)
                 last = found
 
@@ -219,6 +248,14 @@ class Feed:
         with self._lock:
             self.ledgers.apply(kind, obj)
             self._ledgers_moved.notify_all()
+
+    def _groups_listed(self, api: str, items: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self.groups.replace(api, items)
+
+    def _group_event(self, api: str, kind: str, obj: Mapping[str, Any]) -> None:
+        with self._lock:
+            self.groups.apply(api, kind, obj)
 
     def _pods_listed(self, stream: Stream, items: list[dict[str, Any]], rv: str) -> None:
         with self._lock:

@@ -26,7 +26,8 @@ from app.admission.devices.base import Device
 from app.quota.core.amounts import Amounts, accumulate
 from app.quota.core.decision import Taken
 from app.quota.core.demand import pod_amounts
-from app.quota.core.encoding import LEDGER_PREFIX, Snapshot, resource_version, snapshot
+from app.quota.core.encoding import LEDGER_PREFIX, LedgerEntry, Snapshot, resource_version, snapshot
+from app.quota.core.gang import group
 from app.quota.core.limits import hard_limits, quota_factors, tightest
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -64,6 +65,7 @@ class _Pod:
     reservation: str
     amounts: Amounts
     rv: int
+    group: str  # the key of the gang it names ("" none)
 
 
 class PodTable:
@@ -80,6 +82,7 @@ class PodTable:
         # Kept while a ledger entry may still name it (``forget_after`` past its last Pod).
         self._taken: dict[tuple[str, str], Taken] = {}
         self._forget: deque[tuple[float, tuple[str, str]]] = deque()
+        self._members: dict[str, dict[str, int]] = {}  # namespace -> gang key -> its Pods
 
     def replace(self, namespace: str, items: Iterable[Mapping[str, Any]]) -> list[Uncounted]:
         """The namespace's Pods are now exactly ``items`` (a fresh list); returns those it could not count."""
@@ -121,6 +124,10 @@ class PodTable:
         """What the Pods carrying this reservation took, and the resourceVersion by which a watch has seen them."""
         return self._taken.get((namespace, reservation))
 
+    def members(self, namespace: str) -> dict[str, int]:
+        """Per gang key, the namespace's device Pods that name it."""
+        return dict(self._members.get(namespace) or {})
+
     def count(self, namespace: str) -> int:
         """The namespace's Pods that hold some of its quota."""
         return len(self._by_namespace.get(namespace) or ())
@@ -141,18 +148,28 @@ class PodTable:
             return uid, None
         reservation = (meta.get("annotations") or {}).get(QUOTA_RESERVATION_ANNOTATION) or ""
         namespace = sys.intern(meta.get("namespace") or "")
-        return uid, _Pod(namespace, reservation, amounts, resource_version(meta.get("resourceVersion")))
+        rv = resource_version(meta.get("resourceVersion"))
+        return uid, _Pod(namespace, reservation, amounts, rv, group(obj))
 
     def _add(self, uid: str, pod: _Pod) -> None:
         self._pods[uid] = pod
         self._by_namespace.setdefault(pod.namespace, set()).add(uid)
         accumulate(self._used.setdefault(pod.namespace, {}), pod.amounts)
+        if pod.group:
+            accumulate(self._members.setdefault(pod.namespace, {}), {pod.group: 1})
         if pod.reservation:
             taken = self._taken.setdefault((pod.namespace, pod.reservation), Taken({}, -1))
             accumulate(taken.amounts, pod.amounts)
             taken.rv = max(taken.rv, pod.rv)
             taken.alive += 1
             taken.forget_at = float("inf")
+
+    def _left(self, pod: _Pod) -> None:
+        """A gang's member went: one Pod fewer named by its group."""
+        members = self._members[pod.namespace]
+        members[pod.group] -= 1
+        if not members[pod.group]:
+            del members[pod.group]
 
     def _remove(self, uid: str) -> None:
         pod = self._pods.pop(uid, None)
@@ -167,6 +184,8 @@ class PodTable:
             used[name] = max(used.get(name, 0) - amount, 0)
         if not any(used.values()):
             del self._used[pod.namespace]
+        if pod.group:
+            self._left(pod)
         now = time.monotonic()
         taken = self._taken.get((pod.namespace, pod.reservation)) if pod.reservation else None
         if taken is not None:  # its ledger entry may outlive the Pod: what it took stays taken until then
@@ -267,9 +286,14 @@ class LedgerTable(_Relisted):
 
     def offer(self, found: Snapshot) -> None:
         if self._newer(found.namespace, found.rv):
-            self._by_namespace[found.namespace] = found
             before, now = self._first_seen.get(found.namespace, {}), self._clock()
-            self._first_seen[found.namespace] = {i: before.get(i, now) for i in found.entries}
+            old = self._by_namespace.get(found.namespace)
+            old_entries = old.entries if old is not None else {}
+            self._by_namespace[found.namespace] = found
+            # a hold lives from its last member's write: a new member seen restarts its life here
+            self._first_seen[found.namespace] = {
+                i: now if _joined(old_entries.get(i), e) else before.get(i, now) for i, e in found.entries.items()
+            }
 
     def _newer(self, namespace: str, rv: int) -> bool:
         current = self._by_namespace.get(namespace)
@@ -282,3 +306,13 @@ class LedgerTable(_Relisted):
         """When this process first saw each entry of the namespace's newest ledger (monotonic seconds). Read-only:
         ``offer`` replaces a namespace's mapping whole, never changes one in place, so a reader may keep it."""
         return MappingProxyType(self._first_seen.get(namespace) or {})
+
+
+def _joined(before: LedgerEntry | None, after: LedgerEntry) -> bool:
+    """A gang's hold took a new member between two sights of it."""
+    return (
+        before is not None
+        and before.hold is not None
+        and after.hold is not None
+        and (before.hold.members != after.hold.members)
+    )

@@ -73,8 +73,9 @@ def review(obj: Obj, *, operation: str = "CREATE", old: Obj | None = None, uid: 
 class Room:
     """A quota port whose namespace ai-team has ``free`` room: the view only reads it (governs, asks, room)."""
 
-    def __init__(self, free: Amounts) -> None:
+    def __init__(self, free: Amounts, gang: int = 0) -> None:
         self.free = free
+        self.size = gang
 
     def governs(self, namespace: str) -> bool:
         return namespace == "ai-team"
@@ -87,6 +88,9 @@ class Room:
 
     def room(self, namespace: str) -> Amounts | None:
         return self.free if namespace == "ai-team" else None
+
+    def gang(self, namespace: str, pod: PodEdit) -> int:
+        return self.size
 
     def status(self) -> dict[str, Any]:
         return {"ready": True}
@@ -207,6 +211,16 @@ def test_a_jobs_parallelism_times_its_pods_demand_is_told_against_the_room_free_
     ]
     assert "warnings" not in answer(review(job), Room({"nvidia.com/gpumem": 48000})), "equal fits"
     assert "warnings" not in answer(review(job), None), "no quota, no figure"
+
+
+def test_a_gang_that_cannot_fit_now_is_told_it_would_be_refused_whole() -> None:
+    """A Job of 4 workers in a gang of 4 with room for 3: admitted one at a time 3 would run; as a gang, none."""
+    job = workload("Job", container("train", GPU, defaulted=False), parallelism=4, completions=4)
+    (warning,) = answer(review(job), Room({"nvidia.com/gpumem": 48000}, gang=4))["warnings"]
+    assert (
+        warning == "spec.parallelism: a gang of 4 × 16000 nvidia.com/gpumem needs 64000, 48000 free: all 4 refused now"
+    )
+    assert "warnings" not in answer(review(job), Room({"nvidia.com/gpumem": 64000}, gang=4)), "equal fits"
 
 
 def test_completions_below_parallelism_count_and_a_cronjobs_job_template_too() -> None:

@@ -28,6 +28,11 @@ or a schedule would hang here.
 Partitions: a worker cut off from the API server (a black hole: nothing copied, nothing closed) gets no watch
 events, and its requests hang until their timeout or the heal; a request it gave up on reaches the server when the
 network resumes, or never when the partition ends by resetting connections. Its contact probe runs too.
+
+Gangs: some schedules declare up to three PodGroups (scheduling.k8s.io, sizes 2-4, watched like the other kinds)
+and make half their admissions members; a group may be deleted mid-run. Every hold that every reader still counts
+(its group not deleted, its last member's write less than its life ago) must be real room: the Pods stored or
+landing plus every such hold's unfilled room never exceed the limit, so two gangs never each hold part of it.
 """
 
 from __future__ import annotations
@@ -50,7 +55,9 @@ from app.quota.committer import COMMIT_FAILED
 from app.quota.core.amounts import Amounts, accumulate
 from app.quota.core.decision import WINDOW, Sight, Taken
 from app.quota.core.encoding import Snapshot, snapshot
+from app.quota.core.gang import UPSTREAM, Gang
 from app.quota.evaluator import QuotaEvaluator
+from app.quota.feed.groups import GroupTable
 from app.quota.feed.tables import LedgerTable, PodTable, QuotaTable
 from app.quota.lease import Leases
 from app.settings import Settings
@@ -59,6 +66,7 @@ from testbed.pods import container, pod
 NS, HOME = "ai", "hami"
 MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
 TTL = 60.0
+HOLD = 90.0  # HAMI_QUOTA_GANG_HOLD: longer than TTL, so a hold's own expiry is what gives it back
 SKEW = 600.0  # the most a replica's wall clock is off, either way: ten TTLs (no decision may read it)
 LAND_WITHIN = 3.0  # an admitted Pod is stored within this many seconds of its admission, or never
 MAX_ADMITTING = 3  # admission threads of one worker at a time
@@ -93,7 +101,8 @@ class ApiServer:
         self.rv = 1
         self.leases: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}
-        self.watches: dict[str, list[Watch]] = {"leases": [], "pods": []}
+        self.groups: dict[str, dict[str, Any]] = {}  # PodGroups by name
+        self.watches: dict[str, list[Watch]] = {"leases": [], "pods": [], "podgroups": []}
         self._parsed: Snapshot | None = None
 
     def _stored(self, kind: str, obj: dict[str, Any], event: str) -> dict[str, Any]:
@@ -130,6 +139,14 @@ class ApiServer:
     def delete_pod(self, uid: str) -> None:
         self._stored("pods", self.pods.pop(uid), "DELETED")
 
+    def create_group(self, name: str, size: int) -> None:
+        spec = {"schedulingPolicy": {"gang": {"minCount": size}}}
+        self.groups[name] = {"metadata": {"name": name, "namespace": NS}, "spec": spec}
+        self._stored("podgroups", self.groups[name], "ADDED")
+
+    def delete_group(self, name: str) -> None:
+        self._stored("podgroups", self.groups.pop(name), "DELETED")
+
     def ledger_entries(self) -> Snapshot | None:
         lease = next(iter(self.leases.values()), None)
         if lease is None:
@@ -148,7 +165,8 @@ class SimFeed:
         self.quotas = QuotaTable(DEVICES)
         self.quotas.replace([{"metadata": {"namespace": NS, "name": "gpu"}, "spec": {"hard": {MEM: str(limit)}}}])
         self.ledgers = LedgerTable(lambda: worker.sim.now + worker.offset)  # the worker's monotonic clock
-        self.watches = {"pods": Watch(), "leases": Watch()}
+        self.groups = GroupTable()
+        self.watches = {"pods": Watch(), "leases": Watch(), "podgroups": Watch()}
         self.pod_rv = 0
         for kind, watch in self.watches.items():
             server.watches[kind].append(watch)
@@ -160,6 +178,8 @@ class SimFeed:
         if kind == "pods":
             self.pods.replace(NS, _copy(list(server.pods.values())))
             self.pod_rv = server.rv
+        elif kind == "podgroups":
+            self.groups.replace(UPSTREAM, _copy(list(server.groups.values())))
         else:
             self.ledgers.replace(_copy(list(server.leases.values())))
 
@@ -168,6 +188,8 @@ class SimFeed:
         if kind == "pods":
             self.pods.apply(event, obj)
             self.pod_rv = int(obj["metadata"]["resourceVersion"])
+        elif kind == "podgroups":
+            self.groups.apply(UPSTREAM, event, obj)
         else:
             self.ledgers.apply(event, obj)
 
@@ -179,9 +201,13 @@ class SimFeed:
         found = {r: self.pods.taken(namespace, r) for r in wanted}
         taken = {r: Taken(dict(h.amounts), h.rv) for r, h in found.items() if h is not None}
         first_seen = self.ledgers.first_seen(namespace)
-        return Sight(
-            namespace, self.quotas.limits(namespace), ledger, first_seen, self.pods.used(namespace), taken, self.pod_rv
-        )
+        holds = [e.hold.group for e in (ledger.entries.values() if ledger else ()) if e.hold is not None]
+        limits, used, members = self.quotas.limits(namespace), self.pods.used(namespace), self.pods.members(namespace)
+        gone = self.groups.gone(namespace, holds)
+        return Sight(namespace, limits, ledger, first_seen, used, taken, self.pod_rv, True, 0.0, members, gone)
+
+    def gang(self, namespace: str, pod: dict[str, Any]) -> tuple[Gang | None, str]:
+        return self.groups.gang(namespace, pod)
 
     def offer(self, found: Snapshot) -> None:
         self.ledgers.offer(found)
@@ -229,6 +255,7 @@ class Admission:
     uid: str
     memory: int
     dry_run: bool
+    group: str = ""  # the PodGroup it is a member of
     result: Verdict | QuotaUnavailable | None = None
 
 
@@ -279,7 +306,10 @@ class Worker:
         self.offset = sim.rng.uniform(0, 1000)  # monotonic clocks start anywhere
         self.feed = SimFeed(self, sim.server, sim.limit)
         ledger = Leases(self._send, HOME)
-        self.port = QuotaEvaluator(self.feed, ledger, DEVICES, ttl=TTL, stale_after=30, clock=self, new_id=sim.new_id)
+        self.port = QuotaEvaluator(
+            self.feed, ledger, DEVICES, ttl=TTL, stale_after=30, clock=self, new_id=sim.new_id, groups=self.feed,
+            gang_hold=HOLD,
+        )  # fmt: skip
         self.port.contact.shedding = threading.Event()  # this process's worker is not the simulated one's
         self.killed = False
         self.cut = False  # cut off from the API server: its requests and watches hang
@@ -388,12 +418,18 @@ class Outcome:
 class Simulation:
     """One seeded schedule: ``run()`` raises Violation (with the seed and the step) when an invariant breaks."""
 
-    def __init__(self, seed: int, *, workers: int = 3, room: int = 8, admissions: int = 30, kills: int = 1) -> None:
+    def __init__(
+        self, seed: int, *, workers: int = 3, room: int = 8, admissions: int = 30, kills: int = 1, gangs: int = 0
+    ) -> None:  # fmt: skip
         self.seed = seed
         self.rng = random.Random(seed)
         self.now = 0.0
         self.limit = room * 1000
         self.server = ApiServer()
+        for index in range(gangs):  # before the workers start: their first list finds them
+            self.server.create_group(f"gang-{index}", self.rng.choice([2, 3, 4]))
+        self.gangs = sorted(self.server.groups)
+        self.hold_stored: dict[tuple[str, int], float] = {}  # (hold id, members) -> when the server first had it
         self.scheduler = greenlet.getcurrent()  # where every task switches back to
         self.reads = 0  # clock reads since the running task was resumed
         self.ids = 0
@@ -423,6 +459,8 @@ class Simulation:
     def pod_object(self, admission: Admission) -> dict[str, Any]:
         obj = pod(container(limits={GPU: "1", MEM: str(admission.memory)}), namespace=NS)
         obj["metadata"] |= {"uid": admission.uid, "name": admission.uid, "annotations": {}}
+        if admission.group:
+            obj["spec"]["schedulingGroup"] = {"podGroupName": admission.group}
         return obj
 
     # --- what happens ------------------------------------------------------------------------------
@@ -506,6 +544,8 @@ class Simulation:
             out.append((1, lambda u=uid: self.land(u)))
         if self.server.pods:
             out.append((0.2, self.delete_some_pod))
+        if self.server.groups:
+            out.append((0.02, self.delete_some_group))
         out.append((1, self.advance))
         return out
 
@@ -535,8 +575,9 @@ class Simulation:
 
     def start_admission(self, worker: Worker) -> None:
         self.admissions_left -= 1
+        group = self.rng.choice(self.gangs) if self.gangs and self.rng.random() < 0.5 else ""
         admission = Admission(
-            f"pod-{self.admissions_left}", self.rng.choice([1000, 1000, 2000]), self.rng.random() < 0.1
+            f"pod-{self.admissions_left}", self.rng.choice([1000, 1000, 2000]), self.rng.random() < 0.1, group
         )
         worker.spawn("admission", lambda: worker.admit(admission))
 
@@ -549,6 +590,11 @@ class Simulation:
         uid = self.rng.choice(sorted(self.server.pods))
         self.trace.append(f"{self.now:.3f} {uid} deleted")
         self.server.delete_pod(uid)
+
+    def delete_some_group(self) -> None:
+        name = self.rng.choice(sorted(self.server.groups))
+        self.trace.append(f"{self.now:.3f} podgroup {name} deleted")
+        self.server.delete_group(name)
 
     def advance(self, most: float = 0.0) -> None:
         """Time passes (never past an admitted Pod's landing: it lands first)."""
@@ -573,17 +619,37 @@ class Simulation:
         if committed.get(MEM, 0) > self.limit:
             raise self.violation(f"over-admitted: Pods stored or landing hold {committed[MEM]} > limit {self.limit}")
         found = self.server.ledger_entries()
-        if found is None or found.rv == self.checked_rv:
+        if found is None:
+            return
+        self.check_holds(found, committed.get(MEM, 0))
+        if found.rv == self.checked_rv:
             return
         self.checked_rv, stored = found.rv, set(found.entries)
-        latest = 1.7e9 + self.now + SKEW + TTL + WINDOW + 0.05  # for the previous version's readers; rounded to 0.1 s
         for entry_id, entry in found.entries.items():
-            if entry.ttl is None or entry.ttl > TTL + WINDOW or entry.expires > latest:
+            life = max(HOLD, TTL) if entry.hold is not None else TTL + WINDOW
+            latest = 1.7e9 + self.now + SKEW + life + 0.05  # for the previous version's readers; rounded to 0.1 s
+            if entry.ttl is None or entry.ttl > life or entry.expires > latest:
                 raise self.violation(f"entry {entry_id} holds room past its TTL: {entry}")
         if stored & self.gone:  # its readers would count its life again from their next sight
             raise self.violation(f"entries {sorted(stored & self.gone)} came back to the ledger after they left it")
         self.gone |= self.present - stored
         self.present = stored
+
+    def check_holds(self, found: Snapshot, committed: int) -> None:
+        """Every hold each reader still counts is real room: the Pods stored or landing plus those holds' unfilled
+        room fit the limit (two gangs never each hold part of it, and a hold can always be filled)."""
+        unfilled = 0
+        for entry_id, entry in found.entries.items():
+            if entry.hold is None:
+                continue
+            stored = self.hold_stored.setdefault((entry_id, entry.hold.members), self.now)
+            group = entry.hold.group.partition("/")[2]
+            if group in self.server.groups and self.now < stored + max(HOLD, TTL):
+                unfilled += entry.hold.unfilled().get(MEM, 0)
+        if committed + unfilled > self.limit:
+            raise self.violation(
+                f"holds are not real room: Pods {committed} + unfilled holds {unfilled} > {self.limit}"
+            )
 
     def run(self) -> Outcome:
         before = random.getstate()
@@ -628,7 +694,7 @@ class Simulation:
             if worker.cut:
                 self.heal(worker)
         self.deliver_all()
-        self.advance(TTL + WINDOW + 1)
+        self.advance(max(TTL, HOLD) + WINDOW + 1)  # every hold not filled is given back by now
         self.deliver_all()
         used = sum(int(o["spec"]["containers"][0]["resources"]["limits"][MEM]) for o in self.server.pods.values())
         free = (self.limit - used) // 1000

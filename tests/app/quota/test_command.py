@@ -67,7 +67,8 @@ def test_the_command_shows_what_the_port_counts(cluster: Cluster, start_quota) -
     wide = quota(cluster.kubeconfig, "-A", "--webhook-namespace", cluster.home, "-o", "wide")
     header, *lines = wide.stdout.splitlines()
     assert header.split() == [
-        "NAMESPACE", "RESOURCE", "LIMIT", "USED", "HELD", "FREE", "PODS", "RESOURCEQUOTA", "OLDEST-HOLD", "EXPIRES-IN"
+        "NAMESPACE", "RESOURCE", "LIMIT", "USED", "HELD", "FREE", "PODS", "RESOURCEQUOTA", "OLDEST-HOLD", "EXPIRES-IN",
+        "HELD-FOR-GANGS", "GANGS",
     ]  # fmt: skip
     mine_lines = [line.split() for line in lines if line.startswith(cluster.ns)]
     assert [(row[1], row[7], row[8]) for row in mine_lines] == [(GPU, "gpu", "phantom"), (MEM, "gpu", "phantom")]

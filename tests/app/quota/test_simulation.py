@@ -34,8 +34,16 @@ CHUNK = 250  # schedules per task handed to a process
 
 
 def shape(seed: int) -> dict[str, int]:
-    """Each seed's cluster: 2-4 workers, room for 1-12 Pods, 5-24 admissions, up to 2 kills."""
-    return {"workers": 2 + seed % 3, "room": 1 + seed % 12, "admissions": 5 + seed % 20, "kills": seed % 3}
+    """Each seed's cluster: 2-4 workers, room for 1-12 Pods, 5-24 admissions, up to 2 kills; half the seeds with
+    1-3 gangs (PodGroups of 2-4), half their admissions members."""
+    gangs = (seed // 2) % 3 + 1 if seed % 2 else 0
+    return {
+        "workers": 2 + seed % 3,
+        "room": 1 + seed % 12,
+        "admissions": 5 + seed % 20,
+        "kills": seed % 3,
+        "gangs": gangs,
+    }
 
 
 def run_seeds(first: int, last: int) -> tuple[int, int]:

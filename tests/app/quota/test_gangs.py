@@ -1,0 +1,235 @@
+"""Gang holds in the pure decision (app/quota/core/decision.py), their ledger encoding, and how a Pod's gang is read
+(app/quota/core/gang.py, app/quota/feed/groups.py): a gang's first member holds the whole gang's room or is refused,
+later members take theirs from the hold, ordinary Pods never do, and a hold gives its unfilled room back."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from app.admission.ports import FITS, Verdict
+from app.quota.command import render
+from app.quota.core.decision import Ask, Burst, Ruling, Scene, Taken, account, decide
+from app.quota.core.encoding import LEDGER_ANNOTATION, GangHold, LedgerEntry, encode, snapshot
+from app.quota.core.gang import Gang, group
+from app.quota.core.standing import standing
+from app.quota.feed.groups import GroupTable
+from app.quota.feed.tables import LedgerTable
+
+GPU = "nvidia.com/gpu"
+WALL, NOW, TTL, HOLD = 1_700_000_000.0, 500.0, 60.0, 300.0
+TRAIN = Gang("scheduling.k8s.io/train", 4)
+OTHER = Gang("scheduling.k8s.io/other", 4)
+
+
+def scene(room: int = 6, used: int = 0, **changes: Any) -> Scene:
+    base = Scene("ai", {GPU: room}, {}, 0, {GPU: used} if used else {}, {}, WALL, NOW, TTL, hold_ttl=HOLD)
+    return replace(base, **changes)
+
+
+def ask(uid: str, gpus: int = 1, gang: Gang | None = TRAIN, dry_run: bool = False) -> Ask:
+    return Ask(uid, {GPU: gpus}, dry_run, gang)
+
+
+def decided(at: Scene, *asks: Ask) -> Ruling:
+    return decide(at, asks, wanted=0, ask=True, burst=Burst(), new_id="batch")
+
+
+def hold(members: int, size: int = 4, each: int = 1, charged: int | None = None, key: str = TRAIN.key) -> LedgerEntry:
+    """A hold as the ledger keeps it: ``members`` admitted of ``size`` (charged ``each`` unless said)."""
+    charged = members * each if charged is None else charged
+    amounts = {GPU: charged + (size - members) * each}
+    return LedgerEntry(round(WALL + HOLD, 1), amounts, ttl=HOLD, hold=GangHold(key, size, members, {GPU: each}))
+
+
+def free(at: Scene) -> int:
+    return at.limits[GPU] - account(at).upper.get(GPU, 0)
+
+
+def test_the_first_member_holds_the_whole_gang() -> None:
+    made = decided(scene(), ask("w0"))
+    assert made.verdicts == (Verdict(reservation="w0"),)
+    assert made.write is not None and dict(made.write.entries) == {"w0": hold(1)}
+    assert free(scene(entries=made.write.entries)) == 2
+
+
+def test_a_gang_that_does_not_fit_is_refused_on_its_first_member_with_its_figures() -> None:
+    made = decided(scene(entries={"w0": hold(1)}), ask("o0", gang=OTHER))
+    assert made.verdicts == (
+        Verdict(
+            "exceeding resource quota: namespace ai nvidia.com/gpu: gang scheduling.k8s.io/other of 4 Pods "
+            "needs 4 for 4 Pods together, 2 free of limit 6"
+        ),
+    )
+    assert made.write is None
+
+
+def test_two_gangs_in_one_batch_one_holds_the_other_is_refused() -> None:
+    made = decided(scene(), ask("w0"), ask("o0", gang=OTHER), ask("w1"), ask("o1", gang=OTHER))
+    assert [bool(v and v.denial) for v in made.verdicts] == [False, True, False, True]
+    assert made.verdicts[2] == Verdict(reservation="w0")
+    assert made.write is not None and dict(made.write.entries) == {"w0": hold(2)}
+
+
+def test_later_members_take_their_room_from_the_hold_and_ordinary_pods_never_do() -> None:
+    at = scene(entries={"w0": hold(1)})
+    made = decided(at, ask("a", gang=None), ask("b", gang=None), ask("c", gang=None), ask("w1"))
+    assert made.verdicts[:2] == (Verdict(reservation="batch"), Verdict(reservation="batch"))
+    assert made.verdicts[2] is not None and made.verdicts[2].denial  # the hold's room is not an ordinary Pod's
+    assert made.verdicts[3] == Verdict(reservation="w0")
+    assert made.write is not None and made.write.entries["w0"] == hold(2)
+
+
+def test_a_member_bigger_than_the_first_is_charged_the_difference_from_free_room() -> None:
+    at = scene(entries={"w0": hold(1)})
+    made = decided(at, ask("w1", gpus=3))
+    assert made.verdicts == (Verdict(reservation="w0"),)
+    assert made.write is not None and made.write.entries["w0"] == hold(2, charged=4)
+    assert free(scene(entries=made.write.entries)) == 0
+    too_big = decided(at, ask("w1", gpus=4))
+    assert too_big.verdicts[0] is not None and "requested 3 > limit 6" in too_big.verdicts[0].denial
+
+
+def test_members_beyond_the_size_are_charged_alone() -> None:
+    made = decided(scene(entries={"w0": hold(4)}), ask("w4"))
+    assert made.verdicts == (Verdict(reservation="w4"),)
+    assert made.write is not None and made.write.entries["w4"].hold is None
+
+
+def test_a_member_that_replaces_a_lost_one_is_charged_alone() -> None:
+    """Three of the four are there (the hold was filled and dropped): the fourth asks only its own room."""
+    made = decided(scene(used=3, members={TRAIN.key: 3}), ask("w3"))
+    assert made.verdicts == (Verdict(reservation="w3"),)
+    assert made.write is not None and made.write.entries["w3"].hold is None
+    # all four lost (the job restarts): its first Pod holds for the whole gang again
+    again = decided(scene(members={}), ask("r0"))
+    assert again.write is not None and again.write.entries["r0"] == hold(1)
+
+
+def test_a_hold_whose_group_is_gone_keeps_only_its_members_room() -> None:
+    at = scene(entries={"w0": hold(2)}, gone=frozenset({TRAIN.key}))
+    assert free(at) == 4
+    made = decided(at, ask("a", gpus=4, gang=None))
+    assert made.verdicts == (Verdict(reservation="a"),)
+    released = LedgerEntry(round(WALL + TTL, 1), {GPU: 2}, ttl=TTL)
+    assert made.write is not None and made.write.entries["w0"] == released
+
+
+def test_a_hold_expires_its_ttl_after_the_last_member_was_seen_joining() -> None:
+    entries = {"w0": hold(1)}
+    assert free(scene(entries=entries, first_seen={"w0": NOW - HOLD + 1})) == 2
+    assert free(scene(entries=entries, first_seen={"w0": NOW - HOLD})) == 6
+    table = LedgerTable(clock=iter([0.0, 200.0, 400.0]).__next__)
+    for members, rv in ((1, 1), (2, 2), (2, 3)):
+        table.offer(snapshot("ai", lease({"w0": hold(members)}, rv)))
+        if rv == 2:
+            assert table.first_seen("ai") == {"w0": 200.0}  # a new member: its life starts again
+    assert table.first_seen("ai") == {"w0": 200.0}  # rewritten without a new member: it does not
+
+
+def test_a_hold_lasts_at_least_the_reservation_ttl() -> None:
+    made = decided(scene(hold_ttl=5.0), ask("w0"))
+    assert made.write is not None and made.write.entries["w0"].ttl == TTL
+
+
+def test_the_hold_is_dropped_once_its_members_are_all_seen() -> None:
+    taken = {"w0": Taken({GPU: 4}, rv=9)}
+    counted = account(scene(entries={"w0": hold(4)}, used=4, taken=taken, members={TRAIN.key: 4}))
+    assert counted.keep == {} and counted.mark == 9
+    partly = account(scene(entries={"w0": hold(3)}, used=3, taken={"w0": Taken({GPU: 3}, rv=9)}))
+    assert "w0" in partly.keep and partly.upper == {GPU: 4}
+
+
+def test_a_dry_run_checks_the_whole_gang_and_writes_nothing() -> None:
+    assert decided(scene(), ask("w0", dry_run=True)) == Ruling((FITS,), account=account(scene()))
+    refused = decided(scene(used=3), ask("w0", dry_run=True))
+    assert refused.verdicts[0] is not None and "needs 4 for 4 Pods together, 3 free" in refused.verdicts[0].denial
+
+
+def test_a_hold_survives_the_ledger_encoding() -> None:
+    entries = {"w0": hold(3, charged=5), "plain": LedgerEntry(WALL, {GPU: 1}, ttl=TTL)}
+    assert snapshot("ai", lease(entries, 1)).entries == entries
+    broken = '{"w0": {"expires": 1, "amounts": {"g": 1}, "hold": {"group": "x"}}}'
+    assert snapshot("ai", {"metadata": {"annotations": {LEDGER_ANNOTATION: broken}}}).entries == {}
+
+
+def lease(entries: Mapping[str, LedgerEntry], rv: int) -> dict[str, Any]:
+    return {"metadata": {"resourceVersion": str(rv), "annotations": {LEDGER_ANNOTATION: encode(entries)}}}
+
+
+def member(*, name: str = "", labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> Any:
+    spec = {"schedulingGroup": {"podGroupName": name}} if name else {}
+    return {"metadata": {"labels": labels or {}, "annotations": annotations or {}}, "spec": spec}
+
+
+def podgroup(name: str, spec: dict[str, Any], namespace: str = "ai") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+WAYS = {
+    "upstream": (member(name="t"), "scheduling.k8s.io", {"schedulingPolicy": {"gang": {"minCount": 4}}}),
+    "coscheduling": (member(labels={"scheduling.x-k8s.io/pod-group": "t"}), "scheduling.x-k8s.io", {"minMember": 4}),
+    "volcano": (member(annotations={"scheduling.k8s.io/group-name": "t"}), "scheduling.volcano.sh", {"minMember": 4}),
+    "volcano's own key": (
+        member(annotations={"scheduling.volcano.sh/group-name": "t"}),
+        "scheduling.volcano.sh",
+        {"minMember": 4},
+    ),
+}
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_each_way_of_declaring_a_group_gives_its_gang(way: str) -> None:
+    pod, api, spec = WAYS[way]
+    table = GroupTable()
+    gang, why = table.gang("ai", pod)
+    assert gang is None and why == f"pod group t: the {api} PodGroup API is not served here; the Pod is charged alone"
+    table.replace(api, [])
+    assert table.gang("ai", pod) == (None, f"pod group t ({api}) does not exist yet; the Pod is charged alone")
+    table.apply(api, "ADDED", podgroup("t", spec, namespace="elsewhere"))
+    assert table.gang("ai", pod)[0] is None
+    table.apply(api, "ADDED", podgroup("t", spec))
+    assert table.gang("ai", pod) == (Gang(f"{api}/t", 4), "")
+    assert table.gone("ai", [f"{api}/t"]) == frozenset()
+    being_deleted = podgroup("t", spec)
+    being_deleted["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"  # a finalizer keeps it while Pods live
+    table.apply(api, "MODIFIED", being_deleted)
+    assert table.gone("ai", [f"{api}/t"]) == {f"{api}/t"}
+    table.apply(api, "DELETED", being_deleted)
+    assert table.gone("ai", [f"{api}/t"]) == {f"{api}/t"}
+
+
+def test_kueue_declares_the_size_on_the_pod_and_a_basic_policy_is_no_gang() -> None:
+    kueue = member(
+        labels={"kueue.x-k8s.io/pod-group-name": "k"}, annotations={"kueue.x-k8s.io/pod-group-total-count": "3"}
+    )
+    table = GroupTable()
+    assert table.gang("ai", kueue) == (Gang("kueue.x-k8s.io/k", 3), "")
+    assert table.gone("ai", ["kueue.x-k8s.io/k"]) == frozenset()  # no object to lose: its hold expires
+    table.replace("scheduling.k8s.io", [podgroup("b", {"schedulingPolicy": {"basic": {}}})])
+    assert table.gang("ai", member(name="b")) == (None, "")
+    assert group(member()) == "" and table.gang("ai", member()) == (None, "")
+
+
+def test_the_standing_shows_room_held_for_gangs_per_group() -> None:
+    class Tables:
+        def objects(self, namespace: str) -> dict[str, dict[str, int]]:
+            return {"gpu": {GPU: 6}}
+
+        def used(self, namespace: str) -> dict[str, int]:
+            return {GPU: 1}
+
+        def taken(self, namespace: str, reservation: str) -> Taken | None:
+            return Taken({GPU: 1}, rv=3) if reservation == "w0" else None
+
+        def count(self, namespace: str) -> int:
+            return 1
+
+    ledger = snapshot("ai", lease({"w0": hold(1)}, 4))
+    found = standing("ai", Tables(), Tables(), ledger, now=NOW, ttl=TTL, first_seen={})
+    assert [(f.used, f.held, f.gangs, f.free) for f in found.figures] == [(1, 3, 3, 2)]
+    assert found.gangs == (GangHold(TRAIN.key, 4, 1, {GPU: 1}),)
+    assert render([found], "wide", wide_scope=False).splitlines()[1].split()[-2:] == ["3", f"{TRAIN.key}=1/4"]
