@@ -218,10 +218,6 @@ def _review(args: argparse.Namespace) -> int:
     except ScopeError as exc:
         print(f"hami-webhook: invalid webhook configuration: {exc}", file=sys.stderr)
         return INVALID
-    for warning in settings.config_warnings:
-        print(f"hami-webhook: warning: device config {warning}", file=sys.stderr)
-    if scope.unevaluated:
-        print(f"hami-webhook: note: {scope.unevaluated}", file=sys.stderr)
     files = [*args.file, *args.filename]
     if not files:
         args.parser.error("give the manifests: -f FILE (- reads standard input)")
@@ -233,6 +229,10 @@ def _review(args: argparse.Namespace) -> int:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             print(f"hami-webhook: cannot read {_shown(path)}: {reason}", file=sys.stderr)
             return INVALID
+    for warning in settings.config_warnings:
+        print(f"hami-webhook: warning: device config {warning}", file=sys.stderr)
+    if scope.unevaluated:
+        print(f"hami-webhook: note: {scope.unevaluated}", file=sys.stderr)
     options = Options(args.namespace, namespace_labels(documents), args.as_new)
     reviews = preview(documents, settings, scope, options)
     for document in reviews:

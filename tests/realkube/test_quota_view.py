@@ -29,7 +29,8 @@ from testbed.api import create_at_once, pod
 from testbed.cluster import RealKube, kubectl_binary
 from testbed.install import Installed, WebhookServer, apply
 from testbed.replicas import Replicas, start_replicas
-from tests.manifests.test_monitoring import DASHBOARD, selectors
+from testbed.rules import promtool_test, selector
+from tests.manifests.test_monitoring import DASHBOARD, THRESHOLD, selectors
 
 pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
 
@@ -125,7 +126,9 @@ def quota_command(kube: RealKube, *args: str, program: str = "hami-webhook") -> 
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
 
 
-def test_gauges_and_the_quota_command_show_the_figures(any_installed: Installed, two_webhooks: Replicas) -> None:
+def test_gauges_and_the_quota_command_show_the_figures(
+    any_installed: Installed, two_webhooks: Replicas, promtool: Path, tmp_path: Path
+) -> None:
     kube = any_installed.kube
     urls = [metrics_url(s) for s in two_webhooks.servers]
     ns = kube.namespace(f"e2e-view-{uuid.uuid4().hex[:8]}")
@@ -183,6 +186,7 @@ def test_gauges_and_the_quota_command_show_the_figures(any_installed: Installed,
         assert [str(v) for v in row] in [line.split() for line in lines], table.stdout
 
         live_metrics_name_the_dashboards_series(kube, urls[0])
+        the_rules_hold_on_the_scrape(promtool, kube, urls[0], ns, tmp_path)
         shown_all = quota_command(kube, "quota", "-A")
         assert shown_all.returncode == 0 and ns in shown_all.stdout, shown_all.stderr
         print(f"\n$ hami-webhook quota -A\n{shown_all.stdout}\n$ curl {urls[1]} | grep hami_webhook_quota_")
@@ -234,6 +238,66 @@ def live_metrics_name_the_dashboards_series(kube: RealKube, url: str) -> None:
     named = {n for e in exprs for n in selectors(e.replace("$namespace", "hami-system"))}
     assert set(GAUGES) <= named & live
     assert named - live <= AFTER_AN_EVENT, sorted(named - live - AFTER_AN_EVENT)
+
+
+# The queries docs/operations.md ("Metrics") gives, each evaluated below as written there.
+USED_BY_LIMIT = "hami_webhook_quota_used / ignoring (limit) hami_webhook_quota_limit"
+FREE = (
+    "clamp_min(max by (namespace, quota_name) (hami_webhook_quota_limit)\n"
+    "  - max by (namespace, quota_name) (hami_webhook_quota_used + hami_webhook_quota_held), 0)"
+)
+
+
+def the_rules_hold_on_the_scrape(promtool: Path, kube: RealKube, url: str, ns: str, work: Path) -> None:
+    """Prometheus's rule engine on this scrape's quota series, held for 30 minutes and copied under two more
+    namespaces with thresholds of their own (2: never; 0.01: as soon as anything is used): the shipped
+    HamiWebhookQuotaNearLimit fires exactly where used and held / limit reach each namespace's threshold (0.9
+    unless set), and the documented used / limit and FREE give the command's figures."""
+    page = (ROOT / "docs" / "operations.md").read_text()
+    assert USED_BY_LIMIT in page and FREE in page
+    found = [(n, labels, v) for n in GAUGES for labels, v in scrape(url).get(n, []) if labels["namespace"] == ns]
+    done = quota_command(kube, "quota", "-n", ns, "-o", "json")  # settled: the same figures as the scrape's
+    shown = {i["resource"]: i for i in json.loads(done.stdout)["items"]}
+    target = {"job": "hami-webhook-metrics", "instance": "replica-0"}
+    thresholds = {ns: 0.9, f"{ns}-quiet": 2.0, f"{ns}-eager": 0.01}
+    series = [(n, {**labels, **target, "namespace": name}, v) for name in thresholds for n, labels, v in found]
+    extra = [
+        {"record": THRESHOLD, "expr": f"vector({t})", "labels": {"namespace": name}}
+        for name, t in thresholds.items()
+        if name != ns
+    ]
+    alert = {"alertname": "HamiWebhookQuotaNearLimit", "alertstate": "firing", "severity": "warning"}
+    firing = [
+        {"labels": selector("ALERTS", alert | {"namespace": name, "quota_name": r}), "value": 1}
+        for name, t in thresholds.items()
+        for r, f in sorted(shown.items())
+        if (f["used"] + f["held"]) / f["limit"] >= t
+    ]
+    assert any(f"{ns}-eager" in a["labels"] for a in firing) and not any("-quiet" in a["labels"] for a in firing)
+    ratio = [
+        {
+            "labels": selector("", {"namespace": name, "quota_name": r, "resourcequota": f["resourceQuota"], **target}),
+            "value": f["used"] / f["limit"],
+        }
+        for name in thresholds
+        for r, f in shown.items()
+    ]
+    free = [
+        {"labels": selector("", {"namespace": name, "quota_name": r}), "value": f["free"]}
+        for name in thresholds
+        for r, f in shown.items()
+    ]
+    promtool_test(
+        promtool,
+        work / "rules",
+        series,
+        extra_rules=extra,
+        expressions=[
+            {"expr": 'ALERTS{alertname="HamiWebhookQuotaNearLimit"}', "eval_time": "20m", "exp_samples": firing},
+            {"expr": USED_BY_LIMIT, "eval_time": "5m", "exp_samples": ratio},
+            {"expr": FREE, "eval_time": "5m", "exp_samples": free},
+        ],
+    )
 
 
 @pytest.fixture
