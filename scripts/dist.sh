@@ -37,12 +37,13 @@ cat >"$work/archive/kubectl-hami" <<'SH'
 # kubectl-hami from the krew archive: installs the wheel beside it into ./venv on first run, then runs it.
 set -e
 here=$(cd "$(dirname "$(readlink -f "$0" 2>/dev/null || echo "$0")")" && pwd)
-if [ ! -x "$here/venv/bin/kubectl-hami" ]; then
+if [ ! -f "$here/venv/.installed" ]; then  # a venv cannot move (its scripts name its python): a stamp marks it whole
   python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
     { echo "error: kubectl hami needs Python 3.11 or newer as python3" >&2; exit 1; }
-  python3 -m venv "$here/venv.partial"
-  "$here/venv.partial/bin/python" -m pip install --quiet --disable-pip-version-check "$here"/hami_webhook-*.whl >&2
-  mv "$here/venv.partial" "$here/venv"
+  rm -rf "$here/venv"
+  python3 -m venv "$here/venv"
+  "$here/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$here"/hami_webhook-*.whl >&2
+  touch "$here/venv/.installed"
 fi
 exec "$here/venv/bin/kubectl-hami" "$@"
 SH

@@ -2,7 +2,8 @@
 Service: both replicas' gauges, ``hami-webhook quota -o json`` and ``kubectl hami quota`` show the figures this
 test computes itself from the Pods it created (HAMi's arithmetic: memory per device times the devices), a
 ResourceQuota's series go with it, a smaller one moves the limit and its label; the dashboard and the alert name
-only series a live /metrics has. The command's bad input, with the shipped hami-webhook-quota-viewer RBAC, is
+only series a live /metrics has, and promtool evaluates the alert (with per-namespace thresholds) and the
+documented queries on that scrape. The command's bad input, with the shipped hami-webhook-quota-viewer RBAC, is
 answered in one line on each version."""
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""The operator's tools as an operator gets them: scripts/dist.sh's wheel installed into a fresh virtualenv (what
-`pipx install` does), `kubectl hami` found by kubectl's plugin discovery, against the newest real kube-apiserver
-with the webhook installed: kubectl's flags, a namespace without quota, a List, stdin, bad input; the workload
-warning and the command give the same FREE; the webhook's own ServiceAccount may run `quota -A` (what
-`kubectl exec deploy/hami-webhook -- hami-webhook quota -A` uses); the krew archive's launcher and manifest."""
+"""The operator's tools as an operator gets them: scripts/dist.sh's krew archive unpacked as krew does, its
+launcher installing the wheel into a fresh virtualenv (what `pipx install WHEEL` does), `kubectl hami` found by
+kubectl's plugin discovery, against the newest real kube-apiserver with the webhook installed: kubectl's flags, a
+namespace without quota, a List, stdin, bad input; the workload warning and the command give the same FREE; the
+webhook's own ServiceAccount may run `quota -A` (what `kubectl exec deploy/hami-webhook -- hami-webhook quota -A`
+uses); the krew manifest names the archive by its sha256."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import subprocess
 import sys
 import tarfile
 import uuid
-import venv
 from pathlib import Path
 from typing import Any
 
@@ -65,13 +65,19 @@ def offline() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def tools(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh virtualenv with the wheel installed: its bin directory (the README's `pipx install WHEEL`)."""
-    target = tmp_path_factory.mktemp("operator") / "venv"
-    venv.EnvBuilder(with_pip=False).create(target)
-    command = [*PIP, "--python", str(target / "bin" / "python"), "install", "--quiet", str(dist / wheel_name())]
-    done = subprocess.run(command, env={**os.environ, **offline()}, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    return target / "bin"
+    """The krew archive unpacked (krew's store), its launcher run once: it installs the wheel into a fresh
+    virtualenv beside itself (pip offline here: the dependency wheels built once per set of pins)."""
+    store = tmp_path_factory.mktemp("store")
+    with tarfile.open(dist / archive_name()) as tar:
+        tar.extractall(store, filter="data")
+    env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}/usr/bin:/bin", "HOME": str(store), **offline()}
+    for _ in range(2):  # installs on the first run, then only runs
+        done = subprocess.run(
+            [str(store / "kubectl-hami"), "--version"], env=env, capture_output=True, text=True, timeout=600
+        )
+        assert (done.returncode, done.stdout) == (0, f"kubectl hami {VERSION}\n"), done.stderr
+    assert (store / "venv" / "bin" / "hami-webhook").exists()
+    return store
 
 
 def kubectl(kube: RealKube, bin_dir: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -174,25 +180,25 @@ def test_the_warning_and_the_command_give_the_same_free(installed: Installed, to
 
 def test_the_webhooks_own_service_account_may_look_at_every_namespace(installed: Installed, tools: Path) -> None:
     """`kubectl -n hami-system exec deploy/hami-webhook -- hami-webhook quota -A` runs as it (README)."""
-    done = subprocess.run([str(tools / "hami-webhook"), "quota", "-A", "--kubeconfig", installed.webhook_kubeconfig],
+    command = [
+        str(tools / "venv" / "bin" / "hami-webhook"),
+        "quota",
+        "-A",
+        "--kubeconfig",
+        installed.webhook_kubeconfig,
+    ]
+    done = subprocess.run(command,
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
 
 
-def test_the_krew_archive_installs_itself_and_its_manifest_names_it(dist: Path, tmp_path: Path) -> None:
-    archive = dist / archive_name()
+def test_the_krew_manifest_names_the_archive(dist: Path) -> None:
     manifest = yaml.safe_load((dist / "hami.yaml").read_text())
     (platform,) = manifest["spec"]["platforms"]
-    assert platform["sha256"] == hashlib.sha256(archive.read_bytes()).hexdigest()
+    assert platform["sha256"] == hashlib.sha256((dist / archive_name()).read_bytes()).hexdigest()
+    assert (platform["uri"], platform["bin"]) == ("https://example.test/a.tar.gz", "kubectl-hami")
     assert (manifest["kind"], manifest["metadata"]["name"], manifest["spec"]["version"]) == (
         "Plugin",
         "hami",
         f"v{VERSION}",
     )
-    with tarfile.open(archive) as tar:
-        tar.extractall(tmp_path / "store", filter="data")
-    launcher = tmp_path / "store" / platform["bin"]
-    env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}/usr/bin:/bin", "HOME": str(tmp_path), **offline()}
-    for _ in range(2):  # installs on the first run, then only runs
-        done = subprocess.run([str(launcher), "--version"], env=env, capture_output=True, text=True, timeout=600)
-        assert (done.returncode, done.stdout) == (0, f"kubectl hami {VERSION}\n"), done.stderr
