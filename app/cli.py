@@ -14,15 +14,14 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from app.preview.documents import INVALID, DocumentReview, Options, admission_review, namespace_labels, preview
-from app.preview.policies import Inputs, PolicyError, render
-from app.preview.scope import ScopeError, load_scope
 from app.preview.workloads import TEMPLATES
 from app.quota.command import add_quota_command
-from app.settings import Settings, SettingsError
-from app.untrusted import MAX_YAML_BYTES, UntrustedError, yaml_documents
+
+if TYPE_CHECKING:  # each command imports what it runs: --help, --version and `quota` stay quick to start
+    from app.preview.documents import DocumentReview
+    from app.settings import Settings
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1")
 
@@ -196,11 +195,15 @@ def sample_review() -> dict[str, Any]:
             ],
         },
     }
+    from app.preview.documents import admission_review
+
     return admission_review(pod, uid="705ab4f5-6393-11e8-b7cc-42010a800002")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
     """The settings from the environment, with ``--config`` as HAMI_DEVICE_CONFIG; SettingsError names the bad one."""
+    from app.settings import Settings
+
     env = dict(os.environ)
     if args.config:
         env["HAMI_DEVICE_CONFIG"] = args.config
@@ -208,6 +211,11 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _review(args: argparse.Namespace) -> int:
+    from app.preview.documents import INVALID, Options, namespace_labels, preview
+    from app.preview.scope import ScopeError, load_scope
+    from app.settings import SettingsError
+    from app.untrusted import UntrustedError
+
     try:
         settings = _settings(args)
     except SettingsError as exc:
@@ -254,6 +262,8 @@ def _review(args: argparse.Namespace) -> int:
 
 def read_documents(path: str) -> list[Any]:
     """The documents of one manifest file (``-``: standard input), read within the size an admission may have."""
+    from app.untrusted import MAX_YAML_BYTES, yaml_documents
+
     if path == "-":
         data = sys.stdin.buffer.read(MAX_YAML_BYTES + 1)
     else:
@@ -281,6 +291,11 @@ def _printed(reviewed: list[DocumentReview], args: argparse.Namespace) -> str:
 
 
 def _policies(args: argparse.Namespace) -> int:
+    from app.preview.documents import INVALID
+    from app.preview.policies import Inputs, PolicyError, render
+    from app.preview.scope import ScopeError, load_scope
+    from app.settings import SettingsError
+
     components = args.hami_component or []
     wrong = [c for c in components if len(c.split(":")) != 2 or not all(c.split(":"))]
     if wrong:
