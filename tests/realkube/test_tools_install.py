@@ -192,6 +192,32 @@ def test_the_webhooks_own_service_account_may_look_at_every_namespace(installed:
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
 
 
+def test_the_documented_quota_pod_passes_the_namespaces_pod_security(installed: Installed) -> None:
+    """docs/operations.md's `kubectl run` of the image as quota-viewer, dry-run by the real API server: admitted
+    in hami-system, whose `restricted` Pod Security level refuses a Pod without that securityContext."""
+    kube = installed.kube
+    page = (ROOT / "docs" / "operations.md").read_text()
+    (overrides,) = re.findall(r"--overrides='([^']+)'", page[page.index("## The operator's tools") :][:4000])
+    assert json.loads(overrides)["spec"]["containers"][0]["args"] == ["quota", "-A"]
+    kube.kubectl("create", "serviceaccount", "quota-viewer", "-n", "hami-system")
+    try:
+        run = (
+            "run",
+            "hami-quota",
+            "-n",
+            "hami-system",
+            "--restart=Never",
+            "--image=hami-webhook:x",
+            "--dry-run=server",
+        )
+        done = kube.kubectl(*run, f"--overrides={overrides}", check=False)
+        assert done.returncode == 0 and "Warning" not in done.stderr, done.stderr
+        bare = kube.kubectl(*run, check=False)  # the test can fail: without it, Pod Security refuses the Pod
+        assert bare.returncode != 0 and "violates PodSecurity" in bare.stderr, bare.stderr
+    finally:
+        kube.kubectl("delete", "serviceaccount", "quota-viewer", "-n", "hami-system")
+
+
 def test_the_krew_manifest_names_the_archive(dist: Path) -> None:
     manifest = yaml.safe_load((dist / "hami.yaml").read_text())
     (platform,) = manifest["spec"]["platforms"]
