@@ -174,6 +174,11 @@ def test_the_warning_and_the_command_give_the_same_free(installed: Installed, to
         shown = kubectl(kube, tools, "hami", "quota", "-n", ns, "-o", "json")
         (item,) = [i for i in json.loads(shown.stdout)["items"] if i["resource"] == MEM]
         assert (item["used"], item["held"], str(item["free"])) == (4000, 6000, said)
+        # docs/operations.md ("When a namespace is full"): which Pods use it.
+        page = (ROOT / "docs" / "operations.md").read_text()
+        (columns,) = re.findall(r"-o custom-columns='([^']+)'", page)
+        rows = kube.kubectl("get", "pods", "-n", ns, "-o", f"custom-columns={columns}").stdout.split()
+        assert rows == ["POD", "OWNER", "GPU", "MEM", "a", "<none>", "1", "4k"], rows  # stored "4000" reads "4k"
     finally:
         kube.kubectl("delete", "namespace", "--wait=false", ns)
 
