@@ -236,6 +236,26 @@ def quota_ledger_full(namespace: str) -> None:
     collectors().quota_ledger_full.labels(namespace).inc()
 
 
+def policy_scheduler(policy: str, *, mismatched: bool) -> None:
+    """The master's comparison at start: whether installed admission policy ``policy`` names another scheduler than
+    HAMI_SCHEDULER_NAME (1) or the same (0)."""
+    _policy_scheduler().labels(policy).set(1 if mismatched else 0)
+
+
+@cache
+def _policy_scheduler() -> Gauge:
+    """Apart from ``collectors()``: only the master sets it, and the workers' collectors must not be made in the
+    master (their gauges would count its process too)."""
+    from prometheus_client import Gauge
+
+    return Gauge(
+        "hami_webhook_policy_scheduler_mismatch",
+        "1 when the installed admission policy names another scheduler than HAMI_SCHEDULER_NAME (compared at start).",
+        ["policy"],
+        multiprocess_mode="max",
+    )
+
+
 # --- gunicorn master: the shared directory and the HTTP server -----------------------------------
 
 

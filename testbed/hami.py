@@ -61,7 +61,12 @@ class Reference:
         return subprocess.run(command, check=True, capture_output=True, text=True).stdout
 
     def manifests(
-        self, kube_version: str, *templates: str, release: str = "hami", namespace: str = "kube-system"
+        self,
+        kube_version: str,
+        *templates: str,
+        release: str = "hami",
+        namespace: str = "kube-system",
+        values: Mapping[str, str] = {},
     ) -> list[dict[str, Any]]:
         """The objects of the chart's `templates` (paths in the chart) as `helm template --kube-version` renders
         them with the chart's defaults, for `helm install RELEASE -n NAMESPACE` (HAMi's install guide: hami in
@@ -69,6 +74,7 @@ class Reference:
         names = [arg for name in templates for arg in ("--template", name)]
         command = [str(self.bin / "render-device-config"), "--chart", str(self.bin / "chart"), *names]
         command += ["--kube-version", kube_version, "--release", release, "--namespace", namespace]
+        command += [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
         rendered = subprocess.run(command, check=True, capture_output=True, text=True).stdout
         return [obj for obj in yaml.safe_load_all(rendered) if obj]
 

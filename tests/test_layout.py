@@ -121,7 +121,7 @@ LAYERS = {
     "app.admission": ("app.logs", "app.metrics", "app.untrusted"),
     "app.preview": ("app.admission", "app.untrusted"),
     "app.quota": ("app.admission", *SHARED),
-    "app.serving.master": ("app.serving", "app.settings", *SHARED),
+    "app.serving.master": ("app.preview", "app.serving", "app.settings", *SHARED),  # at start: installed policies
     "app.serving.worker": ("app.serving", "app.settings", *SHARED),
     "app.serving": ("app.admission", *SHARED),
     # the composition: settings -> device backends -> the app, and the commands that start it

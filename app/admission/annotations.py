@@ -4,9 +4,10 @@ TABLE was read off HAMi v2.10.0's code (``pkg/scheduler``, ``pkg/device/*``, ``p
 keys this webhook adds. A prefix (the part before ``/``) is HAMi's when HAMi or this webhook reads a Pod
 annotation under it; on a device Pod, every annotation under such a prefix must be a key of TABLE and must
 hold a value its reader understands. Each finding is a warning, or with HAMI_STRICT_ANNOTATIONS a denial;
-docs/annotations.md has the reasons. A key HAMi's scheduler or device plugins write (OWNERS) is never the
-author's on any Pod: ``forged`` names it for the webhook's denial, and app/preview/policies.py guards it where the
-webhook does not look.
+docs/annotations.md has the reasons. A key HAMi's scheduler or device plugins write (OWNERS), and the label
+HAMi's scheduler sets (OWNED_LABELS), are never the author's on any Pod: ``forged`` names it for the webhook's
+denial, and app/preview/policies.py guards it where the webhook does not look. Every key and label HAMi writes on a
+Pod is one of these or an exception of docs/rules.md#every-key-hami-writes (a test reads HAMi's code for them).
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ SCHEDULER_AND_PLUGINS = "HAMi's scheduler and device plugins"
 WEBHOOK = "HAMi's webhook"
 OWNERS = (SCHEDULER, SCHEDULER_AND_PLUGINS)
 """The components whose annotations a Pod's author may never write: they hand a Pod its devices."""
+NODE_LABEL = "hami.io/vgpu-node"
+"""The label HAMi's scheduler sets beside the annotation of the same name (util.PatchPodAnnotations); HAMi's vGPU
+monitor selects a node's Pods by it, so a Pod without it drops out of per-Pod metrics."""
+OWNED_LABELS = (NODE_LABEL,)
+"""The Pod labels HAMi's scheduler writes: a Pod's author may never."""
 
 
 class Accepts(Protocol):
@@ -173,7 +179,7 @@ TABLE: tuple[Annotation, ...] = (
     ),
     Annotation("hami.io/device-scoring-weights", Weights(), ("pkg/util/device_scoring_weights.go",)),
     # -- written while scheduling and binding --
-    Annotation("hami.io/vgpu-node", BY_HAMI, SCHEDULER_FILES, SCHEDULER),
+    Annotation(NODE_LABEL, BY_HAMI, SCHEDULER_FILES, SCHEDULER),
     Annotation("hami.io/vgpu-time", BY_HAMI, (), SCHEDULER),
     Annotation("hami.io/bind-time", BY_HAMI, ("pkg/util/util.go",), SCHEDULER),
     Annotation("hami.io/bind-phase", BY_HAMI, SCHEDULER_FILES, SCHEDULER_AND_PLUGINS),
@@ -251,6 +257,19 @@ TABLE: tuple[Annotation, ...] = (
     Annotation("mthreads.com/gpu-index", BY_HAMI, (), SCHEDULER),
     Annotation("mthreads.com/predicate-node", BY_HAMI, (), SCHEDULER),
     Annotation("mthreads.com/predicate-time", BY_HAMI, (), SCHEDULER),
+    # -- the device choice handed to vendors' own device plugins, in keys of theirs without a prefix: no warning
+    # is ever given for them (no prefix is HAMi's), yet only HAMi's scheduler writes them --
+    *_allocation(
+        "AWS_NEURON_IDS",
+        "NEURON_ALLOCATED",
+        "NEURON_ALLOC_TIME",
+        "NEURON_RESOURCE_TYPE",
+        read_in=("pkg/device/awsneuron/device.go",),
+    ),
+    *_allocation("BAIDU_COM_DEVICE_IDX", read_in=("pkg/device/kunlun/device.go",)),
+    *_allocation("CAMBRICON_DSMLU_PROFILE", "CAMBRICON_DSMLU_ASSIGNED", read_in=("pkg/device/cambricon/device.go",)),
+    *_allocation("assigned-containers", read_in=("pkg/device/enflame/device.go",)),
+    *_allocation("predicate-time", read_in=("pkg/device/ascend/device.go",)),
     # -- Enflame --
     *_uuids("enflame.com", "pkg/device/enflame/device.go"),
     *(
@@ -287,22 +306,28 @@ class AnnotationRules:
             chips = [d.key for d in devices if isinstance(d, row.chips)] if row.chips else [""]
             for chip in chips:
                 self.rows[row.key.replace(CHIP, chip)] = row
-        self.prefixes = frozenset(_prefix(key) for key, row in self.rows.items() if row.read_in)
+        self.prefixes = frozenset(_prefix(key) for key, row in self.rows.items() if row.read_in) - {""}
+        """Where HAMi reads annotations: each key under one is checked. Never "": keys without a prefix are anyone's."""
         self.owned = tuple(sorted(key for key, row in self.rows.items() if row.written_by in OWNERS))
         """The keys HAMi's scheduler and device plugins write (OWNERS): a Pod's author never may."""
         self._owned = frozenset(self.owned)
         self._names: dict[str, dict[str, str]] = {}  # prefix -> name after it -> key
         self._any_prefix: dict[str, str] = {}  # name -> its first key
         for key in self.rows:
-            prefix, _, name = key.partition("/")
+            prefix, slash, name = key.partition("/")
+            if not slash:
+                continue  # never checked, so never suggested
             self._names.setdefault(prefix, {})[name] = key
             self._any_prefix.setdefault(name, key)
 
-    def forged(self, annotations: Mapping[str, str]) -> str:
-        """Why ``annotations`` cannot come from a Pod's author: the first (in the Pod's order) of ``owned``,
-        named with who writes it; "" when none is."""
+    def forged(self, annotations: Mapping[str, str], labels: Mapping[str, str]) -> str:
+        """Why a Pod with ``annotations`` and ``labels`` cannot come from its author: the first (in the Pod's
+        order) of ``owned``, else of OWNED_LABELS, named with who writes it; "" when none is."""
         key = next((key for key in annotations if key in self._owned), "")
-        return f"annotation {key} is written by {self.rows[key].written_by}, not by a Pod's author" if key else ""
+        if key:
+            return f"annotation {key} is written by {self.rows[key].written_by}, not by a Pod's author"
+        label = next((key for key in labels if key in OWNED_LABELS), "")
+        return f"label {label} is written by {SCHEDULER}, not by a Pod's author" if label else ""
 
     def check(self, annotations: Mapping[str, str]) -> list[Notice]:
         """A warning for each annotation under HAMi's prefixes that is unknown or not understood (one HAMi writes

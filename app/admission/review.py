@@ -141,7 +141,8 @@ def decide(
     spec = pod.get("spec") or {}
     if not spec.get("containers"):
         return deny(403, "Forbidden", "pod has no containers")
-    forged = settings.owned_annotations.forged((pod.get("metadata") or {}).get("annotations") or {})
+    metadata = pod.get("metadata") or {}
+    forged = settings.owned_annotations.forged(metadata.get("annotations") or {}, metadata.get("labels") or {})
     if forged:  # whatever the scheduler: HAMi's device plugins trust these (docs/rules.md#allocations-are-hamis)
         return deny(403, "Forbidden", forged)
     if _other_scheduler(spec.get("schedulerName") or "", settings):

@@ -92,6 +92,7 @@ class ObjectMetaSchema(_Open):
     generateName = _str()
     namespace = _str()
     annotations = fields.Dict(keys=fields.String(), values=fields.String(), allow_none=True)
+    labels = fields.Dict(keys=fields.String(), values=fields.String(), allow_none=True)
 
 
 class PodSchema(_Open):

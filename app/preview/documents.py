@@ -229,8 +229,10 @@ def _review(
     if not reach.sent:
         if reach.rejected:
             return Entry(f"{label}: rejected by the API server: {reach.why}", DENIED, tuple(notes)), []
-        annotations = dig(pod, ("metadata", "annotations"))
-        forged = settings.owned_annotations.forged(annotations) if isinstance(annotations, Mapping) else ""
+        annotations, labels = dig(pod, ("metadata", "annotations")), dig(pod, ("metadata", "labels"))
+        forged = settings.owned_annotations.forged(
+            annotations if isinstance(annotations, Mapping) else {}, labels if isinstance(labels, Mapping) else {}
+        )
         if forged:  # the allocation guard (app/preview/policies.py) looks where the webhook does not
             why = f"refused by the API server's allocation guard: {forged}"
             return Entry(f"{label}: not sent to the webhook ({reach.why}): {why}", DENIED, tuple(notes)), []

@@ -3,9 +3,9 @@
 Three ValidatingAdmissionPolicies and one MutatingAdmissionPolicy
 (docs/rules.md#the-api-server-checks-what-the-webhook-cannot):
 
-- the allocation guard: only HAMi's components (ServiceAccounts the API server's authorizer lets patch Nodes)
-  write the annotations that hand a Pod its devices, on any create or update, in every namespace (the webhook
-  sees creates in its scope only);
+- the allocation guard: only HAMi's components and their kind (ServiceAccounts the API server's authorizer lets
+  patch Nodes) write the annotations and the label that hand a Pod its devices, on any create or update, in every
+  namespace (the webhook sees creates in its scope only);
 - routed: a device Pod in the webhook's scope is never stored on default-scheduler or with a node (what a
   skipped or failed-open webhook leaves); out of scope it is a warning;
 - reviewed: a warning for a device Pod bound for HAMi's scheduler that the webhook never marked;
@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from app.admission.annotations import GPU_TYPE_ANNOTATION
+from app.admission.annotations import GPU_TYPE_ANNOTATION, OWNED_LABELS
 from app.admission.devices.base import Device
 from app.admission.ports import QuotaOff, ReviewSettings
 from app.admission.review import DEFAULT_SCHEDULER, decide
@@ -39,6 +39,11 @@ GUARD = f"{PREFIX}allocation-guard"
 ROUTED = f"{PREFIX}routed"
 REVIEWED = f"{PREFIX}reviewed"
 FLOOR = f"{PREFIX}floor"
+SCHEDULER_VARIABLE = "scheduler"
+SCHEDULER_NAME = f"variables.{SCHEDULER_VARIABLE}"
+"""How a policy's expressions name HAMi's scheduler: through one variable (``_scheduler``)."""
+NAMING_THE_SCHEDULER = (ROUTED, REVIEWED, FLOOR)
+"""The policies that name HAMi's scheduler (the guard names none: trust decides)."""
 SERVICE_ACCOUNT = "system:serviceaccount:"
 """The prefix of every ServiceAccount's user name."""
 COMPONENT_CHECK = ("", "nodes", "patch")
@@ -102,22 +107,22 @@ def _binding(kind: str, name: str, policy: str, actions: Sequence[str] = (), **m
     return _policy(kind, name, spec)
 
 
-def allocation_guard(owned: Sequence[str], scheduler: str, components: Sequence[str] = ()) -> list[Obj]:
-    """Creates and updates of Pods that add, change or remove an annotation of ``owned`` are refused unless made
-    by a ServiceAccount that the API server's authorizer lets patch Nodes, on a Pod for ``scheduler`` (a Binding
-    names no scheduler), or by one of ``components``. The status and binding subresources are matched too,
-    since both can write a Pod's annotations (a Binding's are copied onto its Pod); the kubelet's status updates
+def allocation_guard(owned: Sequence[str], labels: Sequence[str], components: Sequence[str] = ()) -> list[Obj]:
+    """Creates and updates of Pods that add, change or remove an annotation of ``owned`` or a label of ``labels``
+    are refused unless made by a ServiceAccount that the API server's authorizer lets patch Nodes, or by one of
+    ``components``; whichever scheduler the Pod names, so a vendor's own scheduler and device plugin keep writing
+    on their Pods what HAMi's write on its own. The status and binding subresources are matched too, since both
+    can write a Pod's metadata (a Binding's annotations are copied onto its Pod); the kubelet's status updates
     and kube-scheduler's bindings never touch these, so they stop at the matchConditions and are never refused.
-    The authorizer is asked last, only once an owned annotation is found written."""
+    The authorizer is asked last, only once an owned key is found written."""
     group, resource, verb = COMPONENT_CHECK
-    changed = (
-        "(k in variables.now) != (k in variables.before) ||\n"
-        "  (k in variables.now && variables.now[k] != variables.before[k])"
-    )
+    changed = "(k in {now}) != (k in {before}) ||\n  (k in {now} && {now}[k] != {before}[k])"
+    written = changed.format(now="variables.now", before="variables.before")
     skipped = []
     if components:
         users = quoted(f"{SERVICE_ACCOUNT}{account}" for account in components)
         skipped.append({"name": "not-hami-component", "expression": f"!(request.userInfo.username in [{users}])"})
+    labelled = changed.format(now="variables.labels", before="variables.labelsBefore")
     spec = {
         "failurePolicy": "Fail",
         "matchConstraints": {
@@ -132,10 +137,12 @@ def allocation_guard(owned: Sequence[str], scheduler: str, components: Sequence[
         "matchConditions": [
             *skipped,
             {
-                "name": "annotations-written",
-                "expression": "oldObject == null ? has(object.metadata.annotations) :\n"
+                "name": "metadata-written",
+                "expression": "oldObject == null ? has(object.metadata.annotations) || has(object.metadata.labels) :\n"
                 "(has(object.metadata.annotations) ? object.metadata.annotations : {}) !=\n"
-                "(has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {})",
+                "(has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}) ||\n"
+                "(has(object.metadata.labels) ? object.metadata.labels : {}) !=\n"
+                "(has(oldObject.metadata.labels) ? oldObject.metadata.labels : {})",
             },
         ],
         "variables": [
@@ -145,17 +152,29 @@ def allocation_guard(owned: Sequence[str], scheduler: str, components: Sequence[
                 "expression": "oldObject != null && has(oldObject.metadata.annotations) ?\n"
                 "oldObject.metadata.annotations : {}",
             },
-            {"name": "written", "expression": f"[\n{listed(owned, '  ')}\n].filter(k,\n  {changed})"},
+            {
+                "name": "written",
+                "expression": f"[\n{listed(owned, '  ')}\n].filter(k,\n  {written})",
+            },
+            {"name": "labels", "expression": "has(object.metadata.labels) ? object.metadata.labels : {}"},
+            {
+                "name": "labelsBefore",
+                "expression": "oldObject != null && has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}",
+            },
+            {
+                "name": "labelled",
+                "expression": f"[{quoted(labels)}].filter(k,\n  {labelled})",
+            },
         ],
         "validations": [
             {
-                "expression": "size(variables.written) == 0 || (\n"
+                "expression": "size(variables.written) + size(variables.labelled) == 0 || (\n"
                 f"  request.userInfo.username.startsWith('{SERVICE_ACCOUNT}') &&\n"
-                f"  (request.kind.kind == 'Binding' || object.spec.schedulerName == '{scheduler}') &&\n"
                 f"  authorizer.group('{group}').resource('{resource}').check('{verb}').allowed())",
-                "messageExpression": "'annotation ' + variables.written[0] +\n"
+                "messageExpression": "(size(variables.written) > 0 ? 'annotation ' + variables.written[0] :\n"
+                " 'label ' + variables.labelled[0]) +\n"
                 "\" is written by HAMi's scheduler and device plugins only (ServiceAccounts allowed to "
-                f'{verb} {resource}, on Pods for {scheduler}): " + request.userInfo.username +\n'
+                f'{verb} {resource}): " + request.userInfo.username +\n'
                 "(oldObject != null ? ' may not add, change or remove it' :\n"
                 " request.kind.kind == 'Binding' ? ' may not bind a Pod with it' : ' may not create a Pod with it')",
                 "reason": "Forbidden",
@@ -164,6 +183,20 @@ def allocation_guard(owned: Sequence[str], scheduler: str, components: Sequence[
     }
     binding = _binding("ValidatingAdmissionPolicyBinding", GUARD, GUARD, ["Deny"])
     return [_policy("ValidatingAdmissionPolicy", GUARD, spec), binding]
+
+
+def _scheduler(settings: PolicySettings) -> Obj:
+    """The variable that names HAMi's scheduler, the one place a policy holds it: a CEL string literal, which the
+    scheduler-name component rewrites between its quotes (docs/rules.md#one-scheduler-name)."""
+    return {"name": SCHEDULER_VARIABLE, "expression": f"'{settings.scheduler_name}'"}
+
+
+def scheduler_of(policy: Mapping[str, Any]) -> str:
+    """The scheduler an installed policy routes to or checks for, read from its variable ("" when it names none)."""
+    for variable in (policy.get("spec") or {}).get("variables") or ():
+        if variable.get("name") == SCHEDULER_VARIABLE:
+            return str(variable.get("expression", "")).strip().strip("'")
+    return ""
 
 
 def _device_names(settings: PolicySettings) -> list[str]:
@@ -200,28 +233,28 @@ def _on_device_pods(settings: PolicySettings, *conditions: Obj, reinvocation: st
 def routed(settings: PolicySettings, scope: Mapping[str, Any]) -> list[Obj]:
     """A device Pod stored on default-scheduler, or bound to a node while meant for HAMi's scheduler, is what a
     webhook that was skipped or failed open leaves: denied in the webhook's scope, a warning outside it."""
-    scheduler = settings.scheduler_name
     validations = []
     if settings.force_overwrite_default_scheduler:
         validations.append(
             {
                 "expression": f"object.spec.schedulerName != '{DEFAULT_SCHEDULER}'",
-                "message": f"a device Pod would be stored on {DEFAULT_SCHEDULER}, not routed to {scheduler} by "
-                "hami-webhook (opted out, not called, failed under failurePolicy Ignore, or a later webhook added "
-                "the device): HAMi's device plugins refuse to start it",
+                "messageExpression": f'"a device Pod would be stored on {DEFAULT_SCHEDULER}, not routed to " + '
+                f"{SCHEDULER_NAME} +\n"
+                '" by hami-webhook (opted out, not called, failed under failurePolicy Ignore, or a later webhook added '
+                "the device): HAMi's device plugins refuse to start it\"",
                 "reason": "Forbidden",
             }
         )
     validations.append(
         {
-            "expression": f"!has(object.spec.nodeName) || object.spec.schedulerName != '{scheduler}'",
-            "message": f"a device Pod for {scheduler} has spec.nodeName set: it would skip HAMi's scheduler, which "
-            "allocates its devices (hami-webhook denies this: it was opted out, not called, or failed under "
-            "failurePolicy Ignore)",
+            "expression": f"!has(object.spec.nodeName) || object.spec.schedulerName != {SCHEDULER_NAME}",
+            "messageExpression": f'"a device Pod for " + {SCHEDULER_NAME} + " has spec.nodeName set:" +\n'
+            "\" it would skip HAMi's scheduler, which allocates its devices (hami-webhook denies this: it was opted "
+            'out, not called, or failed under failurePolicy Ignore)"',
             "reason": "Forbidden",
         }
     )
-    spec = {**_on_device_pods(settings), "validations": validations}
+    spec = {**_on_device_pods(settings), "variables": [_scheduler(settings)], "validations": validations}
     binding = "ValidatingAdmissionPolicyBinding"
     namespaces, pods = scope.get("namespaceSelector") or {}, scope.get("objectSelector") or {}
     outside = [
@@ -257,16 +290,16 @@ def _complement(selector: Mapping[str, Any]) -> list[Obj]:
 def reviewed(settings: PolicySettings) -> list[Obj]:
     """A warning, everywhere, for a device Pod bound for HAMi's scheduler that the webhook never marked: its
     devices and quota were not checked (an opted-out Pod naming the scheduler itself, or a failed-open call)."""
-    scheduler = settings.scheduler_name
-    for_hami = {"name": "for-hami-scheduler", "expression": f"object.spec.schedulerName == '{scheduler}'"}
     spec = {
-        **_on_device_pods(settings, for_hami),
+        **_on_device_pods(settings),
+        "variables": [_scheduler(settings)],
         "validations": [
             {
-                "expression": f"has(object.metadata.annotations) && '{GPU_TYPE_ANNOTATION}' in "
-                "object.metadata.annotations",
-                "message": f"a device Pod for {scheduler} without hami-webhook's mark ({GPU_TYPE_ANNOTATION}): "
-                "the webhook did not review it, so its device requests and quota were not checked",
+                "expression": f"object.spec.schedulerName != {SCHEDULER_NAME} ||\n"
+                f"(has(object.metadata.annotations) && '{GPU_TYPE_ANNOTATION}' in object.metadata.annotations)",
+                "messageExpression": f'"a device Pod for " + {SCHEDULER_NAME} +\n" without hami-webhook\'s mark '
+                f"({GPU_TYPE_ANNOTATION}): the webhook did not review it, so its device requests and quota were not "
+                'checked"',
             }
         ],
     }
@@ -279,14 +312,14 @@ def floor(settings: PolicySettings, scope: Mapping[str, Any]) -> list[Obj]:
     any webhook, and again after them (a later webhook that adds a device): under failurePolicy Ignore an outage
     then leaves device Pods unmutated but routed. Only with HAMI_FORCE_OVERWRITE_DEFAULT_SCHEDULER on, the one
     case where the webhook itself reroutes default-scheduler Pods."""
-    scheduler = settings.scheduler_name
     on_default = {"name": "on-default-scheduler", "expression": f"object.spec.schedulerName == '{DEFAULT_SCHEDULER}'"}
     spec = {
         **_on_device_pods(settings, on_default, reinvocation="IfNeeded"),
+        "variables": [_scheduler(settings)],
         "mutations": [
             {
                 "patchType": "ApplyConfiguration",
-                "applyConfiguration": {"expression": f"Object{{spec: Object.spec{{schedulerName: '{scheduler}'}}}}"},
+                "applyConfiguration": {"expression": f"Object{{spec: Object.spec{{schedulerName: {SCHEDULER_NAME}}}}}"},
             }
         ],
     }
@@ -316,9 +349,7 @@ def render(inputs: Inputs) -> dict[str, str]:
         "webhooks": [{"name": inputs.scope.get("name", ""), "matchConditions": webhook_match_conditions(every)}],
     }
     files = {
-        "allocation-guard.yaml": allocation_guard(
-            settings.owned_annotations.owned, settings.scheduler_name, inputs.components
-        ),
+        "allocation-guard.yaml": allocation_guard(settings.owned_annotations.owned, OWNED_LABELS, inputs.components),
         "routed.yaml": [*routed(settings, inputs.scope), *reviewed(settings)],
         "match-conditions.yaml": [conditions, _workload_conditions(inputs, every)],
     }

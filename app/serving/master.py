@@ -96,12 +96,17 @@ def on_starting(server: Any) -> None:
 
 
 def when_ready(server: Any) -> None:
-    """Before the workers fork: a fresh multiprocess directory on the tmpfs, and the /metrics server.
+    """Before the workers fork: a fresh multiprocess directory on the tmpfs and the /metrics server; then the
+    scheduler the installed policies name, compared with the setting.
 
     A taken address is logged, not fatal: admissions matter more than scrapes (Prometheus shows ``up 0``).
     """
-    if not settings.metrics_bind:
-        return
+    if settings.metrics_bind:
+        _serve_metrics(server)
+    check_installed_policies(server)
+
+
+def _serve_metrics(server: Any) -> None:
     directory = metrics.prepare_multiprocess(worker_tmp_dir)
     try:
         host, port = metrics.serve(settings.metrics_bind)
@@ -109,6 +114,55 @@ def when_ready(server: Any) -> None:
         server.log.error("metrics: cannot listen on %s: %s", settings.metrics_bind, exc)
         return
     server.log.info("metrics: serving http://%s:%s/metrics", host, port, extra={"fields": {"dir": directory}})
+
+
+def check_installed_policies(server: Any) -> None:
+    """Once, in the master before the workers fork: the scheduler each installed admission policy names against
+    HAMI_SCHEDULER_NAME. Any difference is one error line naming both names, and the gauge
+    hami_webhook_policy_scheduler_mismatch; the webhook still starts and stays ready (it routes as configured;
+    the policies check by their own name until the overlay sets one name for both: docs/operations.md). No API
+    (a local run), no permission or no such policy: nothing to compare, said at debug level."""
+    if not settings.scheduler_name:
+        return
+    from kubernetes import client
+
+    from app.kube.config import LOAD_ERRORS, load_configuration
+    from app.kube.errors import ApiError, describe
+    from app.kube.transport import request
+    from app.preview.policies import FLOOR, NAMING_THE_SCHEDULER, scheduler_of
+
+    try:
+        configuration = load_configuration()
+    except LOAD_ERRORS as exc:
+        server.log.debug("installed policies: not compared, no Kubernetes API configuration (%s)", exc)
+        return
+    configuration.retries = False  # one try each, within the timeout: the start waits for nothing longer
+    group = "/apis/admissionregistration.k8s.io/v1"
+    named: dict[str, str] = {}  # policy -> the scheduler it names
+    with client.ApiClient(configuration) as api:
+        for name in NAMING_THE_SCHEDULER:
+            kind = "mutatingadmissionpolicies" if name == FLOOR else "validatingadmissionpolicies"
+            try:
+                policy = request(api, "GET", f"{group}/{kind}/{name}", timeout=(2, 3), action=f"read {name}")
+            except ApiError as exc:  # 404: not installed (the floor is optional; 1.30 has no mutating policies)
+                server.log.debug("installed policies: %s not compared: %s", name, describe(exc))
+                continue
+            except Exception as exc:  # no answer: the API server is away, for every other policy too
+                server.log.debug("installed policies: not compared: %s", describe(exc))
+                return
+            named[name] = scheduler_of(policy)
+    for name, installed in named.items():
+        metrics.policy_scheduler(name, mismatched=installed != settings.scheduler_name)
+    other = {name: installed for name, installed in named.items() if installed != settings.scheduler_name}
+    if other:
+        server.log.error(
+            "the admission policies %s name scheduler %s, HAMI_SCHEDULER_NAME is %s: set one name for both "
+            "(the scheduler-name component, docs/operations.md)",
+            ", ".join(other),
+            ", ".join(sorted(set(other.values()))),
+            settings.scheduler_name,
+            extra={"fields": {"policies": other, "setting": settings.scheduler_name}},
+        )
 
 
 def child_exit(server: Any, worker: Any) -> None:

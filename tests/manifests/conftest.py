@@ -49,6 +49,15 @@ def write_overlay(directory: Path, name: str) -> Path:
     return directory
 
 
+def overlay_file(directory: Path, name: str, file: str) -> None:
+    """The docs' example of ``file`` beside overlay ``name`` (a block whose first line is ``# name/file``, in
+    README.md or docs/), written into ``directory``."""
+    text = "\n".join(path.read_text() for path in (README, *sorted((ROOT / "docs").glob("*.md"))))
+    found = re.search(rf"^```yaml\n# {re.escape(name)}/{re.escape(file)}\n(.*?)^```", text, re.S | re.M)
+    assert found, f"no example '# {name}/{file}' in the docs"
+    (directory / file).write_text(found.group(1))
+
+
 def manual_overlay(directory: Path) -> Path:
     """The README's manual-mode overlay with a real CA and serving certificate next to it."""
     files = write_local(str(directory / "pki"), ("hami-webhook.hami-system.svc",))

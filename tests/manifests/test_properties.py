@@ -10,6 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from app.preview.policies import NAMING_THE_SCHEDULER
 from app.settings import Settings
 from certgen.cli import build_parser
 from testbed import ROOT
@@ -107,8 +108,15 @@ def rules(role: Obj) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, 
 
 
 def test_webhook_rbac_is_what_the_quota_feature_needs_and_no_more(base: list[Obj]) -> None:
+    """The quota's reads and ledgers, and reading by name the policies that name the scheduler (at start)."""
     assert rules(one(base, "ClusterRole", "hami-webhook")) == [
-        (("",), ("pods", "resourcequotas"), ("list", "watch"), ())
+        (("",), ("pods", "resourcequotas"), ("list", "watch"), ()),
+        (
+            ("admissionregistration.k8s.io",),
+            ("mutatingadmissionpolicies", "validatingadmissionpolicies"),
+            ("get",),
+            tuple(sorted(NAMING_THE_SCHEDULER)),
+        ),
     ]
     role = one(base, "Role", "hami-webhook")
     assert role["metadata"]["namespace"] == NAMESPACE

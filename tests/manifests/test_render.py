@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import kubernetes_validate
@@ -9,8 +11,11 @@ import pytest
 import yaml
 
 from app.admission.devices.config import chart_defaults, load_device_config
+from app.preview.policies import NAMING_THE_SCHEDULER, Inputs, render
 from app.preview.scope import load_scope
-from tests.manifests.conftest import MANIFESTS, Obj, one
+from app.settings import Settings
+from testbed.install import kustomize
+from tests.manifests.conftest import MANIFESTS, Obj, containers, one, overlay_file, write_overlay
 
 pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
 
@@ -80,3 +85,23 @@ def test_the_preview_evaluates_the_webhook_configuration_the_manifests_apply(bas
 
     (rendered,) = one(base, "MutatingWebhookConfiguration", "hami-webhook-pods")["webhooks"]
     assert unfolded(load_scope().webhook) == unfolded(rendered)
+
+
+def test_the_scheduler_name_is_set_once(overlays_dir: Path) -> None:
+    """The README's overlay for another scheduler name: the webhook's setting and every policy that names the
+    scheduler hold that name, exactly as `hami-webhook policies` writes them for it, and the old name is nowhere."""
+    directory = write_overlay(overlays_dir / "hami-gpu-scheduler", "hami-gpu-scheduler")
+    overlay_file(directory, "hami-gpu-scheduler", "scheduler-name.yaml")
+    objects = kustomize(directory)
+    settings = Settings.from_env({"HAMI_SCHEDULER_NAME": "gpu-scheduler"})
+    written = render(Inputs(settings, load_scope().webhook))
+    expected = {
+        (o["kind"], o["metadata"]["name"]): o["spec"]
+        for name in ("routed.yaml", "floor.yaml")
+        for o in yaml.safe_load_all(written[name])
+        if o["metadata"]["name"] in NAMING_THE_SCHEDULER
+    }
+    assert {key: one(objects, *key)["spec"] for key in expected} == expected
+    (webhook,) = containers(one(objects, "Deployment", "hami-webhook")["spec"]["template"]["spec"])
+    assert {e["name"]: e.get("value") for e in webhook["env"]}["HAMI_SCHEDULER_NAME"] == "gpu-scheduler"
+    assert not re.findall(r"hami-scheduler(?!-name)", json.dumps(objects))

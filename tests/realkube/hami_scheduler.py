@@ -42,7 +42,8 @@ from testbed.ports import free_port
 
 Obj = dict[str, Any]
 RELEASE, HAMI_NAMESPACE = "gpu", "hami-system"  # helm install gpu hami-charts/hami -n hami-system
-SCHEDULER = "hami-scheduler"  # the chart's schedulerName (and its leader-election Lease), whatever the release
+SCHEDULER = "hami-scheduler"  # the chart's default schedulerName (and its leader-election Lease)
+COMPONENT = "hami-scheduler"  # the scheduler Pod's app.kubernetes.io/component, whatever the release and name
 SCHEDULER_ACCOUNT = f"{RELEASE}-hami-scheduler"  # the scheduler's ServiceAccount, Deployment and ConfigMap
 DEVICE_PLUGIN = f"{RELEASE}-hami-device-plugin"  # the device plugin DaemonSet's ServiceAccount
 TLS_SECRET = f"{SCHEDULER_ACCOUNT}-tls"
@@ -73,8 +74,9 @@ TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
 NOT_READY = "node.kubernetes.io/not-ready"
 
 
-def install_chart(kube: RealKube, reference: hami.Reference, work: Path) -> int:
-    """Apply the chart's objects (above) as `helm install` would; the port the extender will listen on."""
+def install_chart(kube: RealKube, reference: hami.Reference, work: Path, scheduler: str = SCHEDULER) -> int:
+    """Apply the chart's objects (above) as `helm install --set schedulerName=SCHEDULER` would; the port the
+    extender will listen on."""
     from certgen.local import write_local
 
     port = free_port()
@@ -82,7 +84,8 @@ def install_chart(kube: RealKube, reference: hami.Reference, work: Path) -> int:
     # Pod sets no securityContext, so an admin installing HAMi there relaxes it first, as here.
     enforce = "pod-security.kubernetes.io/enforce=privileged"
     kube.kubectl("label", "namespace", HAMI_NAMESPACE, enforce, "--overwrite")
-    objects = reference.manifests(kube.version, *TEMPLATES, release=RELEASE, namespace=HAMI_NAMESPACE)
+    values = {"schedulerName": scheduler}
+    objects = reference.manifests(kube.version, *TEMPLATES, release=RELEASE, namespace=HAMI_NAMESPACE, values=values)
     for obj in objects:
         if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == SCHEDULER_ACCOUNT:
             config = obj["data"]["config.yaml"]
@@ -150,11 +153,16 @@ class Running:
 
 @contextmanager
 def run_scheduler(
-    kube: RealKube, reference: hami.Reference, kube_scheduler: Path, port: int, work: Path
+    kube: RealKube,
+    reference: hami.Reference,
+    kube_scheduler: Path,
+    port: int,
+    work: Path,
+    scheduler_name: str = SCHEDULER,
 ) -> Iterator[Running]:
     """The Deployment's Pod's containers as local processes until the block ends; ready once kube-scheduler
-    holds the chart's leader-election Lease (HAMi's extender acts as the leader, registering nodes and
-    answering /readyz, only beside the Lease's holder: the same host)."""
+    holds the chart's leader-election Lease, named after `scheduler_name` (HAMi's extender acts as the leader,
+    registering nodes and answering /readyz, only beside the Lease's holder: the same host)."""
     pod = kube.wait_for(lambda: _scheduler_pod(kube), 60)
     account = token(kube, pod["spec"]["serviceAccountName"], HAMI_NAMESPACE)
     kubeconfig = kube.kubeconfig_for(account, work / "scheduler.kubeconfig")
@@ -180,7 +188,7 @@ def run_scheduler(
                 running.processes[name] = subprocess.Popen(
                     ctr.argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log
                 )
-        kube.wait_for(lambda: _ready(kube, running), 60)
+        kube.wait_for(lambda: _ready(kube, running, scheduler_name), 60)
         yield running
     finally:
         for proc in running.processes.values():
@@ -194,13 +202,13 @@ def run_scheduler(
 
 
 def _scheduler_pod(kube: RealKube) -> Obj | None:
-    items = kube.read(f"/api/v1/namespaces/{HAMI_NAMESPACE}/pods?labelSelector=app.kubernetes.io/component={SCHEDULER}")
+    items = kube.read(f"/api/v1/namespaces/{HAMI_NAMESPACE}/pods?labelSelector=app.kubernetes.io/component={COMPONENT}")
     return items["items"][0] if items["items"] else None
 
 
-def _ready(kube: RealKube, running: Running) -> bool:
+def _ready(kube: RealKube, running: Running, scheduler: str) -> bool:
     running.check()
-    lease = kube.kubectl("get", "lease", SCHEDULER, "-n", HAMI_NAMESPACE, "-o", "json", check=False)
+    lease = kube.kubectl("get", "lease", scheduler, "-n", HAMI_NAMESPACE, "-o", "json", check=False)
     return lease.returncode == 0 and bool(json.loads(lease.stdout)["spec"].get("holderIdentity"))
 
 

@@ -1,8 +1,9 @@
-"""HAMi's own scheduler still binds through the allocation guard.
+"""HAMi's own scheduler, under another name than the chart's default, still binds through the allocation guard.
 
 HAMi's cmd/scheduler (built from its source, testbed/hami.py) and kube-scheduler of the cluster's version,
 configured and authorized as HAMi's Helm chart configures them for a release `gpu` in `hami-system`
-(tests/realkube/hami_scheduler.py), schedule and bind device Pods our webhook admitted onto GPU Nodes registered
+(tests/realkube/hami_scheduler.py) with `schedulerName: gpu-scheduler`, and our webhook installed by the docs'
+overlay that sets that name once, schedule and bind device Pods our webhook admitted onto GPU Nodes registered
 as HAMi's NVIDIA device plugin registers them, writing their allocation annotations as the scheduler's
 ServiceAccount `gpu-hami-scheduler`; the device plugin's update after Allocate passes as its ServiceAccount; the
 very same update by a ServiceAccount of the Pod's namespace, whom RBAC lets patch Pods, is refused by the guard.
@@ -29,6 +30,7 @@ from testbed import hami
 from testbed.api import GPU, create, pod
 from testbed.cluster import RealKube
 from testbed.install import Installed, install, token
+from tests.manifests.conftest import overlay_file, write_overlay
 from tests.realkube.fixtures import NEWEST, OLDEST, Clusters
 from tests.realkube.hami_scheduler import (
     BIND_PHASE,
@@ -36,7 +38,6 @@ from tests.realkube.hami_scheduler import (
     HAMI_NAMESPACE,
     HANDSHAKE,
     NODE_LOCK,
-    SCHEDULER,
     TO_ALLOCATE,
     install_chart,
     patch,
@@ -52,6 +53,9 @@ NODES = ("gpu-node-1", "gpu-node-2")
 PODS = 3
 # What HAMi's scheduler writes on a Pod it binds (pkg/util, pkg/device/nvidia): its /filter the node, the time
 # and the devices, its /bind the bind phase and time.
+NAME = "gpu-scheduler"  # HAMi's chart's schedulerName here, and the overlay's (docs/operations.md)
+OVERLAY = "hami-gpu-scheduler"
+WEBHOOK_CONFIGURATION = "hami-webhook-pods"
 FILTER_WRITES = ("hami.io/vgpu-node", "hami.io/vgpu-time", TO_ALLOCATE, "hami.io/vgpu-devices-allocated")
 WRITES = (*FILTER_WRITES, BIND_PHASE, "hami.io/bind-time")
 GUARD = "ValidatingAdmissionPolicy 'hami-webhook-allocation-guard'"
@@ -61,10 +65,18 @@ GUARD = "ValidatingAdmissionPolicy 'hami-webhook-allocation-guard'"
 def installed(
     request: pytest.FixtureRequest, clusters: Clusters, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Installed]:
-    """A cluster of its own per version with our webhook installed (and the guard with it), stopped after its
-    test: a scheduler's cluster is never shared, and keeping it would hold its memory for the rest of the run."""
+    """A cluster of its own per version with our webhook installed (and the guard with it) by the docs' overlay
+    for HAMi's scheduler under another name (with the floor where MutatingAdmissionPolicy is served), stopped
+    after its test: a scheduler's cluster is never shared, and keeping it would hold its memory for the rest of
+    the run."""
     kube = clusters.own(request.param, "hami-scheduler")
-    done = install(kube, tmp_path_factory.mktemp("hami-scheduler-webhook"))
+    overlay = write_overlay(tmp_path_factory.mktemp("overlay") / OVERLAY, OVERLAY)
+    overlay_file(overlay, OVERLAY, "scheduler-name.yaml")
+    if kube.minor < 36:  # no floor before 1.36: the overlay leaves it out, as its comment says
+        kustomization = overlay / "kustomization.yaml"
+        kept = [line for line in kustomization.read_text().splitlines() if "components/floor" not in line]
+        kustomization.write_text("\n".join(kept) + "\n")
+    done = install(kube, tmp_path_factory.mktemp("hami-scheduler-webhook"), overlay)
     try:
         yield done
     finally:
@@ -77,14 +89,14 @@ def test_hami_scheduler_binds_through_the_guard(
 ) -> None:
     kube = installed.kube
     kube_scheduler = clusters.scheduler(kube.version.lstrip("v"))
-    port = install_chart(kube, hami_reference, tmp_path)
+    port = install_chart(kube, hami_reference, tmp_path, NAME)
     plugin_token = token(kube, DEVICE_PLUGIN, HAMI_NAMESPACE)
     device_plugin = kube.kubeconfig_for(plugin_token, tmp_path / "device-plugin.kubeconfig")
     gpus = {name: register_node(kube, name, device_plugin) for name in NODES}
     ns = kube.namespace(f"hami-sched-{uuid.uuid4().hex[:8]}")
     # A ServiceAccount whom RBAC lets read and patch Pods (not Nodes): only the guard can refuse what follows.
     user = kube.account(ns, "someone", tmp_path / "user.kubeconfig", "--verb=get", "--verb=patch", "--resource=pods")
-    with run_scheduler(kube, hami_reference, kube_scheduler, port, tmp_path) as running:
+    with run_scheduler(kube, hami_reference, kube_scheduler, port, tmp_path, NAME) as running:
         # HAMi's scheduler registers each node with a handshake it writes itself.
         for name in NODES:
             handshake = kube.wait_for(lambda n=name: _annotations(kube, f"/api/v1/nodes/{n}").get(HANDSHAKE), 60)
@@ -93,7 +105,7 @@ def test_hami_scheduler_binds_through_the_guard(
             name = f"gpu-{i}"
             code, created, err = create(installed, ns, pod(name, GPU))
             assert code == 0, err
-            assert created["spec"]["schedulerName"] == SCHEDULER  # our webhook's doing
+            assert created["spec"]["schedulerName"] == NAME  # our webhook's doing, by the overlay's one name
             try:
                 bound = kube.wait_for(lambda n=name: _bound(kube, ns, n), 60)
             except TimeoutError:
@@ -121,6 +133,25 @@ def test_hami_scheduler_binds_through_the_guard(
             assert after[BIND_PHASE] == "success" and after[TO_ALLOCATE] == ";", after
             assert NODE_LOCK not in _annotations(kube, f"/api/v1/nodes/{node}")
             print(f"device plugin: {BIND_PHASE}={after[BIND_PHASE]}, {TO_ALLOCATE}={after[TO_ALLOCATE]!r}, unlocked")
+    assert "HAMI_SCHEDULER_NAME is" not in installed.webhook.log.read_text(), "the policies hold the webhook's name"
+    if kube.minor >= 36:
+        _the_floor_routes_to(installed, ns, NAME)
+
+
+def _the_floor_routes_to(installed: Installed, ns: str, name: str) -> None:
+    """With the webhook never called (a matchCondition always false, as the standby component adds), a device
+    Pod on default-scheduler is routed by the floor alone: to the overlay's name, unmarked."""
+    kube = installed.kube
+    never = [{"op": "add", "path": "/webhooks/0/matchConditions/-", "value": {"name": "off", "expression": "false"}}]
+    kube.kubectl("patch", "mutatingwebhookconfiguration", WEBHOOK_CONFIGURATION, "--type=json", "-p", json.dumps(never))
+
+    def routed_by_floor() -> Obj | None:
+        code, created, _ = create(installed, ns, pod("floor-", GPU), "--dry-run=server")
+        return created if code == 0 and "hami.io/gpu-type" not in created["metadata"].get("annotations", {}) else None
+
+    created = kube.wait_for(routed_by_floor, 30)  # until the API server has loaded the patched configuration
+    assert created["spec"]["schedulerName"] == name, created["spec"]
+    print(f"floor: a device Pod on default-scheduler stored for {created['spec']['schedulerName']}, unmarked")
 
 
 def _check_allocation(bound: Obj, device: str) -> None:

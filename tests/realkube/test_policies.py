@@ -12,22 +12,26 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from app.admission.annotations import NODE_LABEL
 from app.preview.policies import FLOOR, GUARD, REVIEWED, ROUTED
 from testbed import ROOT, hami
 from testbed.api import GPU, create, pod
 from testbed.cluster import RealKube, kubectl_binary
 from testbed.install import IGNORE_LABEL, Installed, WebhookServer, apply, namespace, token
+from testbed.ports import free_port
 from tests.realkube.hami_scheduler import (
     ASCEND_ACCOUNT,
     ASCEND_NAMESPACE,
+    BIND_PHASE,
     DEVICE_PLUGIN,
     HAMI_NAMESPACE,
     SCHEDULER_ACCOUNT,
@@ -52,8 +56,8 @@ WEBHOOK_DENIAL = (
 )
 GUARD_DENIAL = (
     f"ValidatingAdmissionPolicy '{GUARD}' with binding '{GUARD}' denied request: annotation hami.io/bind-phase is "
-    "written by HAMi's scheduler and device plugins only (ServiceAccounts allowed to patch nodes, on Pods for "
-    "hami-scheduler): admin may not create a Pod with it"
+    "written by HAMi's scheduler and device plugins only (ServiceAccounts allowed to patch nodes): admin may not "
+    "create a Pod with it"
 )
 UNROUTED = (
     f"ValidatingAdmissionPolicy '{ROUTED}' with binding '{ROUTED}' denied request: a device Pod would be stored on "
@@ -121,12 +125,25 @@ AUTHOR_ACCOUNT = "author"  # a ServiceAccount of that namespace, bound to `edit`
 
 
 @pytest.fixture
-def writers(any_installed: Installed, ns: str, hami_reference: hami.Reference) -> Iterator[Writers]:
+def author(any_installed: Installed, ns: str) -> str:
+    """AUTHOR, bound to `edit` in ``ns`` (once the authorizer has seen the binding)."""
     kube = any_installed.kube
+    kube.kubectl("create", "rolebinding", f"{AUTHOR}-edit", "-n", ns, "--clusterrole=edit", f"--user={AUTHOR}")
+    kube.wait_for(
+        lambda: kube.kubectl("auth", "can-i", "patch", "pods", "-n", ns, f"--as={AUTHOR}", check=False).returncode == 0,
+        30,
+    )
+    return AUTHOR
+
+
+@pytest.fixture
+def writers(any_installed: Installed, ns: str, author: str, hami_reference: hami.Reference) -> Iterator[Writers]:
+    kube = any_installed.kube
+    kube.wait_for(lambda: not kube.exists("namespace", ASCEND_NAMESPACE), 60)  # an earlier test's, deleted
     installed = [*chart_accounts(kube, hami_reference), *ascend_device_plugin(kube)]
     kube.kubectl("create", "serviceaccount", AUTHOR_ACCOUNT, "-n", ns)
-    for name, subject in ((AUTHOR, f"--user={AUTHOR}"), (AUTHOR_ACCOUNT, f"--serviceaccount={ns}:{AUTHOR_ACCOUNT}")):
-        kube.kubectl("create", "rolebinding", f"{name}-edit", "-n", ns, "--clusterrole=edit", subject)
+    subject = f"--serviceaccount={ns}:{AUTHOR_ACCOUNT}"
+    kube.kubectl("create", "rolebinding", f"{AUTHOR_ACCOUNT}-edit", "-n", ns, "--clusterrole=edit", subject)
     accounts = {
         "scheduler": f"{HAMI_NAMESPACE}:{SCHEDULER_ACCOUNT}",
         "nvidia": f"{HAMI_NAMESPACE}:{DEVICE_PLUGIN}",
@@ -137,10 +154,6 @@ def writers(any_installed: Installed, ns: str, hami_reference: hami.Reference) -
     for account in accounts.values():
         can = ("auth", "can-i", "patch", "pods", "-n", ns, f"--as=system:serviceaccount:{account}")
         kube.wait_for(lambda c=can: kube.kubectl(*c, check=False).returncode == 0, 30)
-    kube.wait_for(
-        lambda: kube.kubectl("auth", "can-i", "patch", "pods", "-n", ns, f"--as={AUTHOR}", check=False).returncode == 0,
-        30,
-    )
     try:
         yield Writers(**{key: token(kube, *reversed(account.split(":"))) for key, account in accounts.items()})
     finally:
@@ -153,11 +166,11 @@ def annotate(kube: RealKube, ns: str, name: str, *pairs: str, as_token: str = ""
     return kube.kubectl("annotate", "--overwrite", "-n", ns, f"pod/{name}", *who, *pairs, check=False)
 
 
-def refusal(annotation: str, user: str, how: str = "add, change or remove it") -> str:
+def refusal(annotation: str, user: str, how: str = "add, change or remove it", kind: str = "annotation") -> str:
     return (
-        f"ValidatingAdmissionPolicy '{GUARD}' with binding '{GUARD}' denied request: annotation {annotation} is "
-        "written by HAMi's scheduler and device plugins only (ServiceAccounts allowed to patch nodes, on Pods for "
-        f"hami-scheduler): {user} may not {how}"
+        f"ValidatingAdmissionPolicy '{GUARD}' with binding '{GUARD}' denied request: {kind} {annotation} is "
+        f"written by HAMi's scheduler and device plugins only (ServiceAccounts allowed to patch nodes): {user} may "
+        f"not {how}"
     )
 
 
@@ -198,11 +211,11 @@ def test_allocations_are_written_by_who_may_patch_nodes(any_installed: Installed
     writes = ("hami.io/Ascend910B3-devices-to-allocate=;", "hami.io/bind-phase=success")
     allowed(ascend, *writes, on="npu", as_token=writers.ascend)
     allowed(ascend, "huawei.com/Ascend910B3=[]", on="npu", as_token=writers.ascend)
-    # HAMi's own second test: its components only write on Pods for its scheduler.
+    # Trust decides, not the scheduler name: on a Pod of another scheduler too (where HAMi's own check refuses).
     code, _, err = create(any_installed, ns, pod("elsewhere", schedulerName="volcano"))
     assert code == 0, err
-    denial = refusal("hami.io/bind-phase", f"system:serviceaccount:{nvidia}")
-    refused(nvidia, denial, "hami.io/bind-phase=success", on="elsewhere", as_token=writers.nvidia)
+    allowed(nvidia, "hami.io/bind-phase=success", on="elsewhere", as_token=writers.nvidia)
+    refused(AUTHOR, refusal(BIND_PHASE, AUTHOR), "hami.io/bind-phase=failed", on="elsewhere", as_user=AUTHOR)
     print("\n".join(f"{who}: {answer}" for who, answer in answers.items()))
 
     # Every write the guard refused before it trusted by permission is still refused (the admin: a user).
@@ -234,6 +247,140 @@ def test_allocations_are_written_by_who_may_patch_nodes(any_installed: Installed
     annotations = kube.get("pod", name, namespace=ns)["metadata"]["annotations"]
     assert annotations["hami.io/vgpu-node"] == "gpu-node-1" and annotations["hami.io/bind-phase"] == "success"
     assert annotations[TO_ALLOCATE] == ";" and annotations["team"] == "ml"
+
+
+# The nine prefix-less keys HAMi's scheduler hands vendors' own device plugins, with values as HAMi writes them.
+VENDOR_KEYS = {
+    "AWS_NEURON_IDS": "0,1",
+    "NEURON_ALLOCATED": "false",
+    "NEURON_ALLOC_TIME": "1757923200000000000",
+    "NEURON_RESOURCE_TYPE": "aws.amazon.com/neuroncore",
+    "BAIDU_COM_DEVICE_IDX": "0",
+    "CAMBRICON_DSMLU_PROFILE": "0_10_16",
+    "CAMBRICON_DSMLU_ASSIGNED": "false",
+    "assigned-containers": '{"cuda":[0]}',
+    "predicate-time": "1757923200",
+}
+
+
+def forbidden(name: str, denial: str) -> str:
+    """The Status message of a policy's denial of a write to Pod ``name``."""
+    return f'pods "{name}" is forbidden: {denial}'
+
+
+def _meta(kind: str, key: str, value: str | None) -> Obj:
+    return {"metadata": {"annotations" if kind == "annotation" else "labels": {key: value}}}
+
+
+def test_every_key_hami_writes_is_refused_to_a_pod_author(
+    any_installed: Installed, ns: str, opted_out: str, writers: Writers
+) -> None:
+    """The nine keys and the node label: HAMi's scheduler writes them; a user with `edit` in the namespace adds,
+    changes or removes none of them, and creates no Pod with one, in the webhook's scope (the webhook refuses) or
+    out of it (the guard); each refusal names the key."""
+    kube = any_installed.kube
+    pods = f"/api/v1/namespaces/{ns}/pods"
+    for name in ("stored", "fresh"):
+        code, _, err = create(any_installed, ns, pod(name, GPU))
+        assert code == 0, err
+    keys = [("annotation", key, value) for key, value in VENDOR_KEYS.items()]
+    keys.append(("label", NODE_LABEL, "gpu-node-1"))
+    answers = []
+    for kind, key, value in keys:
+        status, _ = kube.call("PATCH", f"{pods}/stored", _meta(kind, key, value), token=writers.scheduler)
+        answers.append(f"{kind} {key}: HAMi's scheduler writes it: {status}")
+        assert status == 200, (key, status)
+    for kind, key, value in keys:
+        for on, how, written in (
+            ("fresh", "add", value),
+            ("stored", "change", value + "0"),
+            ("stored", "remove", None),
+        ):
+            status, answer = kube.call("PATCH", f"{pods}/{on}", _meta(kind, key, written), as_user=AUTHOR)
+            answers.append(f"{kind} {key}: {AUTHOR} may {how} it: {status} {answer.get('message', '')}")
+            assert status == 403 and answer["message"] == forbidden(on, refusal(key, AUTHOR, kind=kind)), answer
+        body = pod("carrying", GPU, metadata=_meta(kind, key, value)["metadata"])
+        status, answer = kube.call("POST", pods, body, as_user=AUTHOR)
+        webhook = f"{kind} {key} is written by HAMi's scheduler, not by a Pod's author"
+        answers.append(f"{kind} {key}: {AUTHOR} creates a Pod with it: {status} {answer.get('message', '')}")
+        assert status == 403 and answer["message"].endswith(f"denied the request: {webhook}"), (key, answer)
+        status, answer = kube.call("POST", f"/api/v1/namespaces/{opted_out}/pods", body)
+        denial = refusal(key, "admin", "create a Pod with it", kind)
+        assert status == 403 and answer["message"] == forbidden("carrying", denial), answer
+    stored = kube.read(f"{pods}/stored")["metadata"]
+    assert {k: stored["annotations"][k] for k in VENDOR_KEYS} == VENDOR_KEYS
+    assert stored["labels"][NODE_LABEL] == "gpu-node-1"
+    print("\n".join(answers))
+
+
+VENDOR_SCHEDULER = "gcushare-scheduler"
+VENDOR_NAMESPACE, VENDOR_ACCOUNT = "enflame-gcushare", "gcushare-scheduler"
+
+
+@pytest.fixture
+def vendor(any_installed: Installed) -> Iterator[str]:
+    """A vendor-native stand-in beside HAMi: Enflame's gcushare scheduler's ServiceAccount, with the Node
+    permission its chart grants (it records each node's GCUs on the Node). Its bearer token."""
+    kube = any_installed.kube
+    kube.namespace(VENDOR_NAMESPACE)
+    kube.kubectl("create", "serviceaccount", VENDOR_ACCOUNT, "-n", VENDOR_NAMESPACE)
+    role = ("create", "clusterrole", VENDOR_ACCOUNT, "--verb=get,list,watch,patch,update")
+    kube.kubectl(*role, "--resource=nodes,pods")
+    subject = f"--serviceaccount={VENDOR_NAMESPACE}:{VENDOR_ACCOUNT}"
+    kube.kubectl("create", "clusterrolebinding", VENDOR_ACCOUNT, f"--clusterrole={VENDOR_ACCOUNT}", subject)
+    user = f"--as=system:serviceaccount:{VENDOR_NAMESPACE}:{VENDOR_ACCOUNT}"
+    kube.wait_for(lambda: kube.kubectl("auth", "can-i", "patch", "nodes", user, check=False).returncode == 0, 30)
+    try:
+        yield token(kube, VENDOR_ACCOUNT, VENDOR_NAMESPACE)
+    finally:
+        kube.kubectl("delete", "clusterrolebinding,clusterrole", VENDOR_ACCOUNT, "--ignore-not-found")
+        kube.kubectl("delete", "namespace", VENDOR_NAMESPACE, "--wait=false")
+
+
+def test_a_vendor_stack_writes_its_allocations_on_its_own_pods(
+    any_installed: Installed, ns: str, author: str, vendor: str
+) -> None:
+    """Trust decides, not the scheduler name: the vendor's scheduler writes Enflame's keys on a Pod of its own
+    scheduler; a user with `edit` on the same Pod may not."""
+    kube = any_installed.kube
+    gcu = pod("gcu", {"enflame.com/gcu": "1"}, schedulerName=VENDOR_SCHEDULER)
+    code, created, err = create(any_installed, ns, gcu)
+    assert code == 0 and created["spec"]["schedulerName"] == VENDOR_SCHEDULER, err
+    path = f"/api/v1/namespaces/{ns}/pods/gcu"
+    answers = []
+    for key, value in (("enflame.com/gcu-assigned", "false"), ("assigned-containers", '{"cuda":[0]}')):
+        status, answer = kube.call("PATCH", path, _meta("annotation", key, value), token=vendor)
+        answers.append(f"{key}: {VENDOR_NAMESPACE}:{VENDOR_ACCOUNT} writes it: {status}")
+        assert status == 200, answer
+        status, answer = kube.call("PATCH", path, _meta("annotation", key, "true"), as_user=AUTHOR)
+        answers.append(f"{key}: {AUTHOR} changes it: {status} {answer.get('message', '')}")
+        assert status == 403 and answer["message"] == forbidden("gcu", refusal(key, AUTHOR)), answer
+    print("\n".join(answers))
+
+
+def test_a_setting_the_installed_policies_do_not_hold_is_logged_and_counted(
+    any_installed: Installed, tmp_path: Path
+) -> None:
+    """A replica started with another HAMI_SCHEDULER_NAME than the installed policies name says so once, in one
+    line naming both, and in its gauge, and is ready all the same; the installed one, whose setting they hold, is
+    silent."""
+    server = any_installed.webhook
+    port = free_port()
+    env = {**server.env, "HAMI_SCHEDULER_NAME": "gpu-scheduler", "HAMI_METRICS_BIND": f"127.0.0.1:{port}"}
+    other = replace(server.with_address("127.0.0.1", free_port(), tmp_path / "other.log"), env=env).start()
+    try:
+        assert other.status("/readyz") == 200
+        lines = [line for line in other.log.read_text().splitlines() if "HAMI_SCHEDULER_NAME is" in line]
+        expected = f"the admission policies {ROUTED}, {REVIEWED} name scheduler hami-scheduler, "
+        assert len(lines) == 1 and expected in lines[0] and "HAMI_SCHEDULER_NAME is gpu-scheduler" in lines[0], lines
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as scraped:
+            text = scraped.read().decode()
+        for policy in (ROUTED, REVIEWED):
+            assert f'hami_webhook_policy_scheduler_mismatch{{policy="{policy}"}} 1.0' in text, text
+        print(lines[0])
+    finally:
+        other.stop()
+    assert "HAMI_SCHEDULER_NAME is" not in server.log.read_text()
 
 
 def test_a_device_added_after_the_webhook_never_reaches_default_scheduler(

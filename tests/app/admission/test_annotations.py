@@ -9,7 +9,17 @@ from typing import Any
 import pytest
 import yaml
 
-from app.admission.annotations import CHIP, TABLE, Annotation, AnnotationRules, ListOf, OneOf, Text, Weights
+from app.admission.annotations import (
+    CHIP,
+    NODE_LABEL,
+    TABLE,
+    Annotation,
+    AnnotationRules,
+    ListOf,
+    OneOf,
+    Text,
+    Weights,
+)
 from app.settings import Settings, SettingsError
 from testbed.pods import container, pod
 from testbed.reviews import run
@@ -149,9 +159,21 @@ def test_key_hami_writes_is_denied_on_every_pod(key: str, scheduler: str, limits
         assert run(forged, settings).denial() == (False, 403, "Forbidden", text)
 
 
+@pytest.mark.parametrize("scheduler", ["hami-scheduler", "volcano"])
+@pytest.mark.parametrize("limits", [MLU, {"cpu": "1"}], ids=["device", "cpu"])
+def test_label_hami_writes_is_denied_on_every_pod(scheduler: str, limits: dict[str, str]) -> None:
+    """The node label HAMi's scheduler sets beside its annotation is not the author's either: HAMi's vGPU monitor
+    counts a Pod's use by it."""
+    forged = pod(container(limits=limits), metadata={"labels": {"app": "a", NODE_LABEL: "n1"}}, scheduler=scheduler)
+    text = f"label {NODE_LABEL} is written by HAMi's scheduler, not by a Pod's author"
+    assert run(forged, SETTINGS).denial() == (False, 403, "Forbidden", text)
+
+
 def test_webhook_keys_are_the_authors_to_keep() -> None:
     """What this webhook writes is not an allocation: reviewing its own output again must admit it."""
-    assert not SETTINGS.owned_annotations.forged({"mthreads.com/request-gpu-num": "1", "hami.io/gpu-type": "NVIDIA"})
+    assert not SETTINGS.owned_annotations.forged(
+        {"mthreads.com/request-gpu-num": "1", "hami.io/gpu-type": "NVIDIA"}, {"app": "a"}
+    )
 
 
 def test_prefixes_are_where_hami_reads() -> None:

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from app.cli import main
-from app.preview.policies import GUARD, ROUTED, Inputs, render
+from app.preview.policies import GUARD, ROUTED, Inputs, render, scheduler_of
 from app.preview.scope import load_scope
 from app.settings import Settings
 from testbed import ROOT
@@ -97,18 +97,19 @@ def test_guard_lists_every_owned_key_of_every_vendor_and_the_given_components(tm
     }
 
 
-def test_the_shipped_guard_pins_no_account_and_asks_the_authorizer_last() -> None:
-    """Trust by permission: no user name in it; the authorizer only after an owned annotation is found written,
-    and after the cheap tests (a ServiceAccount, a Pod for HAMi's scheduler)."""
+def test_the_shipped_guard_pins_no_account_nor_scheduler_and_asks_the_authorizer_last() -> None:
+    """Trust by permission: no user name and no scheduler name in it (a vendor's own scheduler and plugin are
+    trusted as HAMi's are); the authorizer only after an owned key is found written, and after the cheap test (a
+    ServiceAccount)."""
     policy, _ = yaml.safe_load_all(chart_defaults()["allocation-guard.yaml"])
-    assert [c["name"] for c in policy["spec"]["matchConditions"]] == ["annotations-written"]
+    assert [c["name"] for c in policy["spec"]["matchConditions"]] == ["metadata-written"]
     (validation,) = policy["spec"]["validations"]
     expression = validation["expression"]
     assert "system:serviceaccount:kube-system" not in yaml.safe_dump(policy)
+    assert "schedulerName" not in yaml.safe_dump(policy)
     order = [
-        "size(variables.written) == 0 ||",
+        "size(variables.written) + size(variables.labelled) == 0 ||",
         "request.userInfo.username.startsWith('system:serviceaccount:')",
-        "object.spec.schedulerName == 'hami-scheduler'",
         "authorizer.group('').resource('nodes').check('patch').allowed()",
     ]
     assert [expression.index(part) for part in order] == sorted(expression.index(part) for part in order)
@@ -129,8 +130,10 @@ def test_the_policies_follow_the_settings(tmp_path: Path) -> None:
         o for o in yaml.safe_load_all(files["routed.yaml"]) if o["metadata"]["name"].startswith(ROUTED)
     ]
     assert [v["expression"] for v in policy["spec"]["validations"]] == [
-        "!has(object.spec.nodeName) || object.spec.schedulerName != 'gpu-scheduler'"
+        "!has(object.spec.nodeName) || object.spec.schedulerName != variables.scheduler"
     ]
+    assert scheduler_of(policy) == "gpu-scheduler"
+    assert "hami-scheduler" not in "".join(files.values())
     devices = policy["spec"]["matchConditions"][0]["expression"]
     assert "'nvidia.com/gpu'" in devices and "huawei.com" not in devices  # Ascend is off by default
     assert deny["spec"]["validationActions"] == ["Deny"] and len(outside) == 3
