@@ -1,4 +1,5 @@
-"""``hami-webhook``: serve over TLS, run locally with a throwaway PKI, or preview a Pod offline.
+"""``hami-webhook`` (also ``python -m app``): serve over TLS, run locally with a throwaway PKI, preview a Pod offline,
+write the admission policies, look at quota. ``kubectl-hami``, the kubectl plugin, is ``plugin`` below.
 
 Exit codes: 0 ok (review: every Pod admitted), 1 failure (review: a Pod refused, by the policy or by the API
 server), 2 usage or configuration error (review: an unreadable file or configuration, nothing that creates Pods,
@@ -13,29 +14,46 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from app.preview.documents import INVALID, DocumentReview, Options, admission_review, namespace_labels, preview
-from app.preview.policies import Inputs, PolicyError, render
-from app.preview.scope import ScopeError, load_scope
 from app.preview.workloads import TEMPLATES
 from app.quota.command import add_quota_command
-from app.settings import Settings, SettingsError
-from app.untrusted import MAX_YAML_BYTES, UntrustedError, yaml_documents
+
+if TYPE_CHECKING:  # each command imports what it runs: --help, --version and `quota` stay quick to start
+    from app.preview.documents import DocumentReview
+    from app.settings import Settings
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1")
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "hami-webhook") -> int:
     parser = _parser(prog)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said with the subcommand's usage, not the top level's
+        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     return int(args.run(args))
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed package's version, looked up only when asked (importlib.metadata is slow)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("hami-webhook")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            found = "unknown (not installed)"
+        print(f"{parser.prog} {found}")
+        parser.exit()
 
 
 def _parser(prog: str = "hami-webhook") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
+    parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
     serve = commands.add_parser(
@@ -69,7 +87,10 @@ def _parser(prog: str = "hami-webhook") -> argparse.ArgumentParser:
         "refused, 2 bad input (unreadable file or configuration, nothing that creates Pods, an invalid Pod).",
     )
     preview.add_argument(
-        "file", help="manifests (YAML or JSON, several documents allowed, kubectl's List too); - reads stdin"
+        "file", nargs="*", help="manifests (YAML or JSON, several documents allowed, kubectl's List too); - reads stdin"
+    )
+    preview.add_argument(
+        "-f", "--filename", action="append", default=[], metavar="FILE", help="the same as FILE, as kubectl takes it"
     )
     preview.add_argument(
         "--config",
@@ -80,13 +101,20 @@ def _parser(prog: str = "hami-webhook") -> argparse.ArgumentParser:
         metavar="FILE",
         help="the MutatingWebhookConfiguration as rendered for your cluster (default: the one the manifests apply)",
     )
-    preview.add_argument("--namespace", default="default", help="namespace when the manifest names none")
+    preview.add_argument("-n", "--namespace", default="default", help="namespace when the manifest names none")
     preview.add_argument(
         "--as-new",
         action="store_true",
         help="review live Pods (kubectl get -o yaml) as new: drop status, spec.nodeName, uid, resourceVersion...",
     )
-    preview.add_argument("--patch", action="store_true", help="print the JSON Patch instead of the patched objects")
+    printed = preview.add_mutually_exclusive_group()
+    printed.add_argument(
+        "-o",
+        "--output",
+        choices=("yaml", "json", "name"),
+        help="the patched objects as one List (yaml, json) or their names (default: one YAML document each)",
+    )
+    printed.add_argument("--patch", action="store_true", help="print the JSON Patch instead of the patched objects")
     preview.set_defaults(run=_review)
 
     policies = commands.add_parser(
@@ -116,6 +144,8 @@ def _parser(prog: str = "hami-webhook") -> argparse.ArgumentParser:
     policies.add_argument("--out", metavar="DIR", help="write one file per policy there (default: all to stdout)")
     policies.set_defaults(run=_policies)
     add_quota_command(commands, _settings)
+    for command in commands.choices.values():
+        command.set_defaults(parser=command)
     return parser
 
 
@@ -165,11 +195,15 @@ def sample_review() -> dict[str, Any]:
             ],
         },
     }
+    from app.preview.documents import admission_review
+
     return admission_review(pod, uid="705ab4f5-6393-11e8-b7cc-42010a800002")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
     """The settings from the environment, with ``--config`` as HAMI_DEVICE_CONFIG; SettingsError names the bad one."""
+    from app.settings import Settings
+
     env = dict(os.environ)
     if args.config:
         env["HAMI_DEVICE_CONFIG"] = args.config
@@ -177,6 +211,11 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _review(args: argparse.Namespace) -> int:
+    from app.preview.documents import INVALID, Options, namespace_labels, preview
+    from app.preview.scope import ScopeError, load_scope
+    from app.settings import SettingsError
+    from app.untrusted import UntrustedError
+
     try:
         settings = _settings(args)
     except SettingsError as exc:
@@ -187,22 +226,21 @@ def _review(args: argparse.Namespace) -> int:
     except ScopeError as exc:
         print(f"hami-webhook: invalid webhook configuration: {exc}", file=sys.stderr)
         return INVALID
+    files = [*args.file, *args.filename]
+    if not files:
+        args.parser.error("give the manifests: -f FILE (- reads standard input)")
+    documents: list[Any] = []
+    for path in files:
+        try:
+            documents += read_documents(path)
+        except (OSError, UntrustedError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            print(f"hami-webhook: cannot read {_shown(path)}: {reason}", file=sys.stderr)
+            return INVALID
     for warning in settings.config_warnings:
         print(f"hami-webhook: warning: device config {warning}", file=sys.stderr)
     if scope.unevaluated:
         print(f"hami-webhook: note: {scope.unevaluated}", file=sys.stderr)
-    name = "standard input" if args.file == "-" else args.file
-    try:
-        if args.file == "-":
-            data = sys.stdin.buffer.read(MAX_YAML_BYTES + 1)
-        else:
-            with open(args.file, "rb") as file:
-                data = file.read(MAX_YAML_BYTES + 1)
-        documents = [d for d in yaml_documents(data) if d is not None]
-    except (OSError, UntrustedError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        print(f"hami-webhook: cannot read {name}: {reason}", file=sys.stderr)
-        return INVALID
     options = Options(args.namespace, namespace_labels(documents), args.as_new)
     reviews = preview(documents, settings, scope, options)
     for document in reviews:
@@ -212,25 +250,52 @@ def _review(args: argparse.Namespace) -> int:
                 print(note, file=sys.stderr)
     reviewed = [document for document in reviews if document.reviewed]
     if not reviewed:
-        print(f"hami-webhook: {name} holds no Pod and no workload that creates Pods", file=sys.stderr)
+        said = " and ".join(_shown(path) for path in files)
+        print(
+            f"hami-webhook: {said} {'hold' if len(files) > 1 else 'holds'} no Pod and no workload that creates Pods",
+            file=sys.stderr,
+        )
         return INVALID
-    if args.patch:
-        print(json.dumps(_patches(reviewed), indent=2))
-    else:
-        for document in reviewed:
-            print("---")
-            print(yaml.dump(document.patched, Dumper=_PlainDumper, sort_keys=False), end="")
+    print(_printed(reviewed, args), end="")
     return max(document.outcome for document in reviews)
 
 
-class _PlainDumper(yaml.SafeDumper):
-    """YAML as kubectl prints it: a node met twice is written twice, never as an ``&id001`` anchor and alias."""
+def read_documents(path: str) -> list[Any]:
+    """The documents of one manifest file (``-``: standard input), read within the size an admission may have."""
+    from app.untrusted import MAX_YAML_BYTES, yaml_documents
 
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
+    if path == "-":
+        data = sys.stdin.buffer.read(MAX_YAML_BYTES + 1)
+    else:
+        with open(path, "rb") as file:
+            data = file.read(MAX_YAML_BYTES + 1)
+    return [d for d in yaml_documents(data) if d is not None]
+
+
+def _shown(path: str) -> str:
+    return "standard input" if path == "-" else path
+
+
+def _printed(reviewed: list[DocumentReview], args: argparse.Namespace) -> str:
+    """The patched objects as -o asks (default: one YAML document each, as the files had them), or the patch."""
+    from app.kube.printing import as_list, dump, object_name
+
+    if args.patch:
+        return json.dumps(_patches(reviewed), indent=2) + "\n"
+    patched = [document.patched for document in reviewed]
+    if args.output == "name":
+        return "".join(object_name(obj) + "\n" for obj in patched)
+    if args.output:
+        return dump(as_list(patched), args.output)
+    return "".join("---\n" + dump(obj, "yaml") for obj in patched)
 
 
 def _policies(args: argparse.Namespace) -> int:
+    from app.preview.documents import INVALID
+    from app.preview.policies import Inputs, PolicyError, render
+    from app.preview.scope import ScopeError, load_scope
+    from app.settings import SettingsError
+
     components = args.hami_component or []
     wrong = [c for c in components if len(c.split(":")) != 2 or not all(c.split(":"))]
     if wrong:
@@ -267,3 +332,40 @@ def _patches(reviewed: list[DocumentReview]) -> Any:
         key = document.label if document.label not in keyed else f"{document.label} ({index})"
         keyed[key] = document.patch
     return keyed
+
+
+PLUGIN_COMMANDS = ("quota", "review")
+PLUGIN_USAGE = """Usage: kubectl hami COMMAND [flags]
+
+Commands:
+  quota    show each quota'd namespace's device quota: limit, used, held, free (-n NS | -A [-l SELECTOR])
+  review   show what the API server and hami-webhook would do to the Pods and workloads of -f FILE, offline
+
+Flags:
+  --version   print the version and exit
+
+Use "kubectl hami COMMAND --help" for a command's flags.
+"""
+
+
+def plugin(argv: Sequence[str] | None = None) -> int:
+    """``kubectl-hami``: on PATH, ``kubectl hami quota|review ...`` runs the ``hami-webhook`` command of that name
+    (kubectl finds plugins by their ``kubectl-`` name and passes every argument after ``hami`` through). As
+    kubectl does: a usage error exits 1, with the command's usage."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(PLUGIN_USAGE, end="")
+        return 0
+    if args[0] not in (*PLUGIN_COMMANDS, "--version"):
+        print(f'error: unknown command "{args[0]}" for "kubectl hami"', file=sys.stderr)
+        print('Run "kubectl hami --help" for usage.', file=sys.stderr)
+        return 1
+    try:
+        return main(args, prog="kubectl hami")
+    except SystemExit as exc:  # argparse: --help exits 0, a usage error 2, which kubectl spells 1
+        code = exc.code if isinstance(exc.code, int) else 1
+        return 1 if code == 2 else code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -149,7 +149,7 @@ def collectors() -> Collectors:
         ),
         quota_denials=Counter(
             "hami_webhook_quota_denials", "Pods denied for exceeding their namespace's device quota.",
-            ["pod_namespace"],
+            ["namespace"],
         ),
         warnings=Counter(
             "hami_webhook_warnings", "Admission warnings found for admitted Pods, by kind (docs/annotations.md).",
@@ -177,7 +177,7 @@ def collectors() -> Collectors:
         ),
         quota_ledger_full=Counter(
             "hami_webhook_quota_ledger_full", "Admissions refused (HTTP 500) because the namespace's quota ledger "
-            "could hold no more reservations of Pods not seen yet.", ["pod_namespace"],
+            "could hold no more reservations of Pods not seen yet.", ["namespace"],
         ),
         quota=QuotaGauges(),
     )  # fmt: skip

@@ -22,7 +22,7 @@ from pathlib import Path
 HTTP_CASE = """
 import json, sys, time
 from app import create_app
-from app.cli import admission_review
+from app.preview.documents import admission_review
 client = create_app().test_client()
 body = sys.stdin.buffer.read()
 started = time.perf_counter()
@@ -40,7 +40,7 @@ print(json.dumps({"http": reply.status_code, "code": detail[0], "message": detai
 
 
 def review_with(limits: dict[str, object]) -> bytes:
-    from app.cli import admission_review
+    from app.preview.documents import admission_review
     from testbed.pods import container, pod
 
     obj = pod(container("c", limits, image=None, defaulted=False), name="p")

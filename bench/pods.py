@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from app.cli import admission_review
+from app.preview.documents import admission_review
 from testbed.pods import container, pod
 
 

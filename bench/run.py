@@ -314,3 +314,7 @@ def plot(results: dict[str, Any], path: Path) -> Path | None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+if __name__ == "__main__":  # python -m bench.run, as python -m bench
+    raise SystemExit(main())

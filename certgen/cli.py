@@ -385,3 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
         return EXIT_FAILED
     return EXIT_OK
+
+
+if __name__ == "__main__":  # python -m certgen.cli, as python -m certgen
+    raise SystemExit(main())

@@ -10,6 +10,9 @@
 #   scripts/kube-binaries.sh --cert-manager              # stdout: the directory holding cert-manager-controller,
 #                                                        # cert-manager-cainjector and crds/ (the pinned version)
 #   scripts/kube-binaries.sh --pin-cert-manager VERSION  # (maintainers) write tests/realkube/certmanager/go.mod
+#   scripts/kube-binaries.sh --promtool                  # stdout: the directory holding promtool (the pinned
+#                                                        # Prometheus: the alert rules' tests run `promtool test rules`)
+#   scripts/kube-binaries.sh --pin-promtool VERSION      # (maintainers) write tests/realkube/promtool/go.mod
 #
 # Each pinned version is a small Go module under tests/realkube/kube/vX.Y.Z/: its go.mod requires
 # k8s.io/kubernetes vX.Y.Z and replaces every staging module (k8s.io/api, k8s.io/apiserver, ...; the `replace`
@@ -27,6 +30,9 @@
 # they declare no conversion webhook, so they apply without cert-manager's webhook. Tests take
 # CERT_MANAGER_CONTROLLER_BIN, CERT_MANAGER_CAINJECTOR_BIN and CERT_MANAGER_CRDS (a directory) instead, when set.
 #
+# promtool: tests/realkube/promtool/ is one module requiring github.com/prometheus/prometheus (its Go module
+# versions are v0.3MM.P for Prometheus 3.MM.P), with a `tool` line for cmd/promtool.
+#
 # Cache: $HAMI_KUBE_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/hami-webhook)/kube-vX.Y.Z/bin (kube-scheduler:
 # kube-scheduler-vX.Y.Z/bin; cert-manager: cert-manager-vX.Y.Z/bin), stamped when complete; Go's own module and
 # build caches are used as configured (GOMODCACHE, GOCACHE). A lock makes parallel callers wait for one build. Exit 3: no Go toolchain; exit 4: the
@@ -37,6 +43,8 @@ PINS=$ROOT/tests/realkube/kube
 CERT_MANAGER_PIN=$ROOT/tests/realkube/certmanager
 CACHE_ROOT=${HAMI_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hami-webhook}
 CERT_MANAGER=github.com/cert-manager/cert-manager
+PROMTOOL_PIN=$ROOT/tests/realkube/promtool
+PROMETHEUS=github.com/prometheus/prometheus
 say() { echo "kube-binaries.sh: $*" >&2; }
 # shellcheck source=scripts/lib/go-cache.sh
 . "$ROOT/scripts/lib/go-cache.sh"
@@ -94,6 +102,24 @@ pin_cert_manager() {
   rm -f "$CERT_MANAGER_PIN/go.sum"
   (cd "$CERT_MANAGER_PIN" && go mod tidy >&2)
   say "pinned cert-manager $1 in $CERT_MANAGER_PIN"
+}
+
+pin_promtool() {
+  command -v go >/dev/null || { say "needs go"; exit 3; }
+  mkdir -p "$PROMTOOL_PIN"
+  printf '%s\n' "// Pins promtool for the alert rules' tests; written by scripts/kube-binaries.sh --pin-promtool." \
+    "module hami-webhook/tests/realkube/promtool" "" "go 1.26.7" "" "require $PROMETHEUS $1" "" \
+    "tool $PROMETHEUS/cmd/promtool" >"$PROMTOOL_PIN/go.mod"
+  rm -f "$PROMTOOL_PIN/go.sum"
+  (cd "$PROMTOOL_PIN" && go mod tidy >&2)
+  say "pinned promtool $1 in $PROMTOOL_PIN"
+}
+
+build_promtool() {
+  download "$PROMTOOL_PIN"
+  say "building promtool $PROM_V (first time: several minutes on 2 cores)"
+  (cd "$PROMTOOL_PIN" && go build -trimpath -ldflags "-s -w" -o "$1/promtool" "$PROMETHEUS/cmd/promtool")
+  "$1/promtool" --version >&2
 }
 
 # -ldflags stamp the version a command reports (/version, kubectl version), as Kubernetes' own build does.
@@ -157,6 +183,12 @@ case "${1:-}" in
 --versions) versions; exit 0 ;;
 --pin) pin "${2:?--pin needs a version such as 1.37.2}"; exit 0 ;;
 --pin-cert-manager) pin_cert_manager "${2:?--pin-cert-manager needs a version such as v1.11.5}"; exit 0 ;;
+--pin-promtool) pin_promtool "${2:?--pin-promtool needs a Go module version such as v0.316.0}"; exit 0 ;;
+--promtool)
+  PROM_V=$(awk -v m="$PROMETHEUS" '{ for (i = 1; i < NF; i++) if ($i == m) { print $(i + 1); exit } }' "$PROMTOOL_PIN/go.mod")
+  cached "promtool-$PROM_V" build_promtool
+  exit 0
+  ;;
 --cert-manager)
   CM_V=$(awk -v m="$CERT_MANAGER" '{ for (i = 1; i < NF; i++) if ($i == m) { print $(i + 1); exit } }' "$CERT_MANAGER_PIN/go.mod")
   cached "cert-manager-$CM_V" build_cert_manager

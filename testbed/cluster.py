@@ -89,6 +89,13 @@ def build_scheduler(version: str) -> Path:
     )
 
 
+def build_promtool() -> Path:
+    """promtool of the pinned Prometheus (scripts/kube-binaries.sh --promtool, cached like the rest), or
+    PROMTOOL_BIN when set; raises as `build_binaries` does."""
+    from_env = os.environ.get("PROMTOOL_BIN")
+    return Path(from_env) if from_env else _built("promtool", "--promtool") / "promtool"
+
+
 def _built(what: str, *args: str) -> Path:
     """The bin directory scripts/kube-binaries.sh ARGS prints (building `what` the first time)."""
     done = subprocess.run(["bash", str(BUILD_SCRIPT), *args], stdout=subprocess.PIPE, text=True, check=False)

@@ -16,6 +16,7 @@ from tests.realkube.fixtures import (  # noqa: F401
     go_toolchain,
     installed,
     namespaces,
+    promtool,
     real_kube,
     webhook,
 )

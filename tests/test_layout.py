@@ -127,7 +127,7 @@ LAYERS = {
     # the composition: settings -> device backends -> the app, and the commands that start it
     "app.settings": ("app.admission", "app.quota", *SHARED),
     "app.cli": ("app", "app.admission", "app.preview", "app.quota", "app.serving.master", "app.settings", *SHARED),
-    "app.plugin": ("app.cli",),
+    "app.__main__": ("app.cli",),
     "app": ("app.admission", "app.quota", "app.serving", "app.settings", *SHARED),
 }
 """What each part of app/ may import besides itself, every module in exactly one part (the longest prefix): the

@@ -20,7 +20,7 @@ from kubernetes import client
 from app.kube.errors import ApiError
 
 JSON = dict[str, Any]
-Timeout = float | tuple[float, float]  # seconds: for the whole request, or (connect, read)
+Timeout = float | tuple[float, float] | None  # seconds: for the whole request, or (connect, read); None: no limit
 
 
 def request(

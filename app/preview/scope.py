@@ -158,8 +158,8 @@ def _compile(hook: Mapping[str, Any], source: str) -> str:
         matching.compile_conditions(conditions)
     except ImportError:
         return (
-            "matchConditions not evaluated: cel-python is not installed (pip install 'hami-webhook[review]'), "
-            "so every Pod the selectors admit is reviewed as if the webhook were called"
+            "matchConditions not evaluated: cel-python is not installed (the review extra: docs/operations.md, "
+            '"The operator\'s tools"), so every Pod the selectors admit is reviewed as if the webhook were called'
         )
     except ValueError as exc:
         raise ScopeError(f"{source}: {exc}") from None

@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from app.kube.printing import LIST_FORMATS
+
 if TYPE_CHECKING:
     from kubernetes import client
 
@@ -27,6 +29,7 @@ FAILED = 1
 TIMEOUT = 10.0  # seconds per API request
 LEASES = "leases.coordination.k8s.io"
 VIEWER = "hami-webhook-quota-viewer"
+RBAC_PAGE = 'docs/operations.md, "Looking at quota"'  # where binding the viewer's roles is shown
 
 
 class QuotaCommandError(Exception):
@@ -40,16 +43,30 @@ def add_quota_command(commands: Any, settings: Callable[[argparse.Namespace], Qu
         "quota",
         help="show each quota'd namespace's device quota: limit, used, held, free (reads only)",
         description="Print, per namespace and resource, the device quota's LIMIT (the smallest ResourceQuota), "
-        "what its Pods USE, what the quota ledger HOLDs for Pods admitted but not seen yet, what is FREE, and the "
-        "PODS counted, with the admission's own arithmetic. Reads ResourceQuotas, Pods and the ledger Leases "
-        "with your kubeconfig (RBAC: hami-webhook-quota-viewer). Exit 0 printed, 1 error.",
+        "what its Pods USE, what the quota ledger HOLDs for Pods admitted but not seen yet, what is FREE for "
+        "certain (LIMIT - USED - HELD: what the next Pods can have at once), and the PODS counted, with the "
+        "admission's own arithmetic. Reads ResourceQuotas, Pods and the ledger Leases with your kubeconfig "
+        "(RBAC: hami-webhook-quota-viewer). Exit 0 printed (or nothing found), 1 error.",
     )
     scope = quota.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", help="the namespace (default: the kubeconfig context's)")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace with a device quota")
-    quota.add_argument("-o", "--output", choices=("wide", "json", "yaml"), help="output format (default: a table)")
+    quota.add_argument(
+        "-l", "--selector", help="with -A: only namespaces with these labels (kubectl's syntax: team=a,tier!=dev)"
+    )
+    quota.add_argument(
+        "-o", "--output", choices=("wide", "json", "yaml", "name"), help="output format (default: a table)"
+    )
+    quota.add_argument("--no-headers", action="store_true", help="print the table without its header line")
     quota.add_argument("--context", help="the kubeconfig context to use")
     quota.add_argument("--kubeconfig", help="path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    quota.add_argument(
+        "--request-timeout",
+        type=request_timeout,
+        default=TIMEOUT,
+        metavar="DURATION",
+        help="how long to wait for each API request (1s, 2m; 0: no limit; default %(default)ss)",
+    )
     quota.add_argument(
         "--webhook-namespace",
         help="where the webhook keeps its ledger Leases (default: HAMI_NAMESPACE, else hami-system)",
@@ -61,16 +78,39 @@ def add_quota_command(commands: Any, settings: Callable[[argparse.Namespace], Qu
 
 
 def run(args: argparse.Namespace, settings: Callable[[argparse.Namespace], QuotaSettings]) -> int:
+    if args.selector is not None and not args.all_namespaces:
+        args.parser.error("-l/--selector picks namespaces: use it with -A")
     try:
         found = collect(args, settings)
     except QuotaCommandError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return FAILED
-    if not found:
-        print("No device quota found in any namespace.", file=sys.stderr)
+    if not found.standings and args.output not in LIST_FORMATS:
+        from app.kube.printing import nothing_found
+
+        print(nothing_found(found.namespace), file=sys.stderr)
         return 0
-    print(render(found, args.output, wide_scope=bool(args.all_namespaces)), end="")
+    print(
+        render(found.standings, args.output, wide_scope=bool(args.all_namespaces), headers=not args.no_headers), end=""
+    )
     return 0
+
+
+def request_timeout(text: str) -> float | None:
+    """kubectl's --request-timeout: seconds, or a number with a unit (500ms, 1s, 2m, 1h); 0 waits for ever."""
+    import re
+
+    found = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)?", text.strip())
+    if not found:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: a number with a unit, such as 1s, 2m, 500ms")
+    seconds = float(found.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[found.group(2) or "s"]
+    return seconds or None
+
+
+@dataclass(frozen=True)
+class Shown:
+    namespace: str | None  # the one asked for, which "No resources found" names; None: every namespace
+    standings: list[Standing]
 
 
 @dataclass(frozen=True)
@@ -79,10 +119,9 @@ class Target:
     home: str  # the webhook's namespace: its ledger Leases
 
 
-def collect(args: argparse.Namespace, load: Callable[[argparse.Namespace], QuotaSettings]) -> list[Standing]:
-    """The standings asked for; QuotaCommandError for anything that stops them."""
+def collect(args: argparse.Namespace, load: Callable[[argparse.Namespace], QuotaSettings]) -> Shown:
+    """The standings asked for (none: no device quota there); QuotaCommandError for anything that stops them."""
     from app.kube.config import load_configuration
-    from app.quota.core.limits import quota_factors
     from app.quota.core.standing import standing
     from app.quota.feed.tables import PodTable, QuotaTable, say_uncounted
 
@@ -99,22 +138,21 @@ def collect(args: argparse.Namespace, load: Callable[[argparse.Namespace], Quota
     target = Target(namespace, args.webhook_namespace or settings.home_namespace)
     api = _api(configuration)
     try:
-        reads = Reads(api, target)
+        reads = Reads(api, target, args.request_timeout)
         quotas = QuotaTable(settings.devices)
         quotas.replace(reads.resource_quotas())
-        if target.namespace is not None and not quotas.objects(target.namespace):
-            names = sorted(quota_factors(settings.devices))
-            raise QuotaCommandError(
-                f"namespace {target.namespace} has no device quota (no ResourceQuota limits {', '.join(names)})"
-            )
-        pods = PodTable(settings.devices, forget_after=0)
         namespaces = sorted(quotas.namespaces())
+        if args.selector is not None:
+            labelled = reads.namespaces(args.selector)
+            namespaces = [ns for ns in namespaces if ns in labelled]
+        pods = PodTable(settings.devices, forget_after=0)
         for name in namespaces:
             say_uncounted(pods.replace(name, reads.pods(name)))
         ledgers = reads.ledgers(namespaces)
         # A reader that just started: every entry is new to it, and holds its room for its whole life from now.
         now, ttl = time.monotonic(), settings.quota_reservation_ttl
-        return [standing(ns, quotas, pods, ledgers.get(ns), now=now, ttl=ttl, first_seen={}) for ns in namespaces]
+        found = [standing(ns, quotas, pods, ledgers.get(ns), now=now, ttl=ttl, first_seen={}) for ns in namespaces]
+        return Shown(target.namespace, found)
     finally:
         api.close()
 
@@ -145,9 +183,10 @@ def _api(configuration: client.Configuration) -> client.ApiClient:
 class Reads:
     """The GETs and LISTs the command makes, each failure turned into one line naming what was refused."""
 
-    def __init__(self, api: client.ApiClient, target: Target) -> None:
+    def __init__(self, api: client.ApiClient, target: Target, timeout: float | None) -> None:
         self._api = api
         self._target = target
+        self._timeout = timeout
 
     def resource_quotas(self) -> list[dict[str, Any]]:
         ns = self._target.namespace
@@ -158,6 +197,11 @@ class Reads:
 
     def pods(self, namespace: str) -> list[dict[str, Any]]:
         return self._list(f"/api/v1/namespaces/{namespace}/pods", f"list pods in namespace {namespace}")
+
+    def namespaces(self, selector: str) -> set[str]:
+        """The names of the namespaces ``selector`` picks (-l)."""
+        listed = self._list("/api/v1/namespaces", "list namespaces", {"labelSelector": selector})
+        return {ns["metadata"]["name"] for ns in listed}
 
     def ledgers(self, namespaces: Sequence[str]) -> dict[str, Any]:
         """Each namespace's ledger as stored (absent: nothing held); a ledger that does not parse is an error."""
@@ -212,10 +256,10 @@ class Reads:
         from app.kube.transport import request
 
         try:
-            return request(self._api, "GET", path, timeout=TIMEOUT, query=query, action=action)
+            return request(self._api, "GET", path, timeout=self._timeout, query=query, action=action)
         except ApiError as exc:
             if exc.code == 403:
-                hint = f"; bind the {VIEWER} ClusterRole, and its Role in {self._target.home} (docs/quota.md)"
+                hint = f"; bind the {VIEWER} ClusterRole, and its Role in {self._target.home} ({RBAC_PAGE})"
                 raise QuotaCommandError(f"forbidden: cannot {action}: {exc.message}{hint}") from exc
             raise QuotaCommandError(f"cannot {action}: {exc.http_line()}") from exc
         except Exception as exc:  # no answer: TLS, DNS, refused, timed out
@@ -278,28 +322,32 @@ def rows(found: Sequence[Standing]) -> list[dict[str, Any]]:
     return out
 
 
-def render(found: Sequence[Standing], output: str | None, *, wide_scope: bool) -> str:
-    items = rows(found)
-    if output == "json":
-        return json.dumps({"items": items}, indent=2) + "\n"
-    if output == "yaml":
-        import yaml
+# The table's columns: (header, the item's field); wide adds its own after them. A figure added to the standing
+# is one more pair here (and in WIDE, when it is only for -o wide).
+COLUMNS = (("RESOURCE", "resource"), ("LIMIT", "limit"), ("USED", "used"), ("HELD", "held"), ("FREE", "free"))
+WIDE = (("RESOURCEQUOTA", "resourceQuota"),)
+WIDE_AFTER = ("OLDEST-HOLD", "EXPIRES-IN", "HELD-FOR-GANGS", "GANGS")
+"""-o wide's columns made from more than one field, after WIDE's."""
 
-        return str(yaml.safe_dump({"items": items}, sort_keys=False))
-    header = ["RESOURCE", "LIMIT", "USED", "HELD", "FREE", "PODS"]
+
+def render(found: Sequence[Standing], output: str | None, *, wide_scope: bool, headers: bool = True) -> str:
+    from app.kube.printing import as_list, dump, table
+
+    items = rows(found)
+    if output in LIST_FORMATS:
+        return dump(as_list(items), output)
+    if output == "name":
+        return "".join(f"namespace/{one.namespace}\n" for one in found)
+    columns = (*COLUMNS, ("PODS", "pods"), *(WIDE if output == "wide" else ()))
+    header = [name for name, _ in columns] + (list(WIDE_AFTER) if output == "wide" else [])
     if wide_scope:
         header.insert(0, "NAMESPACE")
-    if output == "wide":
-        header += ["RESOURCEQUOTA", "OLDEST-HOLD", "EXPIRES-IN", "HELD-FOR-GANGS", "GANGS"]
-    table = [header]
+    lines = []
     for item in items:
-        line = [item["resource"], *(str(item[k]) for k in ("limit", "used", "held", "free", "pods"))]
-        if wide_scope:
-            line.insert(0, item["namespace"])
+        line = [str(item[field]) for _, field in columns]
         if output == "wide":
             hold = item["oldestHold"] or {"id": "<none>", "expiresIn": "<none>"}
             gangs = ",".join(f"{g['group']}={g['members']}/{g['size']}" for g in item["gangs"]) or "<none>"
-            line += [item["resourceQuota"], hold["id"], hold["expiresIn"], str(item["heldForGangs"]), gangs]
-        table.append(line)
-    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    return "".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in table)
+            line += [hold["id"], hold["expiresIn"], str(item["heldForGangs"]), gangs]
+        lines.append([item["namespace"], *line] if wide_scope else line)
+    return table(header, lines, headers=headers)

@@ -22,7 +22,7 @@ from app.admission.ports import FITS, QuotaUnavailable, Verdict
 from app.quota.committer import ADMIT_BUDGET, Committer
 from app.quota.contact import Contact
 from app.quota.core.amounts import Amounts
-from app.quota.core.decision import Ask, Sight, account, denial
+from app.quota.core.decision import Ask, Sight, denial, free
 from app.quota.core.demand import amounts, demands
 from app.quota.core.encoding import Snapshot
 from app.quota.core.limits import limited
@@ -112,14 +112,13 @@ class QuotaEvaluator:
         return Verdict(refused) if refused else None
 
     def room(self, namespace: str) -> Amounts | None:
-        """What is certainly free (the limit less what a denial counts as taken), read from the feed and the cached
-        ledger without waiting: a warning's figure, never a decision."""
+        """What is free for certain (``free``: the command's and the gauges' FREE), read from the feed and the
+        cached ledger without waiting: a warning's figure, never a decision."""
         sight = self.feed.sight(namespace)
         if not sight.limits or self._unfit(sight) or sight.pods_at < 0:
             return None
         found = sight.ledger or Snapshot(namespace, {}, None)
-        taken = account(self.committer.scene(sight, found)).lower
-        return {name: max(limit - taken.get(name, 0), 0) for name, limit in sight.limits.items()}
+        return free(self.committer.scene(sight, found))
 
     def gang(self, namespace: str, pod: PodEdit) -> int:
         """The size of the Pod's gang from the group objects watched (0: none, or gang holds off)."""

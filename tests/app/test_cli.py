@@ -1,4 +1,5 @@
-"""``hami-webhook review`` (offline preview) and ``hami-webhook local`` (the README's run command)."""
+"""``hami-webhook review`` (offline preview), ``hami-webhook local`` (the README's run command), and every module that
+looks runnable runs (``python -m app``, ``app.cli``, ``certgen``, ``certgen.cli``, ``bench.run``)."""
 
 from __future__ import annotations
 
@@ -148,3 +149,11 @@ def test_preview_strict_denies_with_the_warning_as_message(tmp_path: Path, capsy
         "default/train: denied (400 BadRequest): "
         "unknown annotation hami.io/gpu-schedular-policy; did you mean hami.io/gpu-scheduler-policy?\n"
     )
+
+
+@pytest.mark.parametrize("module", ["app", "app.cli", "certgen", "certgen.cli", "bench.run"])
+def test_every_module_that_looks_runnable_runs(module: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert (done.returncode, done.stderr) == (0, "") and done.stdout.startswith("usage: "), done.stderr

@@ -126,6 +126,9 @@ def test_entry_points_config_and_chart_defaults_come_from_the_wheel(image_venv: 
     env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
 
     run(bin_dir / "hami-webhook", "--help", cwd=srv, env=env)
+    # The operator's tools run from the image too (kubectl exec ... -- hami-webhook quota -A): both entry points.
+    assert run(bin_dir / "kubectl-hami", "--version", cwd=srv, env=env).stdout.startswith("kubectl hami ")
+    run(bin_dir / "hami-webhook", "quota", "--help", cwd=srv, env=env)
     run(bin_dir / "certgen", "--help", cwd=srv, env=env)
     run(bin_dir / "certgen", "local", "--out-dir", tmp_path / "tls", cwd=srv, env=env)
     tls = {

@@ -5,6 +5,7 @@ oldest the manifests support), for what must hold on both. Binaries are built by
 first time unless KUBE_APISERVER_BIN, KUBE_CONTROLLER_MANAGER_BIN and ETCD_BIN point at binaries (then only one
 version runs). With no Go toolchain the tests skip, except under CI=true, where they run or fail.
 `installed` / `any_installed` (session): the webhook installed the way a user does it (testbed/install.py).
+`promtool` (session): Prometheus's promtool, built like the binaries, for the alert rules' tests.
 `go_toolchain` (session): Go's path, for a test whose own process builds the binaries (skip without, fail on CI).
 `bare_kube` (session): a second cluster of the newest version with nothing installed, and `api` a FaultyProxy in
 front of it (tests/realkube/faults.py), for certgen's and the quota's own tests; after each test the
@@ -28,6 +29,7 @@ from testbed.cluster import (
     RealKube,
     binaries_from_env,
     build_binaries,
+    build_promtool,
     build_scheduler,
     pinned_versions,
 )
@@ -88,6 +90,10 @@ class Clusters:
         """kube-scheduler of `version`, built and cached like the control plane's binaries."""
         return self._build(build_scheduler, version)
 
+    def promtool(self) -> Path:
+        """promtool, built and cached like the control plane's binaries (one per session, whatever the version)."""
+        return self._build(lambda _: build_promtool(), "")
+
     def _binaries(self, version: str) -> Binaries:
         from_env = binaries_from_env()
         if from_env is not None:
@@ -115,6 +121,12 @@ def clusters(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFacto
         yield made
     finally:
         made.stop()
+
+
+@pytest.fixture(scope="session")
+def promtool(clusters: Clusters) -> Path:
+    """Prometheus's promtool (`promtool test rules`), built from Go modules the first time."""
+    return clusters.promtool()
 
 
 @pytest.fixture(scope="session")

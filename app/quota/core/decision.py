@@ -246,6 +246,15 @@ def life(scene: Scene, entry: LedgerEntry) -> float:
     return entry.ttl if entry.ttl is not None else scene.ttl + WINDOW
 
 
+def free(scene: Scene) -> dict[str, int]:
+    """What is free for certain, per limited resource: the limit less what is taken *at most*, never below 0. A
+    Pod within it is admitted without waiting on anyone's grant; the other bound (less what is taken at least)
+    only says what may come free. The one FREE: the workload warning's, ``hami-webhook quota``'s and the
+    gauges' (app/quota/core/standing.py counts the same ``upper``); docs/quota.md, "Looking at quota"."""
+    taken = account(scene).upper
+    return {name: max(limit - taken.get(name, 0), 0) for name, limit in scene.limits.items()}
+
+
 def denial(scene: Scene, requested: Mapping[str, int]) -> str:
     """The quota denial for ``requested`` counting only what is certainly taken ("" when it may fit)."""
     return overflow(scene.namespace, scene.limits, account(scene).lower, requested)

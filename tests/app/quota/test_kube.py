@@ -411,7 +411,7 @@ def test_a_full_ledger_refuses_clearly_and_is_counted(cluster: Cluster, start_qu
     }  # fmt: skip
     cluster.leases.create_namespaced_lease(cluster.home, lease)
     port, settings = start_quota()
-    full = REGISTRY.get_sample_value("hami_webhook_quota_ledger_full_total", {"pod_namespace": cluster.ns}) or 0
+    full = REGISTRY.get_sample_value("hami_webhook_quota_ledger_full_total", {"namespace": cluster.ns}) or 0
     with pytest.raises(QuotaUnavailable) as refused:
         admitter(port, settings)(1000, "one-too-many")
     assert str(refused.value) == (
@@ -419,7 +419,7 @@ def test_a_full_ledger_refuses_clearly_and_is_counted(cluster: Cluster, start_qu
         f"seen yet fill the {MAX_LEDGER_BYTES} bytes one Lease can hold; they leave it as their Pods appear, or "
         "after HAMI_QUOTA_RESERVATION_TTL (60 s) if they never do"
     )
-    assert REGISTRY.get_sample_value("hami_webhook_quota_ledger_full_total", {"pod_namespace": cluster.ns}) == full + 1
+    assert REGISTRY.get_sample_value("hami_webhook_quota_ledger_full_total", {"namespace": cluster.ns}) == full + 1
     assert len(cluster.ledger()) == len(entries)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from app.admission.annotations import QUOTA_RESERVATION_ANNOTATION
+from app.quota.core.decision import Scene, denial, free
 from app.quota.core.encoding import LedgerEntry, Snapshot
 from app.quota.core.limits import set_by
 from app.quota.core.standing import Hold, standing
@@ -72,3 +73,16 @@ def test_no_ledger_nothing_held_and_no_quota_no_figure(tables: tuple[QuotaTable,
 
 def test_equal_limits_name_the_first_quota_by_name() -> None:
     assert set_by({"b": {MEM: 5}, "a": {MEM: 5}, "c": {MEM: 9, GPU: 1}}) == {MEM: (5, "a"), GPU: (1, "c")}
+
+
+def test_free_is_one_figure_the_limit_less_what_is_taken_at_most(tables: tuple[QuotaTable, PodTable]) -> None:
+    """The workload warning's FREE (``free``, what the evaluator's ``room`` returns) is the command's and the
+    gauges': another worker's grant seen a moment ago counts as taken, though a denial does not count it yet."""
+    quotas, pods = tables
+    entries = {"g": LedgerEntry(0, {MEM: 3000, GPU: 1}, open=True, ttl=15)}
+    first_seen = {"g": NOW}
+    shown = standing(NS, quotas, pods, Snapshot(NS, entries, None, 5), now=NOW, ttl=TTL, first_seen=first_seen)
+    limits = {name: limit for name, (limit, _) in set_by(quotas.objects(NS)).items()}
+    scene = Scene(NS, limits, entries, 0, pods.used(NS), {}, 0.0, NOW, TTL, first_seen=first_seen)
+    assert free(scene) == {f.resource: f.free for f in shown.figures} == {MEM: 8000 - 3000, GPU: 4 - 1}
+    assert denial(scene, {MEM: 8000}) == ""  # the other bound: all 8000 may come free when the grant closes
