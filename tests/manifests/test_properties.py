@@ -112,16 +112,16 @@ def test_webhook_rbac_is_what_the_quota_feature_needs_and_no_more(base: list[Obj
     assert rules(one(base, "ClusterRole", "hami-webhook")) == [
         (("",), ("pods", "resourcequotas"), ("list", "watch"), ()),
         (
-            ("scheduling.k8s.io", "scheduling.x-k8s.io", "scheduling.volcano.sh"),
-            ("podgroups",),
-            ("get", "list", "watch"),
-            (),
-        ),
-        (
             ("admissionregistration.k8s.io",),
             ("mutatingadmissionpolicies", "validatingadmissionpolicies"),
             ("get",),
             tuple(sorted(NAMING_THE_SCHEDULER)),
+        ),
+        (
+            ("scheduling.k8s.io", "scheduling.x-k8s.io", "scheduling.volcano.sh"),
+            ("podgroups",),
+            ("get", "list", "watch"),
+            (),
         ),
     ]
     role = one(base, "Role", "hami-webhook")
