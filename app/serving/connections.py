@@ -1,5 +1,5 @@
 """One connection's way through app.serving.worker's loop: the TLS handshake, reading requests, handing them to
-app.serving.protocol (on the loop, or in the pool when the app says a request may block), writing each answer,
+app.serving.protocol (on the loop, or in the pool when the app's prepared call may block), writing each answer,
 and, after the last one, the drain. Each step runs when the poller says its socket is ready and never blocks;
 each has a deadline the worker's clock enforces (HAMI_WEBHOOK_HANDSHAKE_TIMEOUT, HAMI_WEBHOOK_REQUEST_TIMEOUT,
 gunicorn's ``keepalive``).
@@ -22,7 +22,7 @@ from typing import Any
 from typing import Protocol as Interface
 
 from app.readiness import Readiness
-from app.serving.protocol import Answer, Protocol, Refusal, refusal
+from app.serving.protocol import Answer, Prepared, Protocol, Refusal, refusal
 
 DRAIN_BYTES = 16 * 1024 * 1024  # what a refused or closed connection may still send us before we stop reading it
 READ_SIZE = 262144
@@ -159,20 +159,21 @@ class Connections:
         while conn.reader.ready:
             request = conn.reader.ready.popleft()
             environ = protocol.environ(request, conn.server, conn.client)
-            if protocol.may_block(environ):
+            call = protocol.prepare(environ)
+            if call.blocks:
                 self._unwatch(conn)
-                future = self.pool.submit(self._call, environ, request)
+                future = self.pool.submit(self._call, call, environ, request)
                 future.add_done_callback(lambda done: self._hand_back(conn, done))
                 return
-            if not self._send(conn, self._call(environ, request)):
+            if not self._send(conn, self._call(call, environ, request)):
                 return
         self._await_request(conn)
 
-    def _call(self, environ: dict[str, Any], request: Any) -> Answer:
+    def _call(self, call: Prepared, environ: dict[str, Any], request: Any) -> Answer:
         """The protocol's answer (on the loop, or in the pool); the connection is kept only while this worker is
         alive, ready (the readiness's ``shedding``) and keeps connections at all (gunicorn's ``keepalive``)."""
         keep = self.alive and not self.readiness.shedding.is_set() and self.cfg.keepalive > 0
-        return self.protocol.serve(environ, request, keep, time.time())
+        return self.protocol.serve(environ, request, keep, time.time(), call)
 
     def _hand_back(self, conn: Connection, done: Future[Answer]) -> None:
         """In the pool's thread: queue the answer for the loop and wake it."""

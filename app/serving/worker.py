@@ -14,9 +14,10 @@ tested on its own); the loop only moves bytes between it and the sockets, on tim
   is in memory. Bounds: a handshake must finish within HAMI_WEBHOOK_HANDSHAKE_TIMEOUT of accept, a request
   within HAMI_WEBHOOK_REQUEST_TIMEOUT of its first byte (else 408), an idle kept-alive connection is closed
   after gunicorn's ``keepalive``.
-- **The app runs on the loop, unless it may block.** An app may say which requests could wait on something
-  slow (``may_block(environ)``: for the webhook, a review in a namespace with a device quota, whose ledger
-  is a Lease on the API server); those run in a pool of gunicorn's ``threads`` threads, the loop going on
+- **The app runs on the loop, unless it may block.** An app may prepare each request once
+  (``prepare(environ)``: a call that says whether it ``blocks``, i.e. could wait on something slow; for the
+  webhook, a review in a namespace with a device quota, whose ledger is a Lease on the API server); those run in
+  a pool of gunicorn's ``threads`` threads, the loop going on
   meanwhile. Every other request is answered on the loop itself: a thread would only add its wake-up and
   the hand-over of the interpreter lock between two threads on two cores (docs/performance.md measures it).
 - **One TLS context per worker**, reloaded when the mounted pair changes (app.serving.tls).

@@ -33,7 +33,7 @@ from app.admission.edit import PodEdit
 from app.admission.ports import Verdict
 from app.serving import honoured
 from app.serving.connections import Connection, Connections
-from app.serving.protocol import MAX_BODY
+from app.serving.protocol import MAX_BODY, Plain
 from app.serving.tls import ServingCertificate
 from app.serving.worker import FIRST_REQUEST_WAIT, WebhookWorker
 from app.settings import Settings
@@ -386,12 +386,12 @@ def test_the_answer_leaves_before_the_apps_close_runs(worker: WebhookWorker) -> 
         assert at_close.startswith(b"HTTP/1.1 200 OK\r\n") and at_close.endswith(b"\r\n\r\n{}")
 
 
-def test_only_a_request_that_may_block_is_served_in_a_thread(worker: WebhookWorker) -> None:
+def test_only_a_request_prepared_as_blocking_is_served_in_a_thread(worker: WebhookWorker) -> None:
     served_in: dict[str, int] = {}
 
     class App:
-        def may_block(self, environ: dict) -> bool:
-            return bool(environ["PATH_INFO"] == "/slow")
+        def prepare(self, environ: dict) -> Plain:
+            return Plain(self, environ["PATH_INFO"] == "/slow")
 
         def __call__(self, environ: dict, start_response: Callable) -> list[bytes]:
             served_in[environ["PATH_INFO"]] = threading.get_ident()
@@ -404,17 +404,18 @@ def test_only_a_request_that_may_block_is_served_in_a_thread(worker: WebhookWork
 
 
 def test_the_webhook_app_says_a_review_may_block_only_where_a_quota_governs(settings: Settings) -> None:
-    """Parsed once: the view reads the review may_block parsed."""
+    """Parsed once: the prepared call carries the review it parsed."""
     app = create_app(settings, Governs("ai"))
     for namespace, blocks in (("ai", True), ("web", False)):
         review = json.dumps(admission_review(pod(container(limits={"nvidia.com/gpu": "1"}), namespace=namespace)))
         with app.test_request_context("/webhook", method="POST", data=review, content_type="application/json") as ctx:
-            assert app.may_block(ctx.request.environ) is blocks
-            assert ctx.request.environ["hami_webhook.document"]["request"]["namespace"] == namespace
+            prepared = app.prepare(ctx.request.environ)
+            assert prepared.blocks is blocks
+            assert prepared.review is not None and prepared.review.document["request"]["namespace"] == namespace
     with app.test_request_context("/webhook", method="POST", data=b"{not json") as ctx:
-        assert app.may_block(ctx.request.environ) is False
+        assert app.prepare(ctx.request.environ).blocks is False
     with app.test_request_context("/readyz") as ctx:
-        assert app.may_block(ctx.request.environ) is False
+        assert app.prepare(ctx.request.environ).blocks is False
 
 
 class Counted(Governs):
@@ -429,27 +430,31 @@ class Counted(Governs):
 
 @pytest.mark.parametrize("governed", ["default", "elsewhere"], ids=["governed", "not governed"])
 def test_a_review_asks_whether_a_quota_governs_once(settings: Settings, worker: WebhookWorker, governed: str) -> None:
-    """may_block asks it to choose where the review is served; the review carries that answer on."""
+    """prepare asks it to choose where the review is served; the prepared review carries that answer on."""
     port = Counted(governed)
     worker.serve_with(create_app(settings, port))
     [(status, _, body)] = answers(worker, sized(REVIEW))
     assert (status, body["response"]["allowed"], port.asked) == (200, True, 1)
 
 
+class Threads(Governs):
+    """Governs, recording the thread each admission is decided in."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__(namespace)
+        self.threads: list[int] = []
+
+    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool) -> Verdict:
+        self.threads.append(threading.get_ident())
+        return super().admit(namespace, pod, uid=uid, dry_run=dry_run)
+
+
 def test_a_review_in_a_governed_namespace_is_answered_from_a_thread(settings: Settings, worker: WebhookWorker) -> None:
-    app = create_app(settings, Governs("default"))
-    threads: list[int] = []
-    wrapped = app.wsgi_app
-
-    def recording(environ: dict, start_response: Callable) -> Any:
-        threads.append(threading.get_ident())
-        return wrapped(environ, start_response)
-
-    app.wsgi_app = recording  # type: ignore[method-assign]
-    worker.serve_with(app)
+    port = Threads("default")
+    worker.serve_with(create_app(settings, port))
     [(status, _, body)] = answers(worker, sized(REVIEW))
     assert (status, body["response"]["uid"]) == (200, "u1")
-    assert threads and threads[0] != threading.get_ident()
+    assert port.threads and port.threads[0] != threading.get_ident()
 
 
 def wait_for(worker: WebhookWorker, done: Callable[[], bool], what: str) -> None:
@@ -468,8 +473,8 @@ def test_an_unready_worker_lets_go_of_idle_connections_as_it_turns_unready_and_a
     go as it goes idle: here one whose answer, made keep-alive before shedding began, leaves afterwards."""
 
     class App:
-        def may_block(self, environ: dict) -> bool:
-            return bool(environ["PATH_INFO"] == "/slow")
+        def prepare(self, environ: dict) -> Plain:
+            return Plain(self, environ["PATH_INFO"] == "/slow")
 
         def __call__(self, environ: dict, start_response: Callable) -> list[bytes]:
             start_response("200 OK", [("Content-Type", "application/json")])
