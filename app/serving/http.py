@@ -108,6 +108,12 @@ class WebhookApp(Flask):
     and hands it the process's readiness (made with the app, by ``create_app``)."""
 
     @property
+    def settings(self) -> WorkloadSettings:
+        """The settings the app was made with (``create_app``): the worker's deadlines come from them too."""
+        hook: Webhook = self.extensions["hami_webhook"]
+        return hook.settings
+
+    @property
     def readiness(self) -> Readiness:
         hook: Webhook = self.extensions["hami_webhook"]
         return hook.readiness

@@ -100,11 +100,12 @@ class WebhookWorker(base.Worker):
         self.certificate = ServingCertificate(
             self.cfg.certfile, self.cfg.keyfile, on_loaded=certificate_loaded, on_rejected=certificate_rejected
         )
-        self.prepare(Settings.from_env())
+        self.readiness = Readiness()  # a signal may come while the app loads (handle_exit sets it)
         super().init_process()  # base.Worker: its pipe, the signals, load_wsgi, then run()
 
     def prepare(self, settings: Settings) -> None:
-        """The loop's own state (the certificate apart): what ``run`` needs besides base.Worker's."""
+        """The loop's own state (the certificate apart): what ``run`` needs besides base.Worker's, with the
+        settings of this process (its deadlines)."""
         self.settings = settings
         self.poller = selectors.DefaultSelector()
         self.connections = Connections(self.poller, settings, self.cfg.keepalive, self.cfg.threads, self, self.log)
@@ -116,7 +117,11 @@ class WebhookWorker(base.Worker):
         self.next_beat = 0.0
 
     def load_wsgi(self) -> None:
+        """The app, then the loop's state with the settings the app was made with: read once in this process, by
+        ``create_app``, and handed down. Only a foreign app (the benchmark's floor) makes the worker read them."""
         super().load_wsgi()
+        settings = getattr(self.wsgi, "settings", None)
+        self.prepare(settings if isinstance(settings, Settings) else Settings.from_env())
         self.serve_with(self.wsgi)
 
     def serve_with(self, app: Callable[..., Any]) -> None:

@@ -68,6 +68,28 @@ def test_base_worker_still_has_the_methods_the_worker_relies_on(name: str) -> No
     assert name in vars(base.Worker), f"{name} is no longer base.Worker's own"
 
 
+def test_the_worker_serves_with_the_settings_the_app_was_made_with(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read once in the worker's process, by create_app, and handed down: not read again from the environment."""
+    made = make_settings(HAMI_WEBHOOK_REQUEST_TIMEOUT="7")
+    monkeypatch.setenv("HAMI_WEBHOOK_REQUEST_TIMEOUT", "9")
+
+    class Loaded:  # gunicorn's application object, as base.Worker.load_wsgi asks it
+        def wsgi(self) -> Any:
+            return create_app(made)
+
+    cfg = Config()
+    worker = WebhookWorker(0, os.getpid(), [], Loaded(), 30, cfg, Logger(cfg))
+    worker.load_wsgi()
+    try:
+        assert worker.settings is made and worker.connections.deadlines.request_timeout == 7
+    finally:
+        worker.connections.close()
+        worker.poller.close()
+        worker.tmp.close()
+
+
 def test_the_worker_inherits_nothing_but_base_worker() -> None:
     assert WebhookWorker.__mro__ == (WebhookWorker, base.Worker, object)
 
