@@ -1,7 +1,8 @@
 """Serving compared: the same review over TLS to two or more gunicorn servers, in alternating bursts.
 
     python -m bench.serving --against /tmp/main   # this tree's worker against another checkout's (before/after)
-    python -m bench.serving --asgi                # our worker against gunicorn 27's asgi worker, same app
+    python -m bench.serving --asgi                # our worker against gunicorn 27's asgi worker, same app,
+                                                  # and against that worker's floor (bench/asgi.py)
 
 Each burst is wrk with 8 keep-alive connections for ``--seconds``; the order rotates each round, so the
 machine's noise hits every server alike. A figure is the median over rounds of requests per second and of
@@ -57,6 +58,8 @@ def contenders(args: argparse.Namespace, workdir: Path) -> list[Contender]:
         return [
             Contender("ours", "wsgi:app", workdir),
             Contender("asgi", "bench.asgi:app", workdir, args=ASGI),
+            Contender("ours-floor", "bench.asgi:wsgi_floor", workdir),
+            Contender("asgi-floor", "bench.asgi:floor", workdir, args=ASGI),
         ]
     return [Contender("before", "wsgi:app", workdir, tree=args.against), Contender("after", "wsgi:app", workdir)]
 
@@ -111,10 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.wrk is None:
         parser.error("wrk is not installed (sudo scripts/install-wrk.sh)")
     figures = compare(args)
-    print(f"{'server':<8} {'req/s':>8} {'ratio':>6} {'CPU µs/review':>14} {'ratio':>6} {'p50 µs':>7}")
+    print(f"{'server':<10} {'req/s':>8} {'ratio':>6} {'CPU µs/review':>14} {'ratio':>6} {'p50 µs':>7}")
     for name, f in figures.items():
         print(
-            f"{name:<8} {f['rps']:>8.0f} {f['rps_ratio']:>6.2f} {f['cpu_us']:>14.0f} {f['cpu_ratio']:>6.2f}"
+            f"{name:<10} {f['rps']:>8.0f} {f['rps_ratio']:>6.2f} {f['cpu_us']:>14.0f} {f['cpu_ratio']:>6.2f}"
             f" {f['p50_us']:>7.0f}"
         )
     print(f"medians of {args.rounds} alternating rounds of {args.seconds:g} s, 8 connections, single-GPU review")
