@@ -21,22 +21,28 @@ class Server(subprocess.Popen[str]):
     """A server process whose output is read as it comes, so a full pipe never blocks its logging.
 
     With `log`, stdout and stderr go to that file instead of memory: for a benchmark's millions of log lines.
-    `stop_signal` is what `stop` sends it.
+    `stop_signal` is what `stop` sends it; `cwd` is the tree it runs from (another checkout, for a benchmark's
+    before and after).
     """
 
     def __init__(
-        self, command: list[str], env: dict[str, str], log: Path | None = None, stop_signal: int = signal.SIGTERM
+        self,
+        command: list[str],
+        env: dict[str, str],
+        log: Path | None = None,
+        stop_signal: int = signal.SIGTERM,
+        cwd: Path = ROOT,
     ) -> None:
         self.lines: list[str] = []
         self.log_path = log
         self.stop_signal = stop_signal
         if log is None:
-            super().__init__(command, cwd=ROOT, env={**os.environ, **env}, stderr=subprocess.PIPE, text=True)
+            super().__init__(command, cwd=cwd, env={**os.environ, **env}, stderr=subprocess.PIPE, text=True)
             self.reader = threading.Thread(target=lambda: self.lines.extend(self.stderr or []), daemon=True)
             self.reader.start()
             return
         with log.open("w") as out:
-            super().__init__(command, cwd=ROOT, env={**os.environ, **env}, stdout=out, stderr=out, text=True)
+            super().__init__(command, cwd=cwd, env={**os.environ, **env}, stdout=out, stderr=out, text=True)
 
     def log(self) -> str:
         """Everything written so far; all of it once the process has exited. From a file, only its last 64 KiB."""
@@ -69,6 +75,7 @@ def gunicorn(
     config: str = str(ROOT / "gunicorn.conf.py"),
     app: str = "wsgi:app",
     log: Path | None = None,
+    cwd: Path = ROOT,
     **env: str,
 ) -> Server:
     """``app`` (the webhook by default) under gunicorn with ``config`` and ``args``, on 127.0.0.1:``port``.
@@ -77,7 +84,7 @@ def gunicorn(
     (SIGTERM: STOP_LINGER seconds and more of answering), which the tests of it send themselves
     (tests/app/serving/test_shutdown.py)."""
     command = [sys.executable, "-m", "gunicorn", "-c", config, *args, app]
-    return Server(command, serving_env(port, cert, key, **env), log, stop_signal=signal.SIGQUIT)
+    return Server(command, serving_env(port, cert, key, **env), log, stop_signal=signal.SIGQUIT, cwd=cwd)
 
 
 def wait_ready(

@@ -1,11 +1,14 @@
-"""One connection's way through app.serving.worker's loop: the TLS handshake, reading requests, handing them to
-app.serving.protocol (on the loop, or in the pool when the app says a request may block), writing each answer,
+"""One worker's connections on app.serving.worker's loop: the TLS handshake, reading requests, handing them to
+app.serving.protocol (on the loop, or in the pool when the app's prepared call may block), writing each answer,
 and, after the last one, the drain. Each step runs when the poller says its socket is ready and never blocks;
 each has a deadline the worker's clock enforces (HAMI_WEBHOOK_HANDSHAKE_TIMEOUT, HAMI_WEBHOOK_REQUEST_TIMEOUT,
 gunicorn's ``keepalive``).
 
-Apart from app.serving.worker, which holds gunicorn's side (the process, its signals, accepting, shutting down
-and shedding), so that each reads top to bottom; the worker is a ``Connections`` and a ``base.Worker``.
+An object the worker owns, apart from app.serving.worker, which holds gunicorn's side (the process, its signals,
+accepting, shutting down and shedding), so that each reads top to bottom. What it asks of the worker is named
+(``Owner``: whether an answer may keep its connection, a connection gone idle, an answer counted) and what it
+needs is handed to it: the protocol, the poller, the deadlines; the pool of threads and the pipe that wakes the
+loop when one finishes are its own.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 from typing import Protocol as Interface
 
-from app.readiness import Readiness
-from app.serving.protocol import Answer, Protocol, Refusal, refusal
+from app.serving.protocol import Answer, Prepared, Protocol, Refusal, refusal
 
+FIRST_REQUEST_WAIT = 1.0  # seconds a connection let go of before its first request has to send it
 DRAIN_BYTES = 16 * 1024 * 1024  # what a refused or closed connection may still send us before we stop reading it
 READ_SIZE = 262144
 
@@ -67,29 +70,85 @@ class Deadlines(Interface):
     def handshake_timeout(self) -> int: ...
 
 
-class Connections:
-    """The steps a connection takes, on the worker's poller; the worker adds when to accept and when to let go."""
+class Owner(Interface):
+    """What the connections ask of the worker that owns them (app.serving.worker's WebhookWorker is one)."""
 
-    # The worker's (app.serving.worker.WebhookWorker: its own, and base.Worker's).
+    def keep(self) -> bool:
+        """Whether an answer may leave its connection open: the worker is alive, ready and keeps connections."""
+        ...
+
+    def idle(self, conn: Connection) -> None:
+        """``conn`` starts waiting for a request: the worker may let it go (``Connections.let_go``)."""
+        ...
+
+    def answered(self) -> None:
+        """An answer is about to leave: the worker counts it (gunicorn's ``max_requests``)."""
+        ...
+
+
+class Connections:
+    """A worker's connections and the steps each takes on the worker's poller; the worker adds when to accept
+    and when to let go. ``protocol`` is the app's, set by the worker once the app is loaded."""
+
     protocol: Protocol
-    settings: Deadlines
-    readiness: Readiness
-    poller: selectors.BaseSelector
-    pool: ThreadPoolExecutor
-    finished: deque[tuple[Connection, Future[Answer]]]  # from the pool, for the loop
-    watched: dict[Connection, Callable[[Connection], None]]
-    connections: int  # open, watched or not
-    alive: bool
-    cfg: Any
-    log: Any
-    PIPE: tuple[int, int]
-    _idle: Callable[[Connection], None]  # a connection starts waiting for a request: the worker may let it go
-    _count: Callable[[], None]  # an answer is about to leave: the worker counts it (gunicorn's max_requests)
+
+    def __init__(
+        self,
+        poller: selectors.BaseSelector,
+        deadlines: Deadlines,
+        keepalive: float,
+        threads: int,
+        owner: Owner,
+        log: Any,
+    ) -> None:
+        self.poller, self.deadlines, self.keepalive, self.owner, self.log = poller, deadlines, keepalive, owner, log
+        self.pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="request")
+        self.finished: deque[tuple[Connection, Future[Answer]]] = deque()  # from the pool, for the loop
+        self.watched: dict[Connection, Callable[[Connection], None]] = {}
+        self.open = 0  # watched or not
+        self.wake = os.pipe()  # a pool thread writes a byte once an answer is made: the loop wakes and sends it
+        for fd in self.wake:
+            os.set_blocking(fd, False)
+        self.poller.register(self.wake[0], selectors.EVENT_READ, self._woken)
 
     def wait(self, timeout: float) -> None:
-        """Wait up to ``timeout`` for the sockets and the pipe, and take each step that became possible."""
+        """Wait up to ``timeout`` for the sockets and the pipes, and take each step that became possible."""
         for key, _ in self.poller.select(timeout):
             key.data(key.fileobj)
+
+    def add(self, sock: Any, client: Any, server: Any, deadline: float) -> None:
+        """A connection just accepted (``sock``: TLS, its handshake not done), to finish its handshake by
+        ``deadline``."""
+        self.open += 1
+        self._watch(Connection(sock, client, server, deadline, self.protocol), self._handshake)
+
+    def expire(self, now: float) -> None:
+        """Each connection whose step is past its deadline at ``now``: a request begun gets a 408, the rest close."""
+        for conn in [c for c in self.watched if c.deadline <= now]:
+            if self.watched[conn] == self._read and conn.reader.started:
+                self._refuse(conn, Refusal(408, "request not received in time"))
+            else:
+                self._close(conn)
+
+    def let_go(self, conn: Connection) -> None:
+        """Let go of ``conn`` if it is between requests: one idle after an answer is half-closed, which the client
+        reads as "reconnect"; one just connected has FIRST_REQUEST_WAIT to send its first request (answered with
+        Connection: close), then it is closed (a client's pool may hold a connection it has not used yet)."""
+        if self.watched.get(conn) != self._read or conn.reader.started:
+            return
+        if conn.served:
+            self._drain(conn)
+        else:
+            conn.deadline = min(conn.deadline, time.monotonic() + FIRST_REQUEST_WAIT)
+
+    def close(self) -> None:
+        """Close every connection, cancel what the pool has not started, and close the pipe."""
+        for conn in list(self.watched):
+            self._close(conn)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.poller.unregister(self.wake[0])
+        for fd in self.wake:
+            os.close(fd)
 
     def _watch(self, conn: Connection, step: Callable[[Connection], None], events: int = selectors.EVENT_READ) -> None:
         if conn not in self.watched:
@@ -106,7 +165,7 @@ class Connections:
     def _close(self, conn: Connection) -> None:
         self._unwatch(conn)
         self._then(conn)
-        self.connections -= 1
+        self.open -= 1
         conn.sock.close()
 
     def _handshake(self, conn: Connection) -> None:
@@ -119,10 +178,10 @@ class Connections:
         except OSError as exc:  # SSLError included: not TLS, no shared version or cipher, reset
             self.log.debug("TLS handshake with %s failed: %s", conn.client, exc)
             return self._close(conn)
-        conn.deadline = time.monotonic() + self.cfg.keepalive  # idle until the first request byte
+        conn.deadline = time.monotonic() + self.keepalive  # idle until the first request byte
         self._watch(conn, self._read)
         self._read(conn)  # a TLS 1.3 client may have sent its request with the handshake
-        self._idle(conn)
+        self.owner.idle(conn)
 
     def _read(self, conn: Connection) -> None:
         reader = conn.reader
@@ -142,7 +201,7 @@ class Connections:
         if reader.ready:
             self._serve(conn)
         elif reader.started and not had:
-            conn.deadline = time.monotonic() + self.settings.request_timeout
+            conn.deadline = time.monotonic() + self.deadlines.request_timeout
 
     def _refuse(self, conn: Connection, refused: Refusal) -> None:
         if refused.status != 408:
@@ -159,32 +218,32 @@ class Connections:
         while conn.reader.ready:
             request = conn.reader.ready.popleft()
             environ = protocol.environ(request, conn.server, conn.client)
-            if protocol.may_block(environ):
+            call = protocol.prepare(environ)
+            if call.blocks:
                 self._unwatch(conn)
-                future = self.pool.submit(self._call, environ, request)
+                future = self.pool.submit(self._call, call, environ, request)
                 future.add_done_callback(lambda done: self._hand_back(conn, done))
                 return
-            if not self._send(conn, self._call(environ, request)):
+            if not self._send(conn, self._call(call, environ, request)):
                 return
         self._await_request(conn)
 
-    def _call(self, environ: dict[str, Any], request: Any) -> Answer:
-        """The protocol's answer (on the loop, or in the pool); the connection is kept only while this worker is
-        alive, ready (the readiness's ``shedding``) and keeps connections at all (gunicorn's ``keepalive``)."""
-        keep = self.alive and not self.readiness.shedding.is_set() and self.cfg.keepalive > 0
-        return self.protocol.serve(environ, request, keep, time.time())
+    def _call(self, call: Prepared, environ: dict[str, Any], request: Any) -> Answer:
+        """The protocol's answer (on the loop, or in the pool); the connection is kept only while the worker says
+        so (``Owner.keep``)."""
+        return self.protocol.serve(environ, request, self.owner.keep(), time.time(), call)
 
     def _hand_back(self, conn: Connection, done: Future[Answer]) -> None:
         """In the pool's thread: queue the answer for the loop and wake it."""
         self.finished.append((conn, done))
         try:
-            os.write(self.PIPE[1], b".")
+            os.write(self.wake[1], b".")
         except BlockingIOError:  # full: the loop is already due to wake
             pass
 
     def _woken(self, fd: Any) -> None:
         try:
-            while os.read(self.PIPE[0], 4096):
+            while os.read(self.wake[0], 4096):
                 pass
         except BlockingIOError:
             pass
@@ -202,7 +261,7 @@ class Connections:
         """Write the answer (what does not fit waits for the socket); True when it left and the connection
         goes on to its next request."""
         conn.out, conn.answer = memoryview(answer.data), answer
-        self._count()
+        self.owner.answered()
         return self._write(conn)
 
     def _write(self, conn: Connection) -> bool:
@@ -212,7 +271,7 @@ class Connections:
                 out = out[conn.sock.send(out) :]
                 conn.out = out
         except (ssl.SSLWantWriteError, BlockingIOError):
-            conn.deadline = time.monotonic() + self.settings.request_timeout
+            conn.deadline = time.monotonic() + self.deadlines.request_timeout
             self._watch(conn, self._written, selectors.EVENT_WRITE)
             return False
         except ssl.SSLWantReadError:
@@ -243,14 +302,14 @@ class Connections:
 
     def _await_request(self, conn: Connection) -> None:
         started = conn.reader.started
-        conn.deadline = time.monotonic() + (self.settings.request_timeout if started else self.cfg.keepalive)
+        conn.deadline = time.monotonic() + (self.deadlines.request_timeout if started else self.keepalive)
         self._watch(conn, self._read)
         # Bytes TLS already decrypted do not make the socket readable: read them now. Otherwise wait for the
         # poller rather than try a read that would find nothing (a syscall and an exception per request).
         if isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending():
             self._read(conn)
         elif not started:
-            self._idle(conn)
+            self.owner.idle(conn)
 
     def _drain(self, conn: Connection) -> None:
         """Half-close after the last answer, then read what the client still sends until it closes.
@@ -262,7 +321,7 @@ class Connections:
             conn.sock.shutdown(socket.SHUT_WR)  # SSLSocket drops TLS here: what follows is read raw
         except OSError:
             return self._close(conn)
-        conn.deadline = time.monotonic() + self.settings.request_timeout
+        conn.deadline = time.monotonic() + self.deadlines.request_timeout
         conn.drained = 0
         self._watch(conn, self._discard)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,11 +40,46 @@ from app.untrusted import UntrustedError, json_document
 
 log = logging.getLogger("hami_webhook.review")
 blueprint = Blueprint("webhook", __name__)
-DOCUMENT = "hami_webhook.document"
-"""The environ key under which ``WebhookApp.may_block`` leaves the review it parsed, for the view to use."""
-GOVERNED = "hami_webhook.governed"
-"""The environ key under which ``WebhookApp.may_block`` leaves the quota port's answer to "is there a quota in the
-review's namespace": asked once per review, and carried to the review, which would otherwise ask it again."""
+WEBHOOK, WORKLOADS = "/webhook", "/workloads"
+_REVIEWED = (WEBHOOK, WORKLOADS)  # the views that read an AdmissionReview: the app prepares theirs
+
+
+class Review:
+    """An AdmissionReview request as the app prepared it, once, before the loop chose where to serve it: the body
+    parsed (or the 400's message saying why there is none) and, for a Pod's, the quota port's answer to "is there
+    a quota here" (or the fault asking it raised, which the view answers as any fault in a review). A slotted
+    class, not a dataclass: made once per review, on the path every review takes."""
+
+    __slots__ = ("document", "fault", "governed", "refused")
+
+    def __init__(
+        self, document: Any = None, refused: str | None = None, governed: bool = False, fault: Exception | None = None
+    ) -> None:
+        self.document, self.refused, self.governed, self.fault = document, refused, governed, fault
+
+
+_PREPARED: ContextVar[Review | None] = ContextVar("hami_webhook.review", default=None)
+"""The review of the WSGI call under way, set by ``PreparedReview`` around Flask's dispatch: Flask builds the request
+context from the environ alone, and this hands the view the value the app prepared without writing it into the
+environ. Per thread, so a review served in the pool and one on the loop never see each other's."""
+
+
+class PreparedReview:
+    """One request as the app prepared it for the loop (app.serving.protocol's ``Prepared``): a WSGI call that
+    serves it with its review, and ``blocks``, whether serving it may wait on the quota ledger (a Lease on the
+    API server): a review of a Pod in a namespace with a device quota, or while the quota feed cannot tell."""
+
+    __slots__ = ("app", "blocks", "review")
+
+    def __init__(self, app: WebhookApp, review: Review | None, blocks: bool) -> None:
+        self.app, self.review, self.blocks = app, review, blocks
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        token = _PREPARED.set(self.review)
+        try:
+            return Flask.wsgi_app(self.app, environ, start_response)
+        finally:
+            _PREPARED.reset(token)
 
 
 @dataclass(frozen=True)
@@ -67,31 +103,48 @@ class NoSessions(SessionInterface):
 
 
 class WebhookApp(Flask):
-    """The webhook's Flask app, which also tells app.serving.worker which requests may block, and hands it the
-    process's readiness (made with the app, by ``create_app``)."""
+    """The webhook's Flask app, which also prepares each request for app.serving.worker (where it may be served),
+    and hands it the process's readiness (made with the app, by ``create_app``)."""
+
+    @property
+    def settings(self) -> WorkloadSettings:
+        """The settings the app was made with (``create_app``): the worker's deadlines come from them too."""
+        hook: Webhook = self.extensions["hami_webhook"]
+        return hook.settings
 
     @property
     def readiness(self) -> Readiness:
         hook: Webhook = self.extensions["hami_webhook"]
         return hook.readiness
 
-    def may_block(self, environ: dict[str, Any]) -> bool:
-        """Whether serving this request may wait on the quota ledger (a Lease on the API server): a review of a
-        Pod in a namespace with a device quota (or while the quota feed cannot tell). app.serving.worker serves those in
-        a thread and every other request on its loop. The review is parsed here once: the view reads it back."""
-        if environ.get("REQUEST_METHOD") != "POST" or environ.get("PATH_INFO") != "/webhook":
-            return False
-        hook: Webhook = self.extensions["hami_webhook"]
-        stream = environ["wsgi.input"]
-        body = stream.read()
-        stream.seek(0)
-        try:
-            document = json_document(body)
-        except UntrustedError:
-            return False  # the view refuses it, without quota
-        environ[DOCUMENT] = document
-        governed = environ[GOVERNED] = quota_here(hook.quota, document)
-        return governed
+    def prepare(self, environ: dict[str, Any]) -> PreparedReview:
+        """The request prepared once, for app.serving.worker to choose where it is served and for the view to read:
+        an AdmissionReview's body parsed, and for a Pod's review, whether a quota governs its namespace."""
+        review = None
+        if environ.get("REQUEST_METHOD") == "POST" and environ.get("PATH_INFO") in _REVIEWED:
+            hook: Webhook = self.extensions["hami_webhook"]
+            body = environ["wsgi.input"].read()  # whole (our protocol's, a test client's): no length to parse
+            review = _prepare(body, hook.quota, environ["PATH_INFO"] == WEBHOOK)
+        return PreparedReview(self, review, review is not None and review.governed)
+
+    def wsgi_app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        """A call the worker did not prepare (a test client, another server) is prepared here: one path for all."""
+        return self.prepare(environ)(environ, start_response)
+
+
+def _prepare(body: bytes, quota: QuotaPort, pod: bool) -> Review:
+    if not body:
+        return Review(refused="request body is empty")
+    try:
+        document = json_document(body)
+    except UntrustedError as exc:
+        return Review(refused=f"request body is {exc}")
+    if not pod:
+        return Review(document)
+    try:
+        return Review(document, governed=quota_here(quota, document))
+    except Exception as exc:  # a thread cannot stall the loop; the view answers it as a fault of the review
+        return Review(document, governed=True, fault=exc)
 
 
 def install(app: Flask, webhook: Webhook) -> None:
@@ -134,13 +187,13 @@ def _unexpected_error(exc: Exception) -> Response:
     return _error(500, "internal error; see the webhook's log")
 
 
-@blueprint.post("/webhook")
+@blueprint.post(WEBHOOK)
 def webhook() -> Response:
     """The review of a Pod."""
     return _counted(_webhook)
 
 
-@blueprint.post("/workloads")
+@blueprint.post(WORKLOADS)
 def workloads() -> Response:
     """The check of a workload's Pod template (app/admission/workloads.py): never waits, never refuses by default."""
     return _counted(_workloads)
@@ -159,27 +212,23 @@ def _counted(view: Callable[[float], Response]) -> Response:
         metrics.request_finished(code, time.perf_counter() - started)
 
 
-def _read() -> tuple[Any, str] | Response:
-    """The AdmissionReview of the request and its uid, or the HTTP error that says why there is none."""
-    document = request.environ.get(DOCUMENT)
-    if document is None:
-        body = request.get_data(cache=False)
-        if not body:
-            return _error(400, "request body is empty")
-        try:
-            document = json_document(body)
-        except UntrustedError as exc:
-            return _error(400, f"request body is {exc}")
+def _read() -> tuple[Review, str] | Response:
+    """The prepared review of the request and its uid, or the HTTP error that says why there is none."""
+    review = _PREPARED.get()
+    if review is None:  # WebhookApp.prepare prepares every request these views serve
+        raise RuntimeError(f"{request.path} was served without its prepared review")
+    if review.refused is not None:
+        return _error(400, review.refused)
     try:
-        return document, read_uid(document)
+        return review, read_uid(review.document)
     except UnreadableReview as exc:
         return _error(400, str(exc))
 
 
 def _workloads(started: float) -> Response:
-    def check(document: Any, uid: str, hook: Webhook) -> Decision | Response:
+    def check(review: Review, uid: str, hook: Webhook) -> Decision | Response:
         try:
-            return decide_workload_review(document, hook.settings, hook.quota, uid)
+            return decide_workload_review(review.document, hook.settings, hook.quota, uid)
         except Exception:  # a warning is not worth a failed apply: failurePolicy Ignore would admit it anyway
             log.exception("workload check failed", extra={"fields": {"uid": uid}})
             return Decision(allowed=True)
@@ -188,7 +237,7 @@ def _workloads(started: float) -> Response:
 
 
 def _answered(
-    decide: Callable[[Any, str, Webhook], Decision | Response],
+    decide: Callable[[Review, str, Webhook], Decision | Response],
     record: Callable[[dict[str, Any], str, Decision, float], None],
     started: float,
 ) -> Response:
@@ -197,13 +246,14 @@ def _answered(
     read = _read()
     if isinstance(read, Response):
         return read
-    document, uid = read
+    review, uid = read
+    document = review.document
     if request.mimetype != "application/json":
         decision: Decision | Response = deny(
             400, "BadRequest", f"contentType={request.content_type}, expected application/json"
         )
     else:
-        decision = decide(document, uid, current_app.extensions["hami_webhook"])
+        decision = decide(review, uid, current_app.extensions["hami_webhook"])
     if isinstance(decision, Response):
         return decision
     reply = _json(answer(document, uid, decision))
@@ -231,12 +281,11 @@ def _record_workload(document: dict[str, Any], uid: str, decision: Decision, sta
 
 
 def _webhook(started: float) -> Response:
-    def review(document: Any, uid: str, hook: Webhook) -> Decision | Response:
+    def decide(review: Review, uid: str, hook: Webhook) -> Decision | Response:
         try:
-            governed = request.environ.get(GOVERNED)
-            if governed is None:  # served without the worker's routing (a test client): asked here, once
-                governed = quota_here(hook.quota, document)
-            return decide_review(document, hook.settings, hook.quota, uid, governed=governed)
+            if review.fault is not None:
+                raise review.fault
+            return decide_review(review.document, hook.settings, hook.quota, uid, governed=review.governed)
         except QuotaUnavailable as exc:  # not the Pod's fault: a non-200 lets failurePolicy decide (quota undecided)
             log.error("quota undecided", extra={"fields": {"uid": uid, "error": str(exc)}})
             return _error(500, f"namespace quota could not be decided: {exc}")
@@ -244,7 +293,7 @@ def _webhook(started: float) -> Response:
             log.exception("review failed", extra={"fields": {"uid": uid}})
             return deny(500, "InternalError", "internal error; see the webhook's log")
 
-    return _answered(review, _record, started)
+    return _answered(decide, _record, started)
 
 
 def _record(document: dict[str, Any], uid: str, decision: Decision, started: float) -> None:

@@ -21,8 +21,10 @@ import http
 import io
 import sys
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from email.utils import formatdate
 from typing import Any
+from typing import Protocol as Interface
 from urllib.parse import unquote_to_bytes
 
 import httptools
@@ -30,7 +32,7 @@ import orjson
 
 from app.serving.framing import MAX_FIELD, MAX_FIELDS, Limits, Refusal, Request, RequestReader
 
-__all__ = ["MAX_BODY", "Answer", "Protocol", "Refusal", "error_body", "limits", "refusal"]
+__all__ = ["MAX_BODY", "Answer", "Plain", "Prepared", "Protocol", "Refusal", "error_body", "limits", "refusal"]
 
 MAX_BODY = 7 * 1024 * 1024
 """The largest request body served; larger ones get a 413 before they are read."""
@@ -38,6 +40,28 @@ MAX_BODY = 7 * 1024 * 1024
 # Headers the protocol writes itself (framing, connection), whatever the app says.
 _OWN_HEADERS = frozenset(("content-length", "connection", "keep-alive", "transfer-encoding", "date", "upgrade"))
 _NO_BODY = frozenset((204, 304))
+
+
+class Prepared(Interface):
+    """A request as the app prepared it (its ``prepare(environ)``): the WSGI call that serves it, and whether that
+    may wait on something slow (then the worker runs it in its pool, never on its loop)."""
+
+    @property
+    def blocks(self) -> bool: ...
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]: ...
+
+
+@dataclass(frozen=True)
+class Plain:
+    """An app's call as it is: for an app that prepares nothing (it never blocks), or whose ``prepare`` failed."""
+
+    app: Callable[..., Any]
+    blocks: bool = False
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        result: Iterable[bytes] = self.app(environ, start_response)
+        return result
+
 
 PreRequest = Callable[[Request], None]
 PostRequest = Callable[[Request, dict[str, Any], "Answer"], None]
@@ -100,7 +124,8 @@ class Protocol:
         log: Any,
     ) -> None:
         self.app = app
-        self.app_may_block: Callable[[dict[str, Any]], bool] | None = getattr(app, "may_block", None)
+        self.app_prepare: Callable[[dict[str, Any]], Prepared] | None = getattr(app, "prepare", None)
+        self.plain = Plain(app)
         self.limits = limits
         self.pre_request, self.post_request, self.log = pre_request, post_request, log
         self.base = {
@@ -150,20 +175,23 @@ class Protocol:
                 environ[key] = f"{environ[key]},{text}" if key in environ else text
         return environ
 
-    def may_block(self, environ: dict[str, Any]) -> bool:
-        """Whether the app says serving ``environ`` may wait on something slow (its ``may_block``, if it has one);
-        a fault in its answer means yes: a thread cannot stall the loop."""
-        if self.app_may_block is None:
-            return False
+    def prepare(self, environ: dict[str, Any]) -> Prepared:
+        """The app's call for ``environ`` as the app prepared it (its ``prepare``, if it has one), which says
+        whether it may wait on something slow; a fault in preparing means it may: a thread cannot stall the loop."""
+        if self.app_prepare is None:
+            return self.plain
         try:
-            return self.app_may_block(environ)
+            return self.app_prepare(environ)
         except Exception:
-            self.log.exception("the app's may_block failed")
-            return True
+            self.log.exception("the app's prepare failed")
+            return Plain(self.app, blocks=True)
 
-    def serve(self, environ: dict[str, Any], request: Request, keep: bool, now: float) -> Answer:
-        """gunicorn's pre_request, the app, and its whole answer; the connection stays open only if ``keep`` (the
-        worker's say) and the request's agree. A fault in either is a 500 Status, and the connection closes."""
+    def serve(
+        self, environ: dict[str, Any], request: Request, keep: bool, now: float, call: Prepared | None = None
+    ) -> Answer:
+        """gunicorn's pre_request, the app (``call``, as ``prepare`` made it; else the app as it is), and its whole
+        answer; the connection stays open only if ``keep`` (the worker's say) and the request's agree. A fault in
+        either is a 500 Status, and the connection closes."""
         started: list[Any] = []
         parts: list[bytes] = []
 
@@ -174,7 +202,7 @@ class Protocol:
         result: Iterable[bytes] | None = None
         try:
             self.pre_request(request)
-            result = self.app(environ, start_response)
+            result = (call or self.plain)(environ, start_response)
             parts.extend(result)
             status, headers = started
             answer = self._answer(status, headers, parts, request, environ, keep and request.keep_alive, now)

@@ -14,9 +14,10 @@ tested on its own); the loop only moves bytes between it and the sockets, on tim
   is in memory. Bounds: a handshake must finish within HAMI_WEBHOOK_HANDSHAKE_TIMEOUT of accept, a request
   within HAMI_WEBHOOK_REQUEST_TIMEOUT of its first byte (else 408), an idle kept-alive connection is closed
   after gunicorn's ``keepalive``.
-- **The app runs on the loop, unless it may block.** An app may say which requests could wait on something
-  slow (``may_block(environ)``: for the webhook, a review in a namespace with a device quota, whose ledger
-  is a Lease on the API server); those run in a pool of gunicorn's ``threads`` threads, the loop going on
+- **The app runs on the loop, unless it may block.** An app may prepare each request once
+  (``prepare(environ)``: a call that says whether it ``blocks``, i.e. could wait on something slow; for the
+  webhook, a review in a namespace with a device quota, whose ledger is a Lease on the API server); those run in
+  a pool of gunicorn's ``threads`` threads, the loop going on
   meanwhile. Every other request is answered on the loop itself: a thread would only add its wake-up and
   the hand-over of the interpreter lock between two threads on two cores (docs/performance.md measures it).
 - **One TLS context per worker**, reloaded when the mounted pair changes (app.serving.tls).
@@ -44,9 +45,7 @@ import os
 import selectors
 import socket
 import time
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
@@ -57,13 +56,12 @@ from app import metrics
 from app.readiness import Readiness
 from app.serving import honoured
 from app.serving.connections import Connection, Connections
-from app.serving.protocol import Protocol, Refusal, limits
+from app.serving.protocol import Protocol, limits
 from app.serving.tls import ServingCertificate
 from app.settings import Settings
 
 ACCEPT_PAUSE = 0.005  # seconds a worker waits before its next accept, per connection it already holds
 ACCEPT_PAUSE_MAX = 0.05
-FIRST_REQUEST_WAIT = 1.0  # seconds a connection accepted just before the listener closed has to send its request
 STOP_LINGER = 5.0  # seconds a stopping worker still answers (with Connection: close) before closing idle connections
 HEARTBEAT = 1.0  # seconds at most between the worker's heartbeats to the arbiter (a file's utime)
 tls_log = logging.getLogger("hami_webhook.tls")
@@ -82,8 +80,9 @@ def certificate_rejected(reason: str) -> None:
     tls_log.error("serving certificate change refused, still serving the previous one: %s", reason)
 
 
-class WebhookWorker(Connections, base.Worker):
-    """gunicorn's base worker with the loop above; see the module's docstring."""
+class WebhookWorker(base.Worker):
+    """gunicorn's base worker with the loop above; see the module's docstring. Its connections are an object it
+    owns (app.serving.connections), to which it is the ``Owner``."""
 
     wsgi: Callable[..., Any]  # set by base.Worker.load_wsgi
     alive: bool  # base.Worker's (gunicorn ships no type hints)
@@ -101,17 +100,15 @@ class WebhookWorker(Connections, base.Worker):
         self.certificate = ServingCertificate(
             self.cfg.certfile, self.cfg.keyfile, on_loaded=certificate_loaded, on_rejected=certificate_rejected
         )
-        self.prepare(Settings.from_env())
+        self.readiness = Readiness()  # a signal may come while the app loads (handle_exit sets it)
         super().init_process()  # base.Worker: its pipe, the signals, load_wsgi, then run()
 
     def prepare(self, settings: Settings) -> None:
-        """The loop's own state (the certificate apart): what ``run`` needs besides base.Worker's."""
+        """The loop's own state (the certificate apart): what ``run`` needs besides base.Worker's, with the
+        settings of this process (its deadlines)."""
         self.settings = settings
         self.poller = selectors.DefaultSelector()
-        self.pool = ThreadPoolExecutor(max_workers=max(1, self.cfg.threads), thread_name_prefix="request")
-        self.finished = deque()
-        self.watched = {}
-        self.connections = 0  # open, watched or not
+        self.connections = Connections(self.poller, settings, self.cfg.keepalive, self.cfg.threads, self, self.log)
         self.listening = False
         self.readiness = Readiness()  # the app's, once loaded (load_wsgi); a foreign app's stays this one
         self.unready = False  # the readiness's shedding, as the loop last saw it
@@ -120,14 +117,18 @@ class WebhookWorker(Connections, base.Worker):
         self.next_beat = 0.0
 
     def load_wsgi(self) -> None:
+        """The app, then the loop's state with the settings the app was made with: read once in this process, by
+        ``create_app``, and handed down. Only a foreign app (the benchmark's floor) makes the worker read them."""
         super().load_wsgi()
+        settings = getattr(self.wsgi, "settings", None)
+        self.prepare(settings if isinstance(settings, Settings) else Settings.from_env())
         self.serve_with(self.wsgi)
 
     def serve_with(self, app: Callable[..., Any]) -> None:
         """The protocol around ``app``, with gunicorn's request hooks called with this worker, as gunicorn does;
         the app's readiness (the webhook's carries one) is the one this worker sets and follows."""
         self.readiness = getattr(app, "readiness", None) or self.readiness
-        self.protocol = Protocol(
+        self.protocol = self.connections.protocol = Protocol(
             app,
             limits(self.cfg),
             multiprocess=self.cfg.workers > 1,
@@ -144,8 +145,8 @@ class WebhookWorker(Connections, base.Worker):
         # Everything loaded so far (the app, its modules, the device config) lives as long as the worker: out of
         # the collector's way, a full collection scans only what requests made (~0.5 ms instead of ~30 ms).
         gc.freeze()
-        # base.Worker's pipe: signals write to it (set_wakeup_fd), and so does the pool when a request is served.
-        self.poller.register(self.PIPE[0], selectors.EVENT_READ, self._woken)
+        # base.Worker's pipe: signals write to it (set_wakeup_fd), which wakes the loop to act on them at once.
+        self.poller.register(self.PIPE[0], selectors.EVENT_READ, self._signalled)
         for listener in self.sockets:
             listener.setblocking(False)
         self.log.info("worker ready: app loaded, accepting connections")
@@ -156,12 +157,17 @@ class WebhookWorker(Connections, base.Worker):
             self._tick(accepting=True)
         self._close_listeners()
         deadline = time.monotonic() + self.cfg.graceful_timeout - STOP_LINGER
-        while self.connections > 0 and time.monotonic() < deadline and self._parent_alive():
+        while self.connections.open > 0 and time.monotonic() < deadline and self._parent_alive():
             self._tick(accepting=False)
-        for conn in list(self.watched):
-            self._close(conn)
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.connections.close()
         self.poller.close()
+
+    def _signalled(self, fd: Any) -> None:
+        try:
+            while os.read(self.PIPE[0], 4096):
+                pass
+        except BlockingIOError:
+            pass
 
     def _close_listeners(self) -> None:
         """Stop accepting: what the kernel has already queued is accepted and served (closing a listener resets the
@@ -186,23 +192,15 @@ class WebhookWorker(Connections, base.Worker):
             self.notify()
             self.next_beat = now + min(HEARTBEAT, self.timeout / 2)
         pause = self.accept_after - now
-        self._listen(accepting and self.connections < self.cfg.worker_connections and pause <= 0)
-        self.wait(min(1.0, pause) if accepting and pause > 0 else 1.0)
+        self._listen(accepting and self.connections.open < self.cfg.worker_connections and pause <= 0)
+        self.connections.wait(min(1.0, pause) if accepting and pause > 0 else 1.0)
         self.certificate.poll()
         self._follow_shedding()
-        self._expire(time.monotonic())
-
-    def _expire(self, now: float) -> None:
-        """Each connection whose step is past its deadline at ``now``: a request begun gets a 408, the rest close."""
-        for conn in [c for c in self.watched if c.deadline <= now]:
-            if self.watched[conn] == self._read and conn.reader.started:
-                self._refuse(conn, Refusal(408, "request not received in time"))
-            else:
-                self._close(conn)
+        self.connections.expire(time.monotonic())
 
     def _follow_shedding(self) -> None:
         """Unready (the readiness's shedding): the API server's kept-alive connections move to other replicas. The
-        idle ones are let go once, as it starts; from then on each connection as it goes idle (`_idle`)."""
+        idle ones are let go once, as it starts; from then on each connection as it goes idle (`idle`)."""
         unready = self.readiness.shedding.is_set()
         if unready != self.unready:
             self.unready = unready
@@ -210,21 +208,20 @@ class WebhookWorker(Connections, base.Worker):
                 self._shed_idle()
 
     def _shed_idle(self) -> None:
-        for conn in list(self.watched):
-            self._idle(conn)
+        for conn in list(self.connections.watched):
+            self.idle(conn)
 
-    def _idle(self, conn: Connection) -> None:
-        """Let go of a connection between requests while unready or past STOP_LINGER: one idle after an answer is
-        half-closed, which the client reads as "reconnect" (through the Service, to a ready replica); one just
-        connected has FIRST_REQUEST_WAIT to send its first request (answered with Connection: close), then it is
-        closed (a client's pool may hold a connection it has not used yet). Called as a connection starts waiting
-        for a request, and on every one when letting go starts (`_shed_idle`)."""
-        if not (self.unready or self.closing) or self.watched.get(conn) != self._read or conn.reader.started:
-            return
-        if conn.served:
-            self._drain(conn)
-        else:
-            conn.deadline = min(conn.deadline, time.monotonic() + FIRST_REQUEST_WAIT)
+    def idle(self, conn: Connection) -> None:
+        """The ``Owner``'s: let go of a connection between requests while unready or past STOP_LINGER (the client
+        reconnects through the Service, to a ready replica). Called as a connection starts waiting for a request,
+        and on every one when letting go starts (`_shed_idle`)."""
+        if self.unready or self.closing:
+            self.connections.let_go(conn)
+
+    def keep(self) -> bool:
+        """The ``Owner``'s: an answer keeps its connection only while this worker is alive, ready (the readiness's
+        ``shedding``) and keeps connections at all (gunicorn's ``keepalive``)."""
+        return self.alive and not self.readiness.shedding.is_set() and self.cfg.keepalive > 0
 
     def _listen(self, enabled: bool) -> None:
         if enabled != self.listening:
@@ -241,7 +238,7 @@ class WebhookWorker(Connections, base.Worker):
         together and keeps them), leaving one worker hot and the other idle. The pause lets the less
         loaded workers take the next ones; a lone worker only delays a new connection by the pause."""
         self._accept_all(listener, limit=1)
-        self.accept_after = time.monotonic() + min(ACCEPT_PAUSE * self.connections, ACCEPT_PAUSE_MAX)
+        self.accept_after = time.monotonic() + min(ACCEPT_PAUSE * self.connections.open, ACCEPT_PAUSE_MAX)
 
     def _accept_all(self, listener: Any, limit: int = 1 << 30) -> None:
         for _ in range(limit):
@@ -249,18 +246,17 @@ class WebhookWorker(Connections, base.Worker):
                 sock, client = listener.accept()
             except OSError:  # EAGAIN: nothing waiting; ECONNABORTED: gone before we got to it
                 return
-            self.connections += 1
             sock.setblocking(False)
             # Nagle's algorithm would hold a small write back until the client acknowledged the one before (a
             # delayed ACK: up to 40 ms on Linux); answers already leave in one write.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             tls = self.certificate.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
             deadline = time.monotonic() + self.settings.handshake_timeout
-            conn = Connection(tls, client, listener.getsockname(), deadline, self.protocol)
-            self._watch(conn, self._handshake)
+            self.connections.add(tls, client, listener.getsockname(), deadline)
 
-    def _count(self) -> None:
-        """base.Worker's request count: past ``max_requests`` (and its jitter) the worker ends, as gunicorn's do."""
+    def answered(self) -> None:
+        """The ``Owner``'s: base.Worker's request count; past ``max_requests`` (and its jitter) the worker ends, as
+        gunicorn's do."""
         self.nr += 1
         if self.nr >= self.max_requests and self.alive:
             self.log.info("Autorestarting worker after current request.")

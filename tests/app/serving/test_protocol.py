@@ -16,7 +16,7 @@ import pytest
 from gunicorn.config import Config
 
 from app.serving.framing import Request, RequestReader
-from app.serving.protocol import MAX_BODY, Answer, Protocol, Refusal, limits, refusal
+from app.serving.protocol import MAX_BODY, Answer, Plain, Protocol, Refusal, limits, refusal
 
 SERVER, CLIENT = ("127.0.0.1", 8443), ("127.0.0.1", 40000)
 NOW = 1_700_000_000.0
@@ -290,10 +290,13 @@ def test_gunicorns_default_hooks_run_on_the_protocols_request() -> None:
     assert answer.data.startswith(b"HTTP/1.1 200 ")
 
 
-def test_may_block_is_the_apps_and_a_fault_in_it_means_yes() -> None:
+def test_the_apps_prepare_says_where_and_a_fault_in_it_means_it_may_block() -> None:
     class App:
-        def __init__(self, answer: Callable[[dict[str, Any]], bool]) -> None:
-            self.may_block = answer
+        def __init__(self, blocks: Callable[[dict[str, Any]], bool]) -> None:
+            self.blocks = blocks
+
+        def prepare(self, environ: dict[str, Any]) -> Plain:
+            return Plain(self, self.blocks(environ))
 
         def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
             return []
@@ -302,10 +305,10 @@ def test_may_block_is_the_apps_and_a_fault_in_it_means_yes() -> None:
         raise RuntimeError("a bug")
 
     environ = {"PATH_INFO": "/slow"}
-    assert protocol(App(lambda e: e["PATH_INFO"] == "/slow")).may_block(environ) is True
-    assert protocol(App(lambda e: False)).may_block(environ) is False
-    assert protocol(App(broken)).may_block(environ) is True
-    assert protocol(json_app).may_block(environ) is False
+    assert protocol(App(lambda e: e["PATH_INFO"] == "/slow")).prepare(environ).blocks is True
+    assert protocol(App(lambda e: False)).prepare(environ).blocks is False
+    assert protocol(App(broken)).prepare(environ).blocks is True
+    assert protocol(json_app).prepare(environ).blocks is False
 
 
 def test_the_limits_are_gunicorns_settings_and_the_one_body_limit() -> None:

@@ -13,7 +13,6 @@ import inspect
 import json
 import os
 import select
-import selectors
 import signal
 import socket
 import threading
@@ -32,10 +31,10 @@ from app import create_app
 from app.admission.edit import PodEdit
 from app.admission.ports import Verdict
 from app.serving import honoured
-from app.serving.connections import Connection, Connections
-from app.serving.protocol import MAX_BODY
+from app.serving.connections import FIRST_REQUEST_WAIT, Connection
+from app.serving.protocol import MAX_BODY, Plain
 from app.serving.tls import ServingCertificate
-from app.serving.worker import FIRST_REQUEST_WAIT, WebhookWorker
+from app.serving.worker import WebhookWorker
 from app.settings import Settings
 from certgen.local import write_local
 from testbed.pods import container, pod
@@ -69,8 +68,30 @@ def test_base_worker_still_has_the_methods_the_worker_relies_on(name: str) -> No
     assert name in vars(base.Worker), f"{name} is no longer base.Worker's own"
 
 
-def test_the_worker_inherits_nothing_but_base_worker_and_its_own_connections() -> None:
-    assert WebhookWorker.__mro__ == (WebhookWorker, Connections, base.Worker, object)
+def test_the_worker_serves_with_the_settings_the_app_was_made_with(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read once in the worker's process, by create_app, and handed down: not read again from the environment."""
+    made = make_settings(HAMI_WEBHOOK_REQUEST_TIMEOUT="7")
+    monkeypatch.setenv("HAMI_WEBHOOK_REQUEST_TIMEOUT", "9")
+
+    class Loaded:  # gunicorn's application object, as base.Worker.load_wsgi asks it
+        def wsgi(self) -> Any:
+            return create_app(made)
+
+    cfg = Config()
+    worker = WebhookWorker(0, os.getpid(), [], Loaded(), 30, cfg, Logger(cfg))
+    worker.load_wsgi()
+    try:
+        assert worker.settings is made and worker.connections.deadlines.request_timeout == 7
+    finally:
+        worker.connections.close()
+        worker.poller.close()
+        worker.tmp.close()
+
+
+def test_the_worker_inherits_nothing_but_base_worker() -> None:
+    assert WebhookWorker.__mro__ == (WebhookWorker, base.Worker, object)
 
 
 def test_base_worker_still_has_the_state_the_worker_relies_on() -> None:
@@ -157,18 +178,10 @@ def worker(settings: Settings) -> Iterator[WebhookWorker]:
     cfg = Config()
     worker = WebhookWorker(0, os.getpid(), [], None, 30, cfg, Logger(cfg))
     worker.prepare(settings)
-    worker.PIPE = os.pipe()
-    for fd in worker.PIPE:
-        os.set_blocking(fd, False)
-    worker.poller.register(worker.PIPE[0], selectors.EVENT_READ, worker._woken)
     worker.serve_with(create_app(settings))
     yield worker
-    for conn in list(worker.watched):  # kept alive, or draining after Connection: close
-        worker._close(conn)
-    worker.pool.shutdown()
+    worker.connections.close()  # those kept alive, or draining after Connection: close
     worker.poller.close()
-    for fd in worker.PIPE:
-        os.close(fd)
     worker.tmp.close()
 
 
@@ -176,8 +189,8 @@ def connect(worker: WebhookWorker) -> tuple[Connection, socket.socket]:
     ours, theirs = socket.socketpair()
     ours.setblocking(False)
     conn = Connection(ours, ("127.0.0.1", 40000), ("127.0.0.1", 8443), time.monotonic() + 10, worker.protocol)
-    worker.connections += 1
-    worker._watch(conn, worker._read)
+    worker.connections.open += 1
+    worker.connections._watch(conn, worker.connections._read)
     return conn, theirs
 
 
@@ -191,7 +204,7 @@ def answers(worker: WebhookWorker, data: bytes, count: int = 1) -> list[tuple[in
         deadline = time.monotonic() + 20
         while len(found) < count:
             assert time.monotonic() < deadline, f"no complete answer; received {received[:300]!r}"
-            worker.wait(0.05)
+            worker.connections.wait(0.05)
             try:
                 received += theirs.recv(1 << 20)
             except BlockingIOError:
@@ -205,9 +218,9 @@ def answers(worker: WebhookWorker, data: bytes, count: int = 1) -> list[tuple[in
                     break
                 found.append((int(lines[0].split()[1]), headers, json.loads(rest[:length])))
                 received = rest[length:]
-        while conn not in worker.watched:  # back on the loop: kept alive, or draining
+        while conn not in worker.connections.watched:  # back on the loop: kept alive, or draining
             assert time.monotonic() < deadline, "the connection never came back to the loop"
-            worker.wait(0.05)
+            worker.connections.wait(0.05)
         return found
 
 
@@ -353,10 +366,10 @@ def test_a_request_has_the_request_timeout_from_its_first_byte_then_gets_408(wor
         wait_for(worker, lambda: conn.reader.started, "the request's first bytes")
         after = time.monotonic()
         assert before + timeout <= conn.deadline <= after + timeout
-        worker._expire(conn.deadline - 0.001)
-        assert worker.watched[conn] == worker._read, "not refused before its deadline"
-        worker._expire(conn.deadline)
-        assert worker.watched[conn] == worker._discard
+        worker.connections.expire(conn.deadline - 0.001)
+        assert worker.connections.watched[conn] == worker.connections._read, "not refused before its deadline"
+        worker.connections.expire(conn.deadline)
+        assert worker.connections.watched[conn] == worker.connections._discard
         theirs.settimeout(5)
         assert theirs.recv(65536).startswith(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n")
 
@@ -379,19 +392,19 @@ def test_the_answer_leaves_before_the_apps_close_runs(worker: WebhookWorker) -> 
     with theirs:
         theirs.sendall(HEAD + b"Content-Length: 2\r\n\r\n{}")
         deadline = time.monotonic() + 20
-        while not readable_at_close or conn not in worker.watched:  # served, and back on the loop
+        while not readable_at_close or conn not in worker.connections.watched:  # served, and back on the loop
             assert time.monotonic() < deadline, "the request was never served"
-            worker.wait(0.05)
+            worker.connections.wait(0.05)
         [at_close] = readable_at_close
         assert at_close.startswith(b"HTTP/1.1 200 OK\r\n") and at_close.endswith(b"\r\n\r\n{}")
 
 
-def test_only_a_request_that_may_block_is_served_in_a_thread(worker: WebhookWorker) -> None:
+def test_only_a_request_prepared_as_blocking_is_served_in_a_thread(worker: WebhookWorker) -> None:
     served_in: dict[str, int] = {}
 
     class App:
-        def may_block(self, environ: dict) -> bool:
-            return bool(environ["PATH_INFO"] == "/slow")
+        def prepare(self, environ: dict) -> Plain:
+            return Plain(self, environ["PATH_INFO"] == "/slow")
 
         def __call__(self, environ: dict, start_response: Callable) -> list[bytes]:
             served_in[environ["PATH_INFO"]] = threading.get_ident()
@@ -404,17 +417,18 @@ def test_only_a_request_that_may_block_is_served_in_a_thread(worker: WebhookWork
 
 
 def test_the_webhook_app_says_a_review_may_block_only_where_a_quota_governs(settings: Settings) -> None:
-    """Parsed once: the view reads the review may_block parsed."""
+    """Parsed once: the prepared call carries the review it parsed."""
     app = create_app(settings, Governs("ai"))
     for namespace, blocks in (("ai", True), ("web", False)):
         review = json.dumps(admission_review(pod(container(limits={"nvidia.com/gpu": "1"}), namespace=namespace)))
         with app.test_request_context("/webhook", method="POST", data=review, content_type="application/json") as ctx:
-            assert app.may_block(ctx.request.environ) is blocks
-            assert ctx.request.environ["hami_webhook.document"]["request"]["namespace"] == namespace
+            prepared = app.prepare(ctx.request.environ)
+            assert prepared.blocks is blocks
+            assert prepared.review is not None and prepared.review.document["request"]["namespace"] == namespace
     with app.test_request_context("/webhook", method="POST", data=b"{not json") as ctx:
-        assert app.may_block(ctx.request.environ) is False
+        assert app.prepare(ctx.request.environ).blocks is False
     with app.test_request_context("/readyz") as ctx:
-        assert app.may_block(ctx.request.environ) is False
+        assert app.prepare(ctx.request.environ).blocks is False
 
 
 class Counted(Governs):
@@ -429,34 +443,38 @@ class Counted(Governs):
 
 @pytest.mark.parametrize("governed", ["default", "elsewhere"], ids=["governed", "not governed"])
 def test_a_review_asks_whether_a_quota_governs_once(settings: Settings, worker: WebhookWorker, governed: str) -> None:
-    """may_block asks it to choose where the review is served; the review carries that answer on."""
+    """prepare asks it to choose where the review is served; the prepared review carries that answer on."""
     port = Counted(governed)
     worker.serve_with(create_app(settings, port))
     [(status, _, body)] = answers(worker, sized(REVIEW))
     assert (status, body["response"]["allowed"], port.asked) == (200, True, 1)
 
 
+class Threads(Governs):
+    """Governs, recording the thread each admission is decided in."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__(namespace)
+        self.threads: list[int] = []
+
+    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool) -> Verdict:
+        self.threads.append(threading.get_ident())
+        return super().admit(namespace, pod, uid=uid, dry_run=dry_run)
+
+
 def test_a_review_in_a_governed_namespace_is_answered_from_a_thread(settings: Settings, worker: WebhookWorker) -> None:
-    app = create_app(settings, Governs("default"))
-    threads: list[int] = []
-    wrapped = app.wsgi_app
-
-    def recording(environ: dict, start_response: Callable) -> Any:
-        threads.append(threading.get_ident())
-        return wrapped(environ, start_response)
-
-    app.wsgi_app = recording  # type: ignore[method-assign]
-    worker.serve_with(app)
+    port = Threads("default")
+    worker.serve_with(create_app(settings, port))
     [(status, _, body)] = answers(worker, sized(REVIEW))
     assert (status, body["response"]["uid"]) == (200, "u1")
-    assert threads and threads[0] != threading.get_ident()
+    assert port.threads and port.threads[0] != threading.get_ident()
 
 
 def wait_for(worker: WebhookWorker, done: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + 20
     while not done():
         assert time.monotonic() < deadline, what
-        worker.wait(0.05)
+        worker.connections.wait(0.05)
 
 
 def test_an_unready_worker_lets_go_of_idle_connections_as_it_turns_unready_and_as_they_go_idle(
@@ -468,8 +486,8 @@ def test_an_unready_worker_lets_go_of_idle_connections_as_it_turns_unready_and_a
     go as it goes idle: here one whose answer, made keep-alive before shedding began, leaves afterwards."""
 
     class App:
-        def may_block(self, environ: dict) -> bool:
-            return bool(environ["PATH_INFO"] == "/slow")
+        def prepare(self, environ: dict) -> Plain:
+            return Plain(self, environ["PATH_INFO"] == "/slow")
 
         def __call__(self, environ: dict, start_response: Callable) -> list[bytes]:
             start_response("200 OK", [("Content-Type", "application/json")])
@@ -482,24 +500,28 @@ def test_an_unready_worker_lets_go_of_idle_connections_as_it_turns_unready_and_a
     late, late_peer = connect(worker)
     with served_peer, fresh_peer, busy_peer, late_peer:
         served_peer.sendall(sized(b"{}", b"/fast"))
-        wait_for(worker, lambda: served.served and worker.watched.get(served) == worker._read, "the answer")
+        wait_for(
+            worker,
+            lambda: served.served and worker.connections.watched.get(served) == worker.connections._read,
+            "the answer",
+        )
         busy_peer.sendall(HEAD)  # a request begun, not whole
         wait_for(worker, lambda: busy.reader.started, "the request's first bytes")
         late_peer.sendall(sized(b"{}", b"/slow"))
-        wait_for(worker, lambda: late not in worker.watched, "the request handed to a thread")
+        wait_for(worker, lambda: late not in worker.connections.watched, "the request handed to a thread")
         deadline = time.monotonic() + 20
-        while not worker.finished:  # the thread's answer, made keep-alive, waits for the loop
+        while not worker.connections.finished:  # the thread's answer, made keep-alive, waits for the loop
             assert time.monotonic() < deadline, "the thread never answered"
             time.sleep(0.01)
         busy_deadline, fresh_deadline = busy.deadline, fresh.deadline
         worker.readiness.shedding.set()
         try:
             worker._follow_shedding()
-            assert worker.watched[served] == worker._discard  # half-closed
+            assert worker.connections.watched[served] == worker.connections._discard  # half-closed
             assert fresh.deadline <= time.monotonic() + FIRST_REQUEST_WAIT < fresh_deadline
-            assert (worker.watched[busy], busy.deadline) == (worker._read, busy_deadline)
-            worker.wait(0.05)  # the thread's answer leaves; its connection goes idle and is let go at once
-            assert worker.watched[late] == worker._discard
+            assert (worker.connections.watched[busy], busy.deadline) == (worker.connections._read, busy_deadline)
+            worker.connections.wait(0.05)  # the thread's answer leaves; its connection goes idle and is let go at once
+            assert worker.connections.watched[late] == worker.connections._discard
         finally:
             worker.readiness.shedding.clear()
         for peer in (served_peer, late_peer):
@@ -522,7 +544,7 @@ def test_connections_queued_when_the_listener_closes_are_served_not_reset(
     worker.sockets = [listener]
     queued = [socket.create_connection(listener.getsockname(), timeout=10) for _ in range(3)]
     worker._close_listeners()
-    assert listener.fileno() == -1 and worker.connections == 3
+    assert listener.fileno() == -1 and worker.connections.open == 3
     context = client_context(pki.ca_cert)
     replies: list[bytes] = []
 
