@@ -22,11 +22,11 @@ def dump(document: Any, output: str) -> str:
         return json.dumps(document, indent=4) + "\n"
     import yaml
 
-    class Plain(yaml.SafeDumper):
+    class NoAliases(yaml.SafeDumper):
         def ignore_aliases(self, data: Any) -> bool:
             return True
 
-    return str(yaml.dump(document, Dumper=Plain, sort_keys=False))
+    return str(yaml.dump(document, Dumper=NoAliases, sort_keys=False))
 
 
 def object_name(obj: Mapping[str, Any]) -> str:
