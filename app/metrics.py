@@ -148,8 +148,8 @@ def collectors() -> Collectors:
             "hami_webhook_device_matches", "Pods admitted with a device request, by device backend.", ["device"]
         ),
         quota_denials=Counter(
-            "hami_webhook_quota_denials", "Pods denied for exceeding their namespace's device quota.",
-            ["namespace"],
+            "hami_webhook_quota_denials", "Pods denied for exceeding their namespace's device quota, by cause: limit "
+            "(the Pod's own room) or gang (the room of its gang's members together).", ["namespace", "cause"],
         ),
         warnings=Counter(
             "hami_webhook_warnings", "Admission warnings found for admitted Pods, by kind (docs/annotations.md).",
@@ -329,15 +329,15 @@ def decided(
     *,
     devices: tuple[str, ...] = (),
     warnings: tuple[str, ...] = (),
-    quota_denied_in: str | None = None,
+    quota_denied: tuple[str, str] | None = None,
 ) -> None:
     """One admission decision; ``devices`` are the backends a patched Pod matched, ``warnings`` the kinds of
-    the warnings the Pod's author was given (one entry per warning), ``quota_denied_in`` the namespace of a Pod
-    its namespace's GPU quota refused."""
+    the warnings the Pod's author was given (one entry per warning), ``quota_denied`` the namespace of a Pod
+    its namespace's GPU quota refused and the denial's cause (``limit``, or ``gang``: its gang's room together)."""
     _child("decisions", outcome, reason).inc()
     for device in devices:
         _child("device_matches", device).inc()
     for kind in warnings:
         _child("warnings", kind).inc()
-    if quota_denied_in is not None:  # namespaces are many: not cached
-        collectors().quota_denials.labels(quota_denied_in).inc()
+    if quota_denied is not None:  # namespaces are many: not cached
+        collectors().quota_denials.labels(*quota_denied).inc()

@@ -45,11 +45,13 @@ class ReviewSettings(Protocol):
 class Verdict:
     """A quota answer: ``denial`` is the quota denial's message when the Pod does not fit; ``reservation``
     names the ledger entry that holds its room (the patch puts it on the Pod), "" when nothing was reserved;
-    ``warning``: what the author should know of how it was charged (a gang's group not found, say)."""
+    ``warning``: what the author should know of how it was charged (a gang's group not found, say); ``gang``: the
+    denial refused a gang's room for all its members together (its metric's cause), not one Pod's."""
 
     denial: str = ""
     reservation: str = ""
     warning: str = ""
+    gang: bool = False
 
 
 FITS = Verdict()

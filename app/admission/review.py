@@ -48,6 +48,7 @@ class Decision:
     devices: tuple[str, ...] = ()  # the backends whose resources the Pod asks for (metrics)
     hint: str = ""  # advice for the operator: logged and shown by the preview, never sent to the API server
     warnings: tuple[Notice, ...] = ()  # for the author; only allowed answers carry them
+    cause: str = ""  # a quota denial's cause for its metric: "limit" (the Pod) or "gang" (its gang's whole room)
 
 
 def deny(code: int, reason: str, message: str) -> Decision:
@@ -169,7 +170,8 @@ def decide(
     if governed:
         verdict = quota.admit(namespace, edit, uid=uid, dry_run=dry_run)
         if verdict.denial:
-            return deny(403, QUOTA_REASON, verdict.denial)
+            cause = "gang" if verdict.gang else "limit"
+            return Decision(allowed=False, code=403, reason=QUOTA_REASON, message=verdict.denial, cause=cause)
         if verdict.reservation:  # the feed reads it back to count the Pod once (usage, not reservation)
             edit.annotations[QUOTA_RESERVATION_ANNOTATION] = verdict.reservation
         if verdict.warning:

@@ -317,8 +317,8 @@ def _log_and_count(document: dict[str, Any], uid: str, decision: Decision, start
     patch = decision.patch if decision.allowed else []
     outcome = "denied" if not decision.allowed else "patched" if patch else "passed"
     kinds = tuple(w.kind for w in decision.warnings)
-    quota_denied_in = namespace if decision.reason == QUOTA_REASON else None
-    metrics.decided(outcome, decision.reason, devices=decision.devices, warnings=kinds, quota_denied_in=quota_denied_in)
+    quota_denied = (namespace, decision.cause) if decision.reason == QUOTA_REASON else None
+    metrics.decided(outcome, decision.reason, devices=decision.devices, warnings=kinds, quota_denied=quota_denied)
     fields: dict[str, Any] = {
         "uid": uid,
         "namespace": namespace,

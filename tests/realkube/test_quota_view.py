@@ -65,6 +65,12 @@ def two_webhooks(any_installed: Installed) -> Iterator[Replicas]:
         assert "Traceback" not in log, log
 
 
+def denials(url: str, ns: str) -> list[tuple[dict[str, str], float]]:
+    """The quota denial counter's samples for ``ns`` (by cause) on one replica's /metrics."""
+    found = scrape(url).get("hami_webhook_quota_denials_total", [])
+    return [(labels, value) for labels, value in found if labels["namespace"] == ns]
+
+
 def metrics_url(server: WebhookServer) -> str:
     found = re.search(r"metrics: serving (http://\S+/metrics)", server.log.read_text())
     assert found, server.log.read_text()[-2000:]
@@ -227,23 +233,31 @@ AFTER_AN_EVENT = {
 
 def test_crd_gangs_race_and_the_room_a_gang_holds_shows(any_installed: Installed, two_webhooks: Replicas) -> None:
     """On each version (1.30: no Workload API, the CRDs only): two coscheduling or Volcano gangs of 4 racing into
-    room for 6 store one whole and the other not at all; a gang's first member alone holds its others' room, which
-    both replicas' gauges and ``-o wide`` show."""
+    room for 6 store one whole and the other not at all, each refusal counted with cause gang; a gang's first member
+    alone holds its others' room, which both replicas' gauges and ``-o wide`` show."""
     kube = any_installed.kube
     spaces = [quota_namespace(kube, 6) for _ in range(3)]
+    urls = [metrics_url(s) for s in two_webhooks.servers]
     try:
         for ns, way in zip(spaces, CRD_GROUPS, strict=False):
             apply(kube, podgroup(way, ns, "red", 4), podgroup(way, ns, "blue", 4))
             _, calls = create_at_once(kube, ns, [member(way, "red", 4), member(way, "blue", 4)], 8, 8)
             names = [p["metadata"]["generateName"] for p in stored(kube, ns)]
             assert sorted(names.count(f"{g}-") for g in ("red", "blue")) == [0, 4], (way, calls)
+            refused = sum(1 for c in calls if c.quota_denial)
+
+            def counted(ns: str = ns, refused: int = refused) -> list[tuple[str, float]] | None:  # once answered
+                causes = [(labels["cause"], value) for url in urls for labels, value in denials(url, ns)]
+                return causes if sum(v for _, v in causes) == refused else None
+
+            assert {cause for cause, _ in kube.wait_for(counted, 10, interval=0.2)} == {"gang"}, refused
         ns = spaces[2]
         apply(kube, podgroup("scheduling.x-k8s.io", ns, "solo", 4))
         _, first = create_at_once(kube, ns, member("scheduling.x-k8s.io", "solo", 4), 1, 1)
         assert [c.status for c in first] == [201]
         labels = tuple(sorted({"namespace": ns, "quota_name": MEM, "limit": "6000", "resourcequota": "gpu"}.items()))
         held = ("hami_webhook_quota_held_for_gangs", labels, 3000.0)
-        for url in [metrics_url(s) for s in two_webhooks.servers]:
+        for url in urls:
             kube.wait_for(lambda url=url: held in quota_series(url, ns), 30, interval=0.5)
         wide = quota_command(kube, "quota", "-n", ns, "-o", "wide")
         row = next(line.split() for line in wide.stdout.splitlines() if line.startswith(MEM))

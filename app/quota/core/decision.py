@@ -358,7 +358,7 @@ def _join(
         hold_id, hold, amounts = one.uid, GangHold(key, missing, 1, dict(one.requested)), need
         denied = gang_overflow(scene.namespace, scene.limits, plus(counted.lower, taking), one.gang, missing, need)
     if denied or (denied := overflow(scene.namespace, scene.limits, plus(counted.lower, taking), need)):
-        return Verdict(denied), {}
+        return Verdict(denied, gang=True), {}
     if overflow(scene.namespace, scene.limits, plus(counted.upper, taking), need):
         return None, {}
     if one.dry_run:

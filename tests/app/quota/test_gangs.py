@@ -61,7 +61,8 @@ def test_a_gang_that_does_not_fit_is_refused_on_its_first_member_with_its_figure
     assert made.verdicts == (
         Verdict(
             "exceeding resource quota: namespace ai nvidia.com/gpu: gang scheduling.k8s.io/other of 4 Pods "
-            "needs 4 for 4 Pods together, 2 free of limit 6"
+            "needs 4 for 4 Pods together, 2 free of limit 6",
+            gang=True,  # counted as the gang's denial (the metric's cause)
         ),
     )
     assert made.write is None
@@ -79,6 +80,7 @@ def test_later_members_take_their_room_from_the_hold_and_ordinary_pods_never_do(
     made = decided(at, ask("a", gang=None), ask("b", gang=None), ask("c", gang=None), ask("w1"))
     assert made.verdicts[:2] == (Verdict(reservation="batch"), Verdict(reservation="batch"))
     assert made.verdicts[2] is not None and made.verdicts[2].denial  # the hold's room is not an ordinary Pod's
+    assert not made.verdicts[2].gang
     assert made.verdicts[3] == Verdict(reservation="w0")
     assert made.write is not None and made.write.entries["w0"] == hold(2)
 
