@@ -66,10 +66,10 @@ def pod_amounts(pod: Mapping[str, Any], devices: Sequence[Device]) -> Amounts:
     return amounts(demands(PodEdit(pod), devices))
 
 
-Triple = tuple[int, int, int]  # device count, memory, cores
+_Triple = tuple[int, int, int]  # device count, memory, cores
 
 
-def _effective(device: Device, apps: Sequence[ContainerEdit], inits: Sequence[ContainerEdit]) -> Triple:
+def _effective(device: Device, apps: Sequence[ContainerEdit], inits: Sequence[ContainerEdit]) -> _Triple:
     """Kubernetes' effective request, per resource: app containers and native sidecars (init containers with
     ``restartPolicy: Always``) run together, so they add up; each other init container runs alone beside the
     sidecars started before it; the Pod needs the larger of that init-phase peak and the running sum."""
@@ -87,16 +87,16 @@ def _effective(device: Device, apps: Sequence[ContainerEdit], inits: Sequence[Co
     return _max(running, peak)
 
 
-def _amounts(device: Device, ctr: ContainerEdit) -> Triple:
+def _amounts(device: Device, ctr: ContainerEdit) -> _Triple:
     request = device.quota_request(ctr)
     if request is None or request.nums == 0:
         return 0, 0, 0
     return request.nums, request.memory * request.nums, request.cores * request.nums
 
 
-def _add(a: Triple, b: Triple) -> Triple:
+def _add(a: _Triple, b: _Triple) -> _Triple:
     return a[0] + b[0], a[1] + b[1], a[2] + b[2]
 
 
-def _max(a: Triple, b: Triple) -> Triple:
+def _max(a: _Triple, b: _Triple) -> _Triple:
     return max(a[0], b[0]), max(a[1], b[1]), max(a[2], b[2])
