@@ -47,7 +47,7 @@ from app.admission.review import review
 from app.quota.core.encoding import LEDGER_ANNOTATION
 from app.quota.core.gang import KUEUE_LABEL, KUEUE_TOTAL
 from app.quota.evaluator import QuotaEvaluator
-from app.quota.lease import Leases
+from app.quota.lease import KubeLeases
 from app.quota.startup import open_quota
 from app.readiness import Readiness
 from app.settings import Settings
@@ -466,7 +466,7 @@ def churn_part(installed: Installed, work: Path, args: argparse.Namespace) -> No
         try:
             while not done.wait(0.5):
                 status, data = api.call(
-                    "GET", f"/apis/coordination.k8s.io/v1/namespaces/hami-system/leases/{Leases.name(ns)}"
+                    "GET", f"/apis/coordination.k8s.io/v1/namespaces/hami-system/leases/{KubeLeases.name(ns)}"
                 )
                 if status == 200:
                     text = json.loads(data)["metadata"].get("annotations", {}).get(LEDGER_ANNOTATION, "{}")

@@ -123,7 +123,7 @@ def collect(args: argparse.Namespace, load: Callable[[argparse.Namespace], Quota
     """The standings asked for (none: no device quota there); QuotaCommandError for anything that stops them."""
     from app.kube.config import load_configuration
     from app.quota.core.standing import standing
-    from app.quota.feed.tables import PodTable, QuotaTable, say_uncounted
+    from app.quota.feed.tables import PodTable, QuotaTable, say_uncounted, view
 
     try:
         settings = load(args)
@@ -151,7 +151,10 @@ def collect(args: argparse.Namespace, load: Callable[[argparse.Namespace], Quota
         ledgers = reads.ledgers(namespaces)
         # A reader that just started: every entry is new to it, and holds its room for its whole life from now.
         now, ttl = time.monotonic(), settings.quota_reservation_ttl
-        found = [standing(ns, quotas, pods, ledgers.get(ns), now=now, ttl=ttl, first_seen={}) for ns in namespaces]
+        found = [
+            standing(view(ns, quotas, pods, ledgers.get(ns)), quotas.objects(ns), pods.count(ns), now=now, ttl=ttl)
+            for ns in namespaces
+        ]
         return Shown(target.namespace, found)
     finally:
         api.close()
@@ -205,7 +208,7 @@ class Reads:
 
     def ledgers(self, namespaces: Sequence[str]) -> dict[str, Any]:
         """Each namespace's ledger as stored (absent: nothing held); a ledger that does not parse is an error."""
-        from app.quota.core.encoding import LEDGER_PREFIX, MANAGED_BY, snapshot
+        from app.quota.core.encoding import LEDGER_PREFIX, MANAGED_BY, decode
 
         home = self._target.home
         base = f"/apis/coordination.k8s.io/v1/namespaces/{home}/leases"
@@ -222,7 +225,7 @@ class Reads:
                     leases[ns] = found
             if ns in leases:
                 malformed(leases[ns], home)
-        return {ns: snapshot(ns, lease) for ns, lease in leases.items() if ns in namespaces}
+        return {ns: decode(ns, lease) for ns, lease in leases.items() if ns in namespaces}
 
     def _namespace_exists(self, ns: str) -> None:
         from app.kube.errors import ApiError
@@ -272,7 +275,7 @@ class Reads:
 def malformed(lease: Mapping[str, Any], home: str) -> None:
     """QuotaCommandError when the ledger annotation is not what the webhook writes (a hand edit): the webhook
     drops what it cannot read, so the figures would hide it."""
-    from app.quota.core.encoding import LEDGER_ANNOTATION, snapshot
+    from app.quota.core.encoding import LEDGER_ANNOTATION, decode
 
     name = (lease.get("metadata") or {}).get("name") or ""
     text = ((lease.get("metadata") or {}).get("annotations") or {}).get(LEDGER_ANNOTATION)
@@ -285,7 +288,7 @@ def malformed(lease: Mapping[str, Any], home: str) -> None:
         raise QuotaCommandError(f"{where} is not JSON ({exc})") from exc
     if not isinstance(raw, dict):
         raise QuotaCommandError(f"{where} is not a JSON object")
-    parsed = snapshot(name, lease).entries
+    parsed = decode(name, lease).entries
     bad = sorted(str(k) for k in raw if str(k) not in parsed)
     if bad:
         raise QuotaCommandError(f"{where}: entry {bad[0]!r} lacks a numeric expires or amounts")

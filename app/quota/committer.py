@@ -9,7 +9,7 @@ How it stays exact: docs/quota.md. One lock guards the queue and every namespace
 tickets waiting, grants, recent pace); it is only ever held for bookkeeping (``with`` blocks), never across a
 request, and no other lock is taken under it: what the feed says is read before it is taken. A namespace is
 worked on by one committer thread at a time; its tickets, or its due grants, are the reasons to take it. I/O goes
-through two ports (``FeedView``, ``LedgerStore``) and a ``Clock`` that also does the waiting (app/quota/ports.py),
+through two ports (``FeedView``, ``Leases``) and a ``Clock`` that also does the waiting (app/quota/ports.py),
 so the protocol simulation (tests/app/quota/simulation.py) runs this very code, committer threads and all, on a
 schedule of its choosing.
 """
@@ -25,12 +25,12 @@ from app import metrics
 from app.admission.ports import QuotaUnavailable, Verdict
 from app.kube.backoff import Backoff
 from app.kube.errors import CONFLICT, ApiError, describe
-from app.quota.core.decision import Ask, Grant, Ruling, Scene, Sight, Write, decide
-from app.quota.core.encoding import MAX_LEDGER_BYTES, Snapshot
+from app.quota.core.decision import Ask, Grant, Ruling, Scene, View, Write, decide
+from app.quota.core.encoding import MAX_LEDGER_BYTES, Ledger
 from app.quota.ports import (
     Clock,
     FeedView,
-    LedgerStore,
+    Leases,
     ledger_full,
     queued_out,
     still_contended,
@@ -60,7 +60,7 @@ class _Lost(Exception):
     """The compare-and-swap did not store this write: another writer's won (``fresh`` None: the feed brings its
     ledger), or the write's answer was lost and ``fresh``, read since, does not hold it."""
 
-    def __init__(self, fresh: Snapshot | None) -> None:
+    def __init__(self, fresh: Ledger | None) -> None:
         super().__init__()
         self.fresh = fresh
 
@@ -76,7 +76,7 @@ class _Tries:
         self.unanswered: QuotaUnavailable | None = None  # the last request that got no answer
         self.until = 0.0  # monotonic: when the batch's first admission must be answered
 
-    def call(self, request: Callable[[], Snapshot]) -> Snapshot:
+    def call(self, request: Callable[[], Ledger]) -> Ledger:
         """``request``'s answer. A conflict raises _Lost; any other failure QuotaUnavailable saying what it was."""
         sent = self._clock.monotonic()
         try:
@@ -110,7 +110,7 @@ class Committer:
     def __init__(
         self,
         feed: FeedView,
-        ledger: LedgerStore,
+        leases: Leases,
         *,
         ttl: float,
         clock: Clock,
@@ -118,7 +118,7 @@ class Committer:
         hold_ttl: float = 0.0,
     ) -> None:
         self.feed = feed
-        self.ledger = ledger
+        self.leases = leases
         self._ttl = ttl
         self._hold_ttl = hold_ttl
         self._clock = clock
@@ -138,12 +138,12 @@ class Committer:
         with self._work:
             return self._state(namespace).alone(ask, self._clock.monotonic())
 
-    def scene(self, sight: Sight, found: Snapshot) -> Scene:
+    def scene(self, view: View, found: Ledger) -> Scene:
         """What this process knows of the namespace now, for one decision on ``found``."""
         wall, now = self._clock.time(), self._clock.monotonic()
         with self._work:
-            mine = self._state(sight.namespace).mine()
-        return sight.scene(found, wall=wall, now=now, ttl=self._ttl, mine=mine, hold_ttl=self._hold_ttl)
+            mine = self._state(view.namespace).mine()
+        return view.scene(found, wall=wall, now=now, ttl=self._ttl, mine=mine, hold_ttl=self._hold_ttl)
 
     def settle(self, namespace: str, ticket: Ticket) -> None:
         """Queue the ticket and wait until a committer settles it, by its deadline. A commit that took it in ends by
@@ -208,7 +208,7 @@ class Committer:
             holding = [namespace for namespace, state in self._namespaces.items() if state.grants]
         return {namespace: _wanted(self._cached(namespace)) for namespace in holding}
 
-    def _cached(self, namespace: str) -> Snapshot | None:
+    def _cached(self, namespace: str) -> Ledger | None:
         """The feed's copy of the namespace's ledger, without waiting (None: it has none)."""
         return self.feed.wait_ledger(namespace, -1, 0.0)
 
@@ -239,7 +239,7 @@ class Committer:
         """Decide the namespace's tickets (and whatever queues meanwhile) against the ledger, closing this process's
         due grants in the same compare-and-swap. Every ticket taken in is settled on return."""
         found = self._cached(namespace)
-        tries = _Tries(self.ledger.where(namespace), self._clock)
+        tries = _Tries(self.leases.where(namespace), self._clock)
         closing_by = self._clock.monotonic() + ADMIT_BUDGET  # the bound of a commit that only closes grants
         batch: list[Ticket] = []
         try:
@@ -293,8 +293,8 @@ class Committer:
             return batch
 
     def _round(
-        self, namespace: str, found: Snapshot | None, batch: list[Ticket], remaining: float, tries: _Tries
-    ) -> tuple[Snapshot | None, list[Ticket]]:  # fmt: skip
+        self, namespace: str, found: Ledger | None, batch: list[Ticket], remaining: float, tries: _Tries
+    ) -> tuple[Ledger | None, list[Ticket]]:  # fmt: skip
         """One decision and its write; the ledger to decide on next and the tickets still undecided."""
         timeout = min(remaining, REQUEST_TIMEOUT)
         tries.until = self._clock.monotonic() + remaining
@@ -320,18 +320,18 @@ class Committer:
             return newer or self._cached(namespace), undecided
         return found, []
 
-    def _read(self, namespace: str, timeout: float, tries: _Tries) -> Snapshot:
+    def _read(self, namespace: str, timeout: float, tries: _Tries) -> Ledger:
         """The ledger from the API server (offered to the feed's cache)."""
-        found = tries.call(lambda: self.ledger.read(namespace, timeout))
+        found = tries.call(lambda: self.leases.read(namespace, timeout))
         self.feed.offer(found)
         return found
 
-    def _store(self, found: Snapshot, write: Write, timeout: float, tries: _Tries) -> Snapshot:
+    def _store(self, found: Ledger, write: Write, timeout: float, tries: _Tries) -> Ledger:
         """``write`` stored with compare-and-swap; the ledger as stored. Raises _Lost when another writer won,
         or when the answer was lost and a re-read shows the write did not land: a write is never sent twice
         blindly (the re-read says whether it landed; only a write that added an entry can tell)."""
         try:
-            return tries.call(lambda: self.ledger.write(found, write.text(), write.mark, write.wanted, timeout))
+            return tries.call(lambda: self.leases.write(found, write.text(), write.mark, write.wanted, timeout))
         except QuotaUnavailable as exc:
             left = tries.until - self._clock.monotonic()
             if exc is not tries.unanswered or left < MIN_READ:
@@ -346,11 +346,11 @@ class Committer:
         raise _Lost(fresh)
 
     def _decide(
-        self, namespace: str, found: Snapshot, batch: list[Ticket], timeout: float, tries: _Tries
+        self, namespace: str, found: Ledger, batch: list[Ticket], timeout: float, tries: _Tries
     ) -> list[Ticket]:  # fmt: skip
         """Verdicts for the batch on ``found`` (app/quota/core/decision.py) and its write when one is needed, the
         tickets settled once it is stored; returns the tickets that cannot be decided yet."""
-        scene = self.scene(self.feed.sight(namespace, found.entries), found)
+        scene = self.scene(self.feed.view(namespace, found.entries), found)
         with self._work:
             burst = self._state(namespace).burst(scene.now, tries.lost > 0)
         ruling = decide(
@@ -402,5 +402,5 @@ def _reservation(verdict: Verdict | None) -> str:
     return verdict.reservation if verdict is not None else ""
 
 
-def _wanted(found: Snapshot | None) -> int:
+def _wanted(found: Ledger | None) -> int:
     return found.wanted if found is not None else 0

@@ -22,11 +22,11 @@ from app.admission.ports import FITS, QuotaUnavailable, Verdict
 from app.quota.committer import ADMIT_BUDGET, Committer
 from app.quota.contact import Contact
 from app.quota.core.amounts import Amounts
-from app.quota.core.decision import Ask, Sight, denial, free
+from app.quota.core.decision import Ask, View, denial, free
 from app.quota.core.demand import amounts, demands
-from app.quota.core.encoding import Snapshot
+from app.quota.core.encoding import Ledger
 from app.quota.core.limits import limited
-from app.quota.ports import SYSTEM_CLOCK, Clock, FeedPort, Groups, LedgerStore
+from app.quota.ports import SYSTEM_CLOCK, Clock, FeedPort, Groups, Leases
 from app.quota.state import Ticket
 
 SYNC_WAIT = 3.0  # seconds an admission waits for a just-started worker's (or a new quota's) first lists
@@ -41,7 +41,7 @@ class QuotaEvaluator:
     def __init__(
         self,
         feed: FeedPort,
-        ledger: LedgerStore,
+        leases: Leases,
         devices: Sequence[Device],
         *,
         ttl: float,
@@ -53,19 +53,19 @@ class QuotaEvaluator:
         gang_hold: float = 0.0,
     ) -> None:
         self.feed = feed
-        self.ledger = ledger
+        self.leases = leases
         self._devices = tuple(devices)
         self._stale_after = stale_after
         self._clock = clock
         self._groups = groups if gang_hold > 0 else None  # None: gang holds off, every Pod charged alone
-        self.committer = Committer(feed, ledger, ttl=ttl, clock=clock, new_id=new_id, hold_ttl=gang_hold)
-        self.contact = Contact(ledger.probe, feed.quota_in_play, feed.nudge, clock, shedding)
+        self.committer = Committer(feed, leases, ttl=ttl, clock=clock, new_id=new_id, hold_ttl=gang_hold)
+        self.contact = Contact(leases.probe, feed.quota_in_play, feed.nudge, clock, shedding)
 
     def governs(self, namespace: str) -> bool:
         """Also true while the feed cannot tell (not synced, broken too long): admit() must then refuse,
         or a fresh worker would admit everything before its first ResourceQuota list arrives."""
-        sight = self.feed.sight(namespace, ())
-        return bool(self._unfit(sight)) or bool(sight.limits)
+        view = self.feed.view(namespace, ())
+        return bool(self._unfit(view)) or bool(view.limits)
 
     def asks(self, pod: PodEdit) -> Amounts:
         return amounts(demands(pod, self._devices))
@@ -76,17 +76,17 @@ class QuotaEvaluator:
             return FITS  # no device resource: nothing to count
         deadline = self._clock.monotonic() + ADMIT_BUDGET
         self.feed.wait_synced(SYNC_WAIT)  # before reading limits: an unsynced feed knows of no quota at all
-        sight = self.feed.sight(namespace, ())
-        unfit = self._unfit(sight)
+        view = self.feed.view(namespace, ())
+        unfit = self._unfit(view)
         if unfit:
             raise QuotaUnavailable(unfit)
-        if not limited(sight.limits, requested):
+        if not limited(view.limits, requested):
             return FITS  # no device quota here: the ledger is never touched
         lost = self.contact.lost()
         if lost:  # this replica is cut off (and unready): say so now, not after a request's timeout
             raise QuotaUnavailable(f"namespace {namespace}: {lost}")
         listing = max(min(SYNC_WAIT, deadline - self._clock.monotonic()), 0)
-        if sight.pods_at < 0 and not self.feed.wait_pods(namespace, 0, listing):
+        if view.pods_at < 0 and not self.feed.wait_pods(namespace, 0, listing):
             raise QuotaUnavailable(f"the Pods of namespace {namespace} have not been listed yet")
         gang, why = self._groups.gang(namespace, pod.pod) if self._groups is not None else (None, "")
         ask = Ask(uid, requested, dry_run, gang)
@@ -104,21 +104,21 @@ class QuotaEvaluator:
     def _denied_at_once(self, namespace: str, ask: Ask) -> Verdict | None:
         """A denial from the cached ledger, without waiting for a commit in flight: what does not fit even
         counting only what is certainly taken does not fit the newest ledger either. None: the ledger decides."""
-        sight = self.feed.sight(namespace)
-        found = sight.ledger
-        if found is None or ask.uid in found.entries or sight.pods_at < found.mark:
+        view = self.feed.view(namespace)
+        found = view.ledger
+        if found is None or ask.uid in found.entries or view.pods_at < found.mark:
             return None  # (a request sent again whose entry is there: the commit says it is reserved)
-        refused = denial(self.committer.scene(sight, found), ask.requested)
+        refused = denial(self.committer.scene(view, found), ask.requested)
         return Verdict(refused) if refused else None
 
     def room(self, namespace: str) -> Amounts | None:
         """What is free for certain (``free``: the command's and the gauges' FREE), read from the feed and the
         cached ledger without waiting: a warning's figure, never a decision."""
-        sight = self.feed.sight(namespace)
-        if not sight.limits or self._unfit(sight) or sight.pods_at < 0:
+        view = self.feed.view(namespace)
+        if not view.limits or self._unfit(view) or view.pods_at < 0:
             return None
-        found = sight.ledger or Snapshot(namespace, {}, None)
-        return free(self.committer.scene(sight, found))
+        found = view.ledger or Ledger(namespace, {}, None)
+        return free(self.committer.scene(view, found))
 
     def gang(self, namespace: str, pod: PodEdit) -> int:
         """The size of the Pod's gang from the group objects watched (0: none, or gang holds off)."""
@@ -127,12 +127,12 @@ class QuotaEvaluator:
 
     # --- helpers ---------------------------------------------------------------------------------
 
-    def _unfit(self, sight: Sight) -> str:
+    def _unfit(self, view: View) -> str:
         """Why the feed cannot be trusted now ("" when it can)."""
-        if not sight.synced:
+        if not view.synced:
             return "the Pod and ResourceQuota lists have not synced yet"
-        if sight.broken_for > self._stale_after:
-            return f"the Pod/ResourceQuota watch has been broken for {sight.broken_for:.0f} s"
+        if view.broken_for > self._stale_after:
+            return f"the Pod/ResourceQuota watch has been broken for {view.broken_for:.0f} s"
         return ""
 
     def status(self) -> dict[str, Any]:
@@ -154,4 +154,4 @@ class QuotaEvaluator:
         self.contact.stop()
         self.committer.stop()
         self.feed.stop()
-        self.ledger.close()
+        self.leases.close()

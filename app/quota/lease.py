@@ -18,8 +18,8 @@ from app.quota.core.encoding import (
     MANAGED_BY_LABEL,
     MARK_ANNOTATION,
     WANTED_ANNOTATION,
-    Snapshot,
-    snapshot,
+    Ledger,
+    decode,
 )
 
 NO_LEASE = f"metadata.name={LEDGER_PREFIX}contact-probe"
@@ -41,7 +41,7 @@ class Send(Protocol):
     ) -> Any: ...
 
 
-class Leases:
+class KubeLeases:
     """Reads and compare-and-swap writes of the ledger Leases in ``home`` (the webhook's namespace), as plain JSON
     through app.kube.transport: on the admission path, the generated client's argument validation cost more
     CPU than the request. ``send`` is that transport (``of``), or the protocol simulation's model of the API server."""
@@ -53,7 +53,7 @@ class Leases:
         self._leases = f"/apis/coordination.k8s.io/v1/namespaces/{quote(home)}/leases"
 
     @classmethod
-    def of(cls, api: client.ApiClient, home: str) -> Leases:
+    def of(cls, api: client.ApiClient, home: str) -> KubeLeases:
         """The ledger Leases through the API server ``api`` talks to."""
         return cls(functools.partial(transport.request, api), home, api.close)
 
@@ -76,16 +76,16 @@ class Leases:
         unready)."""
         self._send("GET", self._leases, timeout=timeout, query={"limit": "1", "fieldSelector": NO_LEASE})
 
-    def read(self, namespace: str, timeout: float) -> Snapshot:
+    def read(self, namespace: str, timeout: float) -> Ledger:
         try:
             lease = self._send("GET", self._path(namespace), timeout=timeout)
         except ApiError as exc:
             if exc.code == NOT_FOUND:
-                return Snapshot(namespace, {}, None)
+                return Ledger(namespace, {}, None)
             raise
-        return snapshot(namespace, lease)
+        return decode(namespace, lease)
 
-    def write(self, found: Snapshot, text: str, mark: int, wanted: int, timeout: float) -> Snapshot:
+    def write(self, found: Ledger, text: str, mark: int, wanted: int, timeout: float) -> Ledger:
         """Replace the entries (``encode``d), mark and wanted count if the Lease is still the one read (create
         it if it was absent); the ledger as now stored. ApiError CONFLICT if someone wrote first (a stale
         resourceVersion, or created by someone else meanwhile)."""
@@ -108,4 +108,4 @@ class Leases:
             merged = {**(meta.get("annotations") or {}), **annotations}
             body = {**found.lease, "metadata": {**meta, "annotations": merged}}
             stored = self._send("PUT", self._path(found.namespace), timeout=timeout, body=body)
-        return snapshot(found.namespace, stored)
+        return decode(found.namespace, stored)

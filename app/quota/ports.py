@@ -1,7 +1,7 @@
 """What QuotaEvaluator and its Committer need of the world, as ports: the feed's view, the ledger Lease, and the
 clock (time, sleeping and waiting); and the errors they answer with when quota cannot be decided.
 
-The server plugs in Feed (app/quota/feed/feed.py), Leases (app/quota/lease.py) and the system clock; the protocol
+The server plugs in Feed (app/quota/feed/feed.py), KubeLeases (app/quota/lease.py) and the system clock; the protocol
 simulation (tests/app/quota/simulation.py) plugs in a model of the API server and a simulated clock, and so runs
 the real batching, compare-and-swap and grant code on schedules a real cluster rarely produces.
 """
@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from app.admission.ports import QuotaUnavailable
-from app.quota.core.decision import Sight
-from app.quota.core.encoding import Snapshot
+from app.quota.core.decision import View
+from app.quota.core.encoding import Ledger
 from app.quota.core.gang import Gang
 
 
@@ -58,16 +58,16 @@ class FeedView(Protocol):
     the evaluator and the Committer read and wait on. What a call returns is read under the feed's lock at one moment,
     so its parts agree; no call takes another lock while holding it."""
 
-    def sight(self, namespace: str, entries: Iterable[str] | None = None) -> Sight:
+    def view(self, namespace: str, entries: Iterable[str] | None = None) -> View:
         """What the process knows of ``namespace`` now; what the Pods carrying each of ``entries`` took (None: each
-        entry of the ledger in the sight)."""
+        entry of the ledger in the view)."""
         ...
 
-    def offer(self, found: Snapshot) -> None:
+    def offer(self, found: Ledger) -> None:
         """A ledger this process read or wrote, for the cache (kept unless the watch brought a newer one)."""
         ...
 
-    def wait_ledger(self, namespace: str, rv: int, timeout: float) -> Snapshot | None:
+    def wait_ledger(self, namespace: str, rv: int, timeout: float) -> Ledger | None:
         """The cached ledger once it is newer than ``rv``; None if it does not get newer within ``timeout``."""
         ...
 
@@ -109,40 +109,40 @@ class Groups(Protocol):
         ...
 
 
-class LedgerStore(Protocol):
-    """Reads and compare-and-swap writes of the ledger Leases (app/quota/lease.py's Leases)."""
+class Leases(Protocol):
+    """Reads and compare-and-swap writes of the ledger Leases (app/quota/lease.py's KubeLeases)."""
 
     def where(self, namespace: str) -> str: ...
 
     def probe(self, timeout: float) -> None: ...
 
-    def read(self, namespace: str, timeout: float) -> Snapshot: ...
+    def read(self, namespace: str, timeout: float) -> Ledger: ...
 
-    def write(self, found: Snapshot, text: str, mark: int, wanted: int, timeout: float) -> Snapshot: ...
+    def write(self, found: Ledger, text: str, mark: int, wanted: int, timeout: float) -> Ledger: ...
 
     def close(self) -> None: ...
 
 
-# Why the ledger could not reserve (``ledger``: its Lease, ``<home>/<name>``; ``seconds``: an admission's budget).
+# Why the ledger could not reserve (``lease``: its Lease, ``<home>/<name>``; ``seconds``: an admission's budget).
 # An operator reads these in the API server's answer: each names the namespace or the Lease, and the limit at play.
 
 
-def still_undecided(namespace: str, ledger: str, seconds: float) -> QuotaUnavailable:
+def still_undecided(namespace: str, lease: str, seconds: float) -> QuotaUnavailable:
     """Room another worker's grant may hold decides neither way, and that grant did not close in time."""
     return QuotaUnavailable(
         f"namespace {namespace}: room held by another worker's grant did not come free within "
-        f"{seconds:g} s (quota ledger {ledger})"
+        f"{seconds:g} s (quota ledger {lease})"
     )
 
 
-def still_contended(ledger: str, seconds: float) -> QuotaUnavailable:
+def still_contended(lease: str, seconds: float) -> QuotaUnavailable:
     """Every compare-and-swap this worker tried lost to another writer's."""
-    return QuotaUnavailable(f"quota ledger {ledger} stayed contended for {seconds:g} s")
+    return QuotaUnavailable(f"quota ledger {lease} stayed contended for {seconds:g} s")
 
 
-def unanswered(ledger: str, seconds: float, failure: str) -> QuotaUnavailable:
+def unanswered(lease: str, seconds: float, failure: str) -> QuotaUnavailable:
     """A request about the ledger got no answer in the time the admission could still wait."""
-    return QuotaUnavailable(f"quota ledger {ledger}: the API server did not answer within {seconds:.1f} s ({failure})")
+    return QuotaUnavailable(f"quota ledger {lease}: the API server did not answer within {seconds:.1f} s ({failure})")
 
 
 def queued_out(namespace: str, seconds: float) -> QuotaUnavailable:
@@ -152,10 +152,10 @@ def queued_out(namespace: str, seconds: float) -> QuotaUnavailable:
     )
 
 
-def ledger_full(ledger: str, entries: int, limit: int, ttl: float) -> QuotaUnavailable:
+def ledger_full(lease: str, entries: int, limit: int, ttl: float) -> QuotaUnavailable:
     """The reservations would outgrow the bytes one Lease holds (``limit``); entries leave as their Pods are seen."""
     return QuotaUnavailable(
-        f"quota ledger {ledger} is full: {entries} entries for admitted Pods not "
+        f"quota ledger {lease} is full: {entries} entries for admitted Pods not "
         f"seen yet fill the {limit} bytes one Lease can hold; they leave it as their Pods "
         f"appear, or after HAMI_QUOTA_RESERVATION_TTL ({ttl:g} s) if they never do"
     )

@@ -64,7 +64,7 @@ def open_quota(settings: QuotaSettings, readiness: Readiness) -> QuotaPort:
     from app.kube.config import LOAD_ERRORS, load_configuration
     from app.quota.evaluator import QuotaEvaluator
     from app.quota.feed.feed import Feed
-    from app.quota.lease import Leases
+    from app.quota.lease import KubeLeases
 
     try:
         configuration = load_configuration()
@@ -82,10 +82,10 @@ def open_quota(settings: QuotaSettings, readiness: Readiness) -> QuotaPort:
     ttl = settings.quota_reservation_ttl
     home, hold = settings.home_namespace, settings.quota_gang_hold
     feed = Feed(client.ApiClient(configuration), settings.devices, forget_after=ttl, home=home, gangs=hold > 0)
-    ledger = Leases.of(client.ApiClient(configuration), settings.home_namespace)
+    leases = KubeLeases.of(client.ApiClient(configuration), settings.home_namespace)
     port = QuotaEvaluator(
         feed,
-        ledger,
+        leases,
         settings.devices,
         ttl=ttl,
         stale_after=settings.quota_stale_after,

@@ -14,7 +14,7 @@ import yaml
 
 from app.cli import plugin
 from app.quota.command import render
-from app.quota.core.standing import Figure, Hold, Standing
+from app.quota.core.standing import Expiry, Figure, Standing
 
 pytestmark = pytest.mark.unit  # its highest tier (tests/tiers.py checks it)
 
@@ -101,7 +101,7 @@ def test_review_of_an_unreadable_file_is_one_line(capsys, tmp_path: Path) -> Non
 
 
 STANDINGS = [
-    Standing("team-a", (Figure("nvidia.com/gpu", 8, "gpu", 3, 1),), 3, Hold("r1", 42.4)),
+    Standing("team-a", (Figure("nvidia.com/gpu", 8, "gpu", 3, 1),), 3, Expiry("r1", 42.4)),
     Standing("team-b", (Figure("nvidia.com/gpu", 4, "small", 4, 0),), 2, None),
 ]
 

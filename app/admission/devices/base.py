@@ -33,6 +33,16 @@ class QuotaRequest:
     memory: int = 0
     cores: int = 0
 
+    def amounts(self, names: QuotaNames) -> dict[str, int]:
+        """The container's demand as named amounts, in ``names.factors``' order: all the quota reads of it (a
+        vendor that counts one more resource returns a subclass that adds it)."""
+        found = (
+            (names.memory, self.memory * self.nums),
+            (names.cores, self.cores * self.nums),
+            (names.count, self.nums),
+        )
+        return {name: amount for name, amount in found if name}
+
 
 @dataclass(frozen=True)
 class QuotaNames:
@@ -47,6 +57,13 @@ class QuotaNames:
     def resource_names(self) -> frozenset[str]:
         """The non-empty names among them: every resource a vendor owns, unless it has more than these three."""
         return names(self.memory, self.cores, self.count)
+
+    @cached_property
+    def factors(self) -> dict[str, int]:
+        """Each resource the quota counts -> the factor its ResourceQuota limit is scaled by (the memory unit, else
+        1); memory first, then cores, then count: a denial's order. Empty: no quota."""
+        found = ((self.memory, self.memory_factor), (self.cores, 1), (self.count, 1))
+        return {name: max(factor, 1) for name, factor in found if name}
 
 
 class OwnsItsQuotaNames:
@@ -94,7 +111,8 @@ class Device(Protocol):
         ...
 
     def quota_request(self, ctr: ContainerEdit) -> QuotaRequest | None:
-        """The container's demand on this vendor's quota, or None when it asks for nothing countable."""
+        """The container's demand on this vendor's quota, or None when it asks for nothing countable; the quota
+        reads it as named amounts (``amounts(self.quota_names)``)."""
         ...
 
 

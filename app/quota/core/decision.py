@@ -1,5 +1,5 @@
-"""The quota decision as a pure function: one snapshot of what a worker knows in, verdicts and the ledger to
-write out. No locks, no clock, no I/O: app/quota/committer.py gathers the snapshot and writes the result.
+"""The quota decision as a pure function: one scene of a namespace in, verdicts and the ledger to
+write out. No locks, no clock, no I/O: app/quota/committer.py gathers the scene and writes the result.
 
 Every time in a decision is this worker's own monotonic clock: an entry lives for its ``ttl`` from this worker's
 first sight of it, another's grant is certain from WINDOW + SLACK after that sight. No other process's clock is
@@ -16,7 +16,7 @@ Rules: docs/rules.md#no-over-admission-under-concurrency; why they hold: docs/qu
 - Between the two the Pod is undecided: it waits for the grants to close.
 - An entry is dropped from the ledger once its Pods were seen to take all its room; the mark moves to their
   resourceVersion, so every reader counts those Pods instead.
-- A gang's first member holds room for every member still missing, in the same write (a ``GangHold``); later
+- A gang's first member holds room for every member still missing, in the same write (a ``Hold``); later
   members take theirs from it, ordinary Pods never; a hold whose group object is gone holds only its members' room.
 """
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from app.admission.ports import FITS, Verdict
 from app.quota.core.amounts import Amounts, accumulate, plus, unseen
-from app.quota.core.encoding import MAX_LEDGER_BYTES, GangHold, LedgerEntry, Snapshot, encode
+from app.quota.core.encoding import MAX_LEDGER_BYTES, Hold, Ledger, Reservation, encode
 from app.quota.core.gang import Gang
 from app.quota.core.limits import gang_overflow, limited, overflow
 
@@ -109,7 +109,7 @@ class Scene:
 
     namespace: str
     limits: Mapping[str, int]
-    entries: Mapping[str, LedgerEntry]  # the ledger's, as read
+    entries: Mapping[str, Reservation]  # the ledger's, as read
     mark: int  # the ledger's mark, which this worker's Pod watch has reached
     used: Amounts  # the namespace's Pods as seen
     taken: Mapping[str, Taken]  # per entry id: what the Pods carrying it were seen to take
@@ -124,14 +124,14 @@ class Scene:
 
 
 @dataclass(slots=True)
-class Sight:
-    """What a process's feed knows of one namespace, read at one moment (app/quota/ports.py's FeedView.sight): the
+class View:
+    """What a process's feed knows of one namespace, read at one moment (app/quota/ports.py's FeedView.view): the
     parts of a Scene that come from watching the API server, and whether they can be trusted yet. A value nobody
     changes, not frozen only because one is made on every review and a frozen one takes three times as long."""
 
     namespace: str
     limits: Amounts  # the tightest device limits of its ResourceQuotas ({}: no device quota)
-    ledger: Snapshot | None  # the newest ledger seen (None: none yet)
+    ledger: Ledger | None  # the newest ledger seen (None: none yet)
     first_seen: Mapping[str, float]  # when this process first saw each entry of that ledger (monotonic)
     used: Amounts  # the namespace's Pods as seen
     taken: Mapping[str, Taken]  # per reservation asked about: what the Pods carrying it were seen to take
@@ -142,9 +142,9 @@ class Sight:
     gone: frozenset[str] = frozenset()  # gangs of the ledger's holds whose group object was deleted
 
     def scene(
-        self, found: Snapshot, *, wall: float, now: float, ttl: float, mine: Mapping[str, Grant], hold_ttl: float = 0.0
+        self, found: Ledger, *, wall: float, now: float, ttl: float, mine: Mapping[str, Grant], hold_ttl: float = 0.0
     ) -> Scene:  # fmt: skip
-        """The scene to decide ``found`` on (a ledger this sight's ``taken`` was read for)."""
+        """The scene to decide ``found`` on (a ledger this view's ``taken`` was read for)."""
         entries, mark, used, taken = found.entries, found.mark, self.used, self.taken
         return Scene(
             self.namespace, self.limits, entries, mark, used, taken, wall, now, ttl, mine, self.first_seen,
@@ -156,10 +156,10 @@ class Sight:
 class Account:
     """What a scene adds up to."""
 
-    live: Mapping[str, LedgerEntry]  # the entries not expired
+    live: Mapping[str, Reservation]  # the entries not expired
     lower: Amounts  # taken at least: what a denial counts
     upper: Amounts  # taken at most: what an admission counts
-    keep: Mapping[str, LedgerEntry]  # the entries a write keeps (this worker's closing grants cut to what they took)
+    keep: Mapping[str, Reservation]  # the entries a write keeps (this worker's closing grants cut to what they took)
     mark: int  # the mark a write sets (moved past the Pods of the entries it drops)
     first_seen: Mapping[str, float]  # others' open grants still live, with their first sight here
 
@@ -176,7 +176,7 @@ class Burst:
 class Write:
     """The ledger to store with compare-and-swap."""
 
-    entries: Mapping[str, LedgerEntry]
+    entries: Mapping[str, Reservation]
     mark: int
     wanted: int
     entry: str = ""  # the entry this write adds for the reserved asks ("" none)
@@ -207,7 +207,7 @@ def account(scene: Scene) -> Account:
     first_seen = {i: scene.first_seen.get(i, scene.now) for i, e in live.items() if e.open and i not in scene.mine}
     certain_until = scene.now - WINDOW - SLACK  # others' grants first seen before this can take nothing more
     lower, upper = dict(scene.used), dict(scene.used)
-    keep: dict[str, LedgerEntry] = {}
+    keep: dict[str, Reservation] = {}
     mark = scene.mark
     for entry_id, held in live.items():
         entry = released(scene, held) if held.hold is not None and held.hold.group in scene.gone else held
@@ -231,7 +231,7 @@ def account(scene: Scene) -> Account:
     return Account(live, lower, upper, keep, mark, first_seen)
 
 
-def released(scene: Scene, entry: LedgerEntry) -> LedgerEntry:
+def released(scene: Scene, entry: Reservation) -> Reservation:
     """A hold whose group object is gone: its members' room only, an ordinary entry that lives the reservation TTL
     from its last member's write (its Pods drop it sooner)."""
     assert entry.hold is not None
@@ -240,7 +240,7 @@ def released(scene: Scene, entry: LedgerEntry) -> LedgerEntry:
     return replace(entry, expires=round(scene.wall + scene.ttl, 1), amounts=amounts, ttl=scene.ttl, hold=None)
 
 
-def life(scene: Scene, entry: LedgerEntry) -> float:
+def life(scene: Scene, entry: Reservation) -> float:
     """How long ``entry`` holds room from this worker's first sight: its ``ttl``; one written by the previous
     version has none, and holds the longest any of ours would (a grant's)."""
     return entry.ttl if entry.ttl is not None else scene.ttl + WINDOW
@@ -281,9 +281,9 @@ def decide(scene: Scene, asks: Sequence[Ask], *, wanted: int, ask: bool, burst: 
         entry = asks[reserve[0]].uid if len(reserve) == 1 and not extra else new_id
         # a Pod admitted into a grant as its window ends may appear a TTL later
         ttl = scene.ttl + (WINDOW if extra else 0)
-        keep[entry] = LedgerEntry(round(scene.wall + ttl, 1), plus(taking, extra), bool(extra), ttl)
+        keep[entry] = Reservation(round(scene.wall + ttl, 1), plus(taking, extra), bool(extra), ttl)
         if _size(keep) > MAX_LEDGER_BYTES:  # too big: take nothing ahead, then refuse the batch
-            extra, keep[entry] = {}, LedgerEntry(round(scene.wall + scene.ttl, 1), dict(taking), ttl=scene.ttl)
+            extra, keep[entry] = {}, Reservation(round(scene.wall + scene.ttl, 1), dict(taking), ttl=scene.ttl)
     if _size(keep) > MAX_LEDGER_BYTES:
         full = tuple(sorted(reserve + joined))
         refused = tuple(None if i in full else v for i, v in enumerate(verdicts))
@@ -295,7 +295,7 @@ def decide(scene: Scene, asks: Sequence[Ask], *, wanted: int, ask: bool, burst: 
 
 
 def _each(
-    scene: Scene, counted: Account, asks: Sequence[Ask], closing: set[str], keep: dict[str, LedgerEntry]
+    scene: Scene, counted: Account, asks: Sequence[Ask], closing: set[str], keep: dict[str, Reservation]
 ) -> tuple[list[Verdict | None], list[int], list[int], list[int], Amounts, Amounts]:  # fmt: skip
     """Each ask in order: its verdict, or reserved in the batch's entry (``reserve``, ``taking`` its room), or in its
     gang's hold (``joined``, written into ``keep``; ``holding`` the room added), or undecided."""
@@ -331,7 +331,7 @@ def _each(
 
 
 def _join(
-    scene: Scene, counted: Account, keep: dict[str, LedgerEntry], taking: Amounts, one: Ask
+    scene: Scene, counted: Account, keep: dict[str, Reservation], taking: Amounts, one: Ask
 ) -> tuple[Verdict | None, Amounts] | None:  # fmt: skip
     """A gang member's verdict and the room it adds to the ledger, its gang's hold written into ``keep``; None when
     it is charged alone (its gang's hold is full, or all but it are there). The first member holds room for every
@@ -355,7 +355,7 @@ def _join(
         if missing <= 1:
             return None
         need = {name: amount * missing for name, amount in one.requested.items()}
-        hold_id, hold, amounts = one.uid, GangHold(key, missing, 1, dict(one.requested)), need
+        hold_id, hold, amounts = one.uid, Hold(key, missing, 1, dict(one.requested)), need
         denied = gang_overflow(scene.namespace, scene.limits, plus(counted.lower, taking), one.gang, missing, need)
     if denied or (denied := overflow(scene.namespace, scene.limits, plus(counted.lower, taking), need)):
         return Verdict(denied, gang=True), {}
@@ -364,7 +364,7 @@ def _join(
     if one.dry_run:
         return FITS, {}
     ttl = max(scene.hold_ttl, scene.ttl)
-    keep[hold_id] = LedgerEntry(round(scene.wall + ttl, 1), amounts, ttl=ttl, hold=hold)
+    keep[hold_id] = Reservation(round(scene.wall + ttl, 1), amounts, ttl=ttl, hold=hold)
     return Verdict(reservation=hold_id), need
 
 
@@ -395,5 +395,5 @@ def ahead(limits: Mapping[str, int], taken: Amounts, taking: Amounts, count: int
     return {name: amount * pods for name, amount in each.items() if amount * pods} if pods else {}
 
 
-def _size(entries: Mapping[str, LedgerEntry]) -> int:
+def _size(entries: Mapping[str, Reservation]) -> int:
     return len(encode(entries))

@@ -2,7 +2,10 @@
 way Kubernetes sums a Pod's effective request (native sidecars included).
 
 One function serves admission (the mutated Pod) and usage (the Pods the feed
-watches), so a Pod counts the same when it is admitted and when it runs.
+watches), so a Pod counts the same when it is admitted and when it runs. Every amount is named, as in
+Kubernetes' quota evaluator (a ResourceList): the vendor says which resources its quota counts
+(``QuotaNames.factors``) and what a container asks of each (``QuotaRequest.amounts``); nothing here knows how many
+there are.
 """
 
 from __future__ import annotations
@@ -11,23 +14,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.admission.devices.base import Device
+from app.admission.devices.base import Device, QuotaNames
 from app.admission.edit import ContainerEdit, PodEdit
-from app.quota.core.amounts import Amounts
+from app.quota.core.amounts import Amounts, accumulate, plus
 
 
 @dataclass(frozen=True)
 class Demand:
-    """One vendor's share of a Pod: device count, scaled memory and cores, with their quota keys."""
+    """One vendor's share of a Pod: its non-zero amounts by quota resource name, in the vendor's order."""
 
     device: str
-    count_name: str
-    count: int
-    memory_name: str
-    memory: int
-    memory_factor: int
-    cores_name: str
-    cores: int
+    amounts: Amounts
 
 
 def demands(pod: PodEdit, devices: Sequence[Device]) -> list[Demand]:
@@ -37,27 +34,19 @@ def demands(pod: PodEdit, devices: Sequence[Device]) -> list[Demand]:
     apps, inits = pod.app_containers(), pod.init_containers()
     for device in devices:
         names = device.quota_names
-        if not (names.memory or names.cores or names.count) or named.isdisjoint(device.resource_names):
+        if named.isdisjoint(device.resource_names) or not names.factors:
             continue
-        count, memory, cores = _effective(device, apps, inits)
-        if count or memory or cores:
-            out.append(
-                Demand(device.key, names.count, count, names.memory, memory, names.memory_factor, names.cores, cores)
-            )
+        found = {name: amount for name, amount in _effective(device, names, apps, inits).items() if amount}
+        if found:
+            out.append(Demand(device.key, found))
     return out
 
 
 def amounts(found: Sequence[Demand]) -> Amounts:
-    """The demands keyed by quota resource name, memory first, then cores, then count (the denial's order)."""
+    """The demands summed by quota resource name, each vendor's in its order (memory, cores, count: the denial's)."""
     out: Amounts = {}
     for demand in found:
-        for name, amount in (
-            (demand.memory_name, demand.memory),
-            (demand.cores_name, demand.cores),
-            (demand.count_name, demand.count),
-        ):
-            if name and amount:
-                out[name] = out.get(name, 0) + amount
+        accumulate(out, demand.amounts)
     return out
 
 
@@ -66,37 +55,33 @@ def pod_amounts(pod: Mapping[str, Any], devices: Sequence[Device]) -> Amounts:
     return amounts(demands(PodEdit(pod), devices))
 
 
-Triple = tuple[int, int, int]  # device count, memory, cores
-
-
-def _effective(device: Device, apps: Sequence[ContainerEdit], inits: Sequence[ContainerEdit]) -> Triple:
+def _effective(
+    device: Device, names: QuotaNames, apps: Sequence[ContainerEdit], inits: Sequence[ContainerEdit]
+) -> Amounts:  # fmt: skip
     """Kubernetes' effective request, per resource: app containers and native sidecars (init containers with
     ``restartPolicy: Always``) run together, so they add up; each other init container runs alone beside the
     sidecars started before it; the Pod needs the larger of that init-phase peak and the running sum."""
-    sidecars = peak = (0, 0, 0)
+    running: Amounts = {}  # the sidecars started so far, then the app containers beside them
+    peak: Amounts = {}
     for ctr in inits:
-        amounts = _amounts(device, ctr)
+        asked = _asked(device, names, ctr)
         if ctr.sidecar:
-            sidecars = _add(sidecars, amounts)
-            peak = _max(peak, sidecars)
-        else:
-            peak = _max(peak, _add(sidecars, amounts))
-    running = sidecars
+            accumulate(running, asked)
+            peak = _max(peak, running)
+        elif asked:
+            peak = _max(peak, plus(running, asked))
     for ctr in apps:
-        running = _add(running, _amounts(device, ctr))
-    return _max(running, peak)
+        accumulate(running, _asked(device, names, ctr))
+    return _max(running, peak) if peak else running
 
 
-def _amounts(device: Device, ctr: ContainerEdit) -> Triple:
+def _asked(device: Device, names: QuotaNames, ctr: ContainerEdit) -> Amounts:
     request = device.quota_request(ctr)
-    if request is None or request.nums == 0:
-        return 0, 0, 0
-    return request.nums, request.memory * request.nums, request.cores * request.nums
+    return {} if request is None else request.amounts(names)
 
 
-def _add(a: Triple, b: Triple) -> Triple:
-    return a[0] + b[0], a[1] + b[1], a[2] + b[2]
-
-
-def _max(a: Triple, b: Triple) -> Triple:
-    return max(a[0], b[0]), max(a[1], b[1]), max(a[2], b[2])
+def _max(a: Amounts, b: Amounts) -> Amounts:
+    out = dict(a)
+    for name, amount in b.items():
+        out[name] = max(out.get(name, 0), amount)
+    return out

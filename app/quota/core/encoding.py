@@ -5,7 +5,7 @@ stays inside it. Its annotation ``hami.io/quota-ledger`` holds
 ``{id: {"ttl": seconds, "expires": unix seconds, "amounts": {resource: amount}, "open": true?, "hold": {...}?}}``:
 room set aside for Pods admitted (or, while open, about to be admitted) that some worker may not have seen yet; the
 Pods carry the id in their ``hami.io/quota-reservation`` annotation. An entry with a ``hold`` is a gang's: its
-first member wrote it with room for the whole gang, and its later members take their room from it (GangHold).
+first member wrote it with room for the whole gang, and its later members take their room from it (Hold).
 Each reader holds an entry's room for ``ttl`` seconds from when it first saw the entry (a hold: since it first saw
 its last member's write), on its own monotonic clock; ``expires`` (the writer's wall clock plus ``ttl``) is
 written only for the previous version's readers, which judge by it, and never read
@@ -41,7 +41,7 @@ MAX_LEDGER_BYTES = 250_000
 
 
 @dataclass(frozen=True)
-class GangHold:
+class Hold:
     """A gang's room in its entry: ``size`` members of ``group`` (a key of app/quota/core/gang.py), ``members`` of
     them admitted so far, ``each`` the first member's charge. The entry's amounts are what its members were
     charged plus ``each`` for every member still to come (``unfilled``)."""
@@ -57,7 +57,7 @@ class GangHold:
 
 
 @dataclass(frozen=True)
-class LedgerEntry:
+class Reservation:
     """Amounts set aside for the Pods that will carry this entry's id, for ``ttl`` seconds from each reader's
     first sight (None: written by the previous version, which wrote no ``ttl``: the reader's own TTL applies).
     ``expires`` is for the previous version's readers only.
@@ -71,15 +71,15 @@ class LedgerEntry:
     amounts: Amounts
     open: bool = False
     ttl: float | None = None
-    hold: GangHold | None = None
+    hold: Hold | None = None
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class Ledger:
     """The ledger as read: its entries, its mark, and the Lease it came from (None: not created yet)."""
 
     namespace: str
-    entries: dict[str, LedgerEntry]
+    entries: dict[str, Reservation]
     lease: dict[str, Any] | None
     rv: int = -1  # the Lease's resourceVersion (-1: not created yet)
     mark: int = 0
@@ -95,7 +95,7 @@ def resource_version(text: Any) -> int:
         return -1
 
 
-def snapshot(namespace: str, lease: Mapping[str, Any]) -> Snapshot:
+def decode(namespace: str, lease: Mapping[str, Any]) -> Ledger:
     """A ledger Lease as stored."""
     meta = lease.get("metadata") or {}
     annotations = meta.get("annotations") or {}
@@ -106,15 +106,15 @@ def snapshot(namespace: str, lease: Mapping[str, Any]) -> Snapshot:
     mark = max(resource_version(annotations.get(MARK_ANNOTATION) or 0), 0)
     wanted = max(resource_version(annotations.get(WANTED_ANNOTATION) or 0), 0)
     rv = resource_version(meta.get("resourceVersion"))
-    return Snapshot(namespace, _entries(raw), dict(lease), rv, mark, wanted)
+    return Ledger(namespace, _entries(raw), dict(lease), rv, mark, wanted)
 
 
-def encode(entries: Mapping[str, LedgerEntry]) -> str:
+def encode(entries: Mapping[str, Reservation]) -> str:
     """The annotation's text (compact: it is read and written on every admission)."""
     return json.dumps({uid: _encoded(e) for uid, e in entries.items()}, separators=(",", ":"))
 
 
-def _encoded(entry: LedgerEntry) -> dict[str, Any]:
+def _encoded(entry: Reservation) -> dict[str, Any]:
     out: dict[str, Any] = {} if entry.ttl is None else {"ttl": entry.ttl}
     out |= {"expires": entry.expires, "amounts": entry.amounts}
     if entry.open:
@@ -125,28 +125,28 @@ def _encoded(entry: LedgerEntry) -> dict[str, Any]:
     return out
 
 
-def _entries(raw: Any) -> dict[str, LedgerEntry]:
+def _entries(raw: Any) -> dict[str, Reservation]:
     """Parse the annotation; malformed entries are dropped (they can only have been written by hand)."""
-    out: dict[str, LedgerEntry] = {}
+    out: dict[str, Reservation] = {}
     if not isinstance(raw, dict):
         return out
     for uid, entry in raw.items():
         try:
             amounts = {str(k): int(v) for k, v in entry["amounts"].items()}
             opened = entry.get("open") is True
-            out[str(uid)] = LedgerEntry(float(entry["expires"]), amounts, opened, _ttl(entry), _hold(entry))
+            out[str(uid)] = Reservation(float(entry["expires"]), amounts, opened, _ttl(entry), _hold(entry))
         except (KeyError, TypeError, ValueError, AttributeError):
             continue
     return out
 
 
-def _hold(entry: Mapping[str, Any]) -> GangHold | None:
+def _hold(entry: Mapping[str, Any]) -> Hold | None:
     """An entry's gang hold (None: an ordinary entry). Raises on a malformed one: the entry is dropped."""
     raw = entry.get("hold")
     if raw is None:
         return None
     each = {str(k): int(v) for k, v in raw["each"].items()}
-    return GangHold(str(raw["group"]), int(raw["size"]), int(raw["members"]), each)
+    return Hold(str(raw["group"]), int(raw["size"]), int(raw["members"]), each)
 
 
 def _ttl(entry: Mapping[str, Any]) -> float | None:

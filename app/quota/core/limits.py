@@ -24,10 +24,7 @@ def quota_factors(devices: Sequence[Device]) -> dict[str, int]:
     """Every vendor's quota resource name -> the factor its limit is scaled by (memory factor, else 1)."""
     factors: dict[str, int] = {}
     for device in devices:
-        names = device.quota_names
-        for name, factor in ((names.memory, names.memory_factor), (names.cores, 1), (names.count, 1)):
-            if name:
-                factors[name] = max(factor, 1)
+        factors.update(device.quota_names.factors)
     return factors
 
 

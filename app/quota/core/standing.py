@@ -1,6 +1,6 @@
 """Where a quota'd namespace stands, per resource: its limit, what its Pods use, what the ledger holds for Pods not
-seen yet, and what is free. The gauges (app/quota/feed/feed.py) and ``hami-webhook quota`` (app/quota/command.py) both
-count with this, on the same tables the admission decides on, so the three never disagree on the arithmetic.
+seen yet, and what is free. The gauges (app/quota/feed/gauges.py) and ``hami-webhook quota`` (app/quota/command.py)
+count it from the View a decision reads (app/quota/core/decision.py), so the three never disagree on the arithmetic.
 
 Pure: no clock (``now``, the reader's monotonic seconds, and its first sights are passed in; docs/rules.md,
 "No clock but its own"), no I/O. What the figures mean: docs/quota.md ("Looking at quota").
@@ -10,29 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 from app.quota.core.amounts import Amounts, accumulate, unseen
-from app.quota.core.decision import Scene, Taken, account, life
-from app.quota.core.encoding import GangHold, Snapshot
+from app.quota.core.decision import View, account, life
+from app.quota.core.encoding import Hold, Ledger
 from app.quota.core.limits import set_by
-
-
-class Quotas(Protocol):
-    """The device limits per ResourceQuota (app/quota/feed/tables.py's QuotaTable): what standing reads of them."""
-
-    def objects(self, namespace: str) -> dict[str, Amounts]: ...
-
-
-class Pods(Protocol):
-    """The Pods' usage (app/quota/feed/tables.py's PodTable): what standing reads of it. Declared here so the core
-    never imports the feed that calls it."""
-
-    def used(self, namespace: str) -> Amounts: ...
-
-    def taken(self, namespace: str, reservation: str) -> Taken | None: ...
-
-    def count(self, namespace: str) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -53,8 +35,8 @@ class Figure:
 
 
 @dataclass(frozen=True)
-class Hold:
-    """A ledger entry holding room for Pods not seen yet."""
+class Expiry:
+    """The ledger entry that lets its room go first, and when: a Standing's oldest."""
 
     id: str
     left: float  # seconds until this reader lets it go: its life from this reader's first sight of it
@@ -65,33 +47,22 @@ class Standing:
     namespace: str
     figures: tuple[Figure, ...]  # by resource name
     pods: int  # the Pods counted in ``used``
-    oldest: Hold | None  # the hold let go first, if any
-    gangs: tuple[GangHold, ...] = ()  # the gangs holding room, by group
+    oldest: Expiry | None  # the entry let go first, if any
+    gangs: tuple[Hold, ...] = ()  # the gangs holding room, by group
 
 
-def standing(
-    namespace: str,
-    quotas: Quotas,
-    pods: Pods,
-    ledger: Snapshot | None,
-    *,
-    now: float,
-    ttl: float,
-    first_seen: Mapping[str, float],
-) -> Standing:
-    """The namespace's figures from the tables (no figure when it has no device quota) and its ledger as read, an
-    entry live for its life from ``first_seen`` (an entry not in it: first seen ``now``, as by a reader that just
-    started, which holds its room the longest)."""
-    limits = set_by(quotas.objects(namespace))
-    entries = ledger.entries if ledger is not None else {}
-    seen = {i: found for i in entries if (found := pods.taken(namespace, i)) is not None}
-    used = pods.used(namespace)
-    limited = {n: v[0] for n, v in limits.items()}
-    scene = Scene(namespace, limited, entries, 0, used, seen, 0.0, now, ttl, first_seen=first_seen)
+def standing(view: View, quotas: Mapping[str, Amounts], pods: int, *, now: float, ttl: float) -> Standing:
+    """The namespace's figures from the ``view`` a decision would read (its ``taken`` for every ledger entry), with
+    ``quotas`` (its device ResourceQuotas by name: which sets each limit; none, no figure) and ``pods`` (how many
+    Pods ``used`` counts). An entry not first seen yet counts from ``now``, as by a reader that just started,
+    which holds its room the longest."""
+    limits = set_by(quotas)
+    scene = view.scene(view.ledger or Ledger(view.namespace, {}, None), wall=0.0, now=now, ttl=ttl, mine={})
+    seen, used = scene.taken, scene.used
     counted = account(scene)
     taken = counted.upper  # no grant is this reader's: each counts at its full amounts
     holds = [
-        Hold(i, first_seen.get(i, now) + life(scene, e) - now)
+        Expiry(i, scene.first_seen.get(i, now) + life(scene, e) - now)
         for i, e in counted.live.items()
         if any(unseen(e.amounts, seen[i].amounts if i in seen else None).values())
     ]
@@ -104,4 +75,4 @@ def standing(
         for name, (limit, quota) in sorted(limits.items())
     )
     oldest = min(holds, key=lambda h: (h.left, h.id)) if holds else None
-    return Standing(namespace, figures, pods.count(namespace), oldest, gangs)
+    return Standing(view.namespace, figures, pods, oldest, gangs)

@@ -16,24 +16,22 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
 
 from app import metrics
 from app.admission.devices.base import Device
-from app.quota.core.amounts import Amounts
-from app.quota.core.decision import Sight, Taken
-from app.quota.core.encoding import MANAGED_BY, Snapshot, resource_version
+from app.quota.core.decision import View
+from app.quota.core.encoding import MANAGED_BY, Ledger, resource_version
 from app.quota.core.gang import Gang
 from app.quota.core.standing import Standing, standing
+from app.quota.feed import gauges
 from app.quota.feed.groups import GroupTable, group_streams
 from app.quota.feed.stream import Stream, Streams
 from app.quota.feed.tables import LedgerTable, PodTable, QuotaTable, say_found_at_start, say_uncounted
 
 log = logging.getLogger("hami_webhook.quota")
-GAUGES_EVERY = 1.0  # seconds between refreshes of the quota gauges (published only when they changed)
 
 
 class Feed:
@@ -89,37 +87,24 @@ class Feed:
 
     # --- the view (FeedView) -------------------------------------------------------------------------
 
-    def sight(self, namespace: str, entries: Iterable[str] | None = None) -> Sight:
+    def view(self, namespace: str, entries: Iterable[str] | None = None) -> View:
         """What this process knows of ``namespace`` now, read at once (a Pod counts in ``used`` and in ``taken``, or
-        in neither); ``taken`` for ``entries`` (None: each entry of the ledger in the sight)."""
+        in neither); ``taken`` for ``entries`` (None: each entry of the ledger in the view)."""
         with self._lock:
-            limits, pods_at = self.quotas.limits(namespace), self._pods_at.get(namespace, -1)
-            synced, broken = self._synced.is_set(), self._broken_for()
-            if not limits:  # no device quota: nothing else of it counts (the common case, asked on every review)
-                return Sight(namespace, limits, None, {}, {}, {}, pods_at, synced, broken)
-            ledger = self.ledgers.get(namespace)
-            wanted = entries if entries is not None else (ledger.entries if ledger is not None else ())
-            taken = {
-                r: Taken(dict(t.amounts), t.rv) for r in wanted if (t := self.pods.taken(namespace, r)) is not None
-            }
-            used, first_seen = self.pods.used(namespace), self.ledgers.first_seen(namespace)
-            members = self.pods.members(namespace)
-            holds = [e.hold.group for e in (ledger.entries.values() if ledger else ()) if e.hold is not None]
-            gone = self.groups.gone(namespace, holds) if holds else frozenset()
-            return Sight(namespace, limits, ledger, first_seen, used, taken, pods_at, synced, broken, members, gone)
+            return self._view(namespace, entries)
 
     def gang(self, namespace: str, pod: Mapping[str, Any]) -> tuple[Gang | None, str]:
         """The Pod's gang from the group objects watched (app/quota/ports.py's Groups)."""
         with self._lock:
             return self.groups.gang(namespace, pod)
 
-    def offer(self, found: Snapshot) -> None:
+    def offer(self, found: Ledger) -> None:
         """A ledger this process read or wrote: newer than the cache, unless the watch was quicker."""
         with self._lock:
             self.ledgers.offer(found)
             self._ledgers_moved.notify_all()
 
-    def wait_ledger(self, namespace: str, rv: int, timeout: float) -> Snapshot | None:
+    def wait_ledger(self, namespace: str, rv: int, timeout: float) -> Ledger | None:
         """The cached ledger once it is newer than ``rv`` (None if it does not get newer within ``timeout``)."""
         deadline = time.monotonic() + timeout
         with self._lock:
@@ -176,12 +161,12 @@ class Feed:
 
     def standings(self, now: float) -> list[Standing]:
         """Every quota'd namespace whose Pods have been listed, as this process sees it at ``now`` (its monotonic
-        clock, the one its first sights of ledger entries are on); no API call. Copied under the lock, counted
+        clock, the one its first sights of ledger entries are on); no API call. Viewed under the lock, counted
         after it."""
         with self._lock:
             listed = sorted(ns for ns, at in self._pods_at.items() if at >= 0)
-            copies = [self._copy(ns) for ns in listed]
-        return [standing(c.namespace, c, c, c.ledger, now=now, ttl=self._ttl, first_seen=c.first_seen) for c in copies]
+            views = [(self._view(ns, None), self.quotas.objects(ns), self.pods.count(ns)) for ns in listed]
+        return [standing(view, quotas, pods, now=now, ttl=self._ttl) for view, quotas, pods in views]
 
     def threads(self) -> list[threading.Thread]:
         gauges = [self._gauges] if self._gauges is not None else []
@@ -192,7 +177,8 @@ class Feed:
             metrics.quota_feed_synced(name, False)
         for stream in (self._quota_stream, self._lease_stream, *self._group_streams):
             self.streams.start(stream)
-        self._gauges = threading.Thread(target=self._publish_gauges, name="quota gauges", daemon=True)
+        what = (self.standings, self._synced, self.streams.stopping)
+        self._gauges = threading.Thread(target=gauges.publish, args=what, name="quota gauges", daemon=True)
         self._gauges.start()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -201,23 +187,6 @@ class Feed:
         if self._gauges is not None:
             self._gauges.join(timeout)
         self._api_client.close()
-
-    def _publish_gauges(self) -> None:
-        """The quota gauges from this process's tables, refreshed apart from any admission: a scrape reads what
-        was published last, and costs neither an API call nor the feed's lock."""
-        last: list[Standing] | None = None
-        while not self.streams.stopping.wait(GAUGES_EVERY):
-            if not self._synced.is_set():  # a fresh worker publishes nothing rather than too little
-                continue
-            found = self.standings(time.monotonic())
-            if found != last:
-                rows = [
-                    (s.namespace, f.resource, f.quota, f.limit, f.used, f.held, f.gangs)
-                    for s in found
-                    for f in s.figures
-                ]
-                metrics.quota_standings(rows)
-                last = found
 
     # --- what the streams find (their threads, no lock held on the way in) ----------------------------
 
@@ -345,40 +314,21 @@ class Feed:
         """Seconds the longest-broken ResourceQuota or Pod stream has been unable to list or watch (0: none is)."""
         return time.monotonic() - min(self._broken.values()) if self._broken else 0.0
 
-    def _copy(self, namespace: str) -> _Copy:
+    def _view(self, namespace: str, entries: Iterable[str] | None) -> View:
+        limits, pods_at = self.quotas.limits(namespace), self._pods_at.get(namespace, -1)
+        synced, broken = self._synced.is_set(), self._broken_for()
+        if not limits:  # no device quota: nothing else of it counts (the common case, asked on every review)
+            return View(namespace, limits, None, {}, {}, {}, pods_at, synced, broken)
         ledger = self.ledgers.get(namespace)
-        entries = ledger.entries if ledger is not None else {}
-        taken = {r: Taken(dict(t.amounts), t.rv) for r in entries if (t := self.pods.taken(namespace, r)) is not None}
-        objects, used, count = self.quotas.objects(namespace), self.pods.used(namespace), self.pods.count(namespace)
-        return _Copy(namespace, objects, used, taken, count, ledger, self.ledgers.first_seen(namespace))
+        wanted = entries if entries is not None else (ledger.entries if ledger is not None else ())
+        taken = self.pods.seen(namespace, wanted)
+        used, first_seen = self.pods.used(namespace), self.ledgers.first_seen(namespace)
+        members = self.pods.members(namespace)
+        holds = [e.hold.group for e in (ledger.entries.values() if ledger else ()) if e.hold is not None]
+        gone = self.groups.gone(namespace, holds) if holds else frozenset()
+        return View(namespace, limits, ledger, first_seen, used, taken, pods_at, synced, broken, members, gone)
 
     @staticmethod
     def _publish_sync(synced: dict[str, bool]) -> None:
         for resource, value in synced.items():
             metrics.quota_feed_synced(resource, value)
-
-
-@dataclass(frozen=True)
-class _Copy:
-    """One namespace's figures copied out of the tables under the lock, read by ``standing`` after it (as the
-    tables' Quotas and Pods)."""
-
-    namespace: str
-    by_quota: dict[str, Amounts]
-    usage: Amounts
-    carried: dict[str, Taken]
-    pods: int
-    ledger: Snapshot | None
-    first_seen: Mapping[str, float]
-
-    def objects(self, namespace: str) -> dict[str, Amounts]:
-        return self.by_quota
-
-    def used(self, namespace: str) -> Amounts:
-        return dict(self.usage)
-
-    def taken(self, namespace: str, reservation: str) -> Taken | None:
-        return self.carried.get(reservation)
-
-    def count(self, namespace: str) -> int:
-        return self.pods

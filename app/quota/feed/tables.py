@@ -24,9 +24,9 @@ from typing import Any
 from app.admission.annotations import QUOTA_RESERVATION_ANNOTATION
 from app.admission.devices.base import Device
 from app.quota.core.amounts import Amounts, accumulate
-from app.quota.core.decision import Taken
+from app.quota.core.decision import Taken, View
 from app.quota.core.demand import pod_amounts
-from app.quota.core.encoding import LEDGER_PREFIX, LedgerEntry, Snapshot, resource_version, snapshot
+from app.quota.core.encoding import LEDGER_PREFIX, Ledger, Reservation, decode, resource_version
 from app.quota.core.gang import group
 from app.quota.core.limits import hard_limits, quota_factors, tightest
 
@@ -123,6 +123,11 @@ class PodTable:
     def taken(self, namespace: str, reservation: str) -> Taken | None:
         """What the Pods carrying this reservation took, and the resourceVersion by which a watch has seen them."""
         return self._taken.get((namespace, reservation))
+
+    def seen(self, namespace: str, entries: Iterable[str]) -> dict[str, Taken]:
+        """``taken`` for each of ``entries`` its Pods took from, copied: a View's, read apart from this table."""
+        found = ((r, self._taken.get((namespace, r))) for r in entries)
+        return {r: Taken(dict(t.amounts), t.rv) for r, t in found if t is not None}
 
     def members(self, namespace: str) -> dict[str, int]:
         """Per gang key, the namespace's device Pods that name it."""
@@ -256,7 +261,7 @@ class LedgerTable(_Relisted):
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._by_namespace: dict[str, Snapshot] = {}
+        self._by_namespace: dict[str, Ledger] = {}
         self._first_seen: dict[str, dict[str, float]] = {}  # namespace -> entry id -> first sight here
         self._listed = False
 
@@ -282,9 +287,9 @@ class LedgerTable(_Relisted):
             self._first_seen.pop(namespace, None)
         elif self._newer(namespace, resource_version(meta.get("resourceVersion"))):
             # parsed only when newer: the writer's own write comes back by the watch after it offered it
-            self.offer(snapshot(namespace, obj))
+            self.offer(decode(namespace, obj))
 
-    def offer(self, found: Snapshot) -> None:
+    def offer(self, found: Ledger) -> None:
         if self._newer(found.namespace, found.rv):
             before, now = self._first_seen.get(found.namespace, {}), self._clock()
             old = self._by_namespace.get(found.namespace)
@@ -299,7 +304,7 @@ class LedgerTable(_Relisted):
         current = self._by_namespace.get(namespace)
         return current is None or rv > current.rv
 
-    def get(self, namespace: str) -> Snapshot | None:
+    def get(self, namespace: str) -> Ledger | None:
         return self._by_namespace.get(namespace)
 
     def first_seen(self, namespace: str) -> Mapping[str, float]:
@@ -308,7 +313,7 @@ class LedgerTable(_Relisted):
         return MappingProxyType(self._first_seen.get(namespace) or {})
 
 
-def _joined(before: LedgerEntry | None, after: LedgerEntry) -> bool:
+def _joined(before: Reservation | None, after: Reservation) -> bool:
     """A gang's hold took a new member between two sights of it."""
     return (
         before is not None
@@ -316,3 +321,10 @@ def _joined(before: LedgerEntry | None, after: LedgerEntry) -> bool:
         and after.hold is not None
         and (before.hold.members != after.hold.members)
     )
+
+
+def view(namespace: str, quotas: QuotaTable, pods: PodTable, ledger: Ledger | None) -> View:
+    """The View of ``namespace`` from tables filled by one list each (``hami-webhook quota``): synced, every
+    entry first seen now."""
+    entries = ledger.entries if ledger is not None else ()
+    return View(namespace, quotas.limits(namespace), ledger, {}, pods.used(namespace), pods.seen(namespace, entries), 0)

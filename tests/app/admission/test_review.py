@@ -99,9 +99,7 @@ def test_quota_denial(settings) -> None:
         "exceeding resource quota: namespace ai nvidia.com/gpumem used 38000 + requested 4000 > limit 40000",
     )
     assert outcome.ops == []
-    assert quota.calls == [
-        ("ai", [Demand("NVIDIA", "nvidia.com/gpu", 1, "nvidia.com/gpumem", 4000, 1, "nvidia.com/gpucores", 0)], False)
-    ]
+    assert quota.calls == [("ai", [Demand("NVIDIA", {"nvidia.com/gpumem": 4000, "nvidia.com/gpu": 1})], False)]
 
 
 def test_undecodable_pod_is_bad_request(settings) -> None:

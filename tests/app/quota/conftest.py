@@ -35,8 +35,8 @@ MEM, CORES, GPU = "nvidia.com/gpumem", "nvidia.com/gpucores", "nvidia.com/gpu"
 def in_use(feed: Feed, namespace: str, reservations: Mapping[str, Amounts]) -> Amounts:
     """The namespace's Pod usage plus what each reservation holds beyond what its Pods were seen to take: a Pod
     counted once, as the port counts it."""
-    sight = feed.sight(namespace, reservations)
-    used, held = dict(sight.used), sight.taken
+    view = feed.view(namespace, reservations)
+    used, held = dict(view.used), view.taken
     for reservation, amounts in reservations.items():
         seen = held.get(reservation)
         accumulate(used, unseen(amounts, seen.amounts if seen is not None else None))

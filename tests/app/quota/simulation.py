@@ -53,13 +53,13 @@ from app.admission.ports import QuotaUnavailable, Verdict
 from app.kube.errors import ApiError
 from app.quota.committer import COMMIT_FAILED
 from app.quota.core.amounts import Amounts, accumulate
-from app.quota.core.decision import WINDOW, Sight, Taken
-from app.quota.core.encoding import Snapshot, snapshot
+from app.quota.core.decision import WINDOW, Taken, View
+from app.quota.core.encoding import Ledger, decode
 from app.quota.core.gang import UPSTREAM, Gang
 from app.quota.evaluator import QuotaEvaluator
 from app.quota.feed.groups import GroupTable
 from app.quota.feed.tables import LedgerTable, PodTable, QuotaTable
-from app.quota.lease import Leases
+from app.quota.lease import KubeLeases
 from app.settings import Settings
 from testbed.pods import container, pod
 
@@ -103,7 +103,7 @@ class ApiServer:
         self.pods: dict[str, dict[str, Any]] = {}
         self.groups: dict[str, dict[str, Any]] = {}  # PodGroups by name
         self.watches: dict[str, list[Watch]] = {"leases": [], "pods": [], "podgroups": []}
-        self._parsed: Snapshot | None = None
+        self._parsed: Ledger | None = None
 
     def _stored(self, kind: str, obj: dict[str, Any], event: str) -> dict[str, Any]:
         self.rv += 1
@@ -147,12 +147,12 @@ class ApiServer:
     def delete_group(self, name: str) -> None:
         self._stored("podgroups", self.groups.pop(name), "DELETED")
 
-    def ledger_entries(self) -> Snapshot | None:
+    def ledger_entries(self) -> Ledger | None:
         lease = next(iter(self.leases.values()), None)
         if lease is None:
             return None
         if self._parsed is None or self._parsed.rv != int(lease["metadata"]["resourceVersion"]):
-            self._parsed = snapshot(NS, lease)  # checked after every step: parsed once per write
+            self._parsed = decode(NS, lease)  # checked after every step: parsed once per write
         return self._parsed
 
 
@@ -195,7 +195,7 @@ class SimFeed:
 
     # --- FeedView ---------------------------------------------------------------------------------
 
-    def sight(self, namespace: str, entries: Iterable[str] | None = None) -> Sight:
+    def view(self, namespace: str, entries: Iterable[str] | None = None) -> View:
         ledger = self.ledgers.get(namespace)
         wanted = entries if entries is not None else (ledger.entries if ledger is not None else ())
         found = {r: self.pods.taken(namespace, r) for r in wanted}
@@ -204,16 +204,16 @@ class SimFeed:
         holds = [e.hold.group for e in (ledger.entries.values() if ledger else ()) if e.hold is not None]
         limits, used, members = self.quotas.limits(namespace), self.pods.used(namespace), self.pods.members(namespace)
         gone = self.groups.gone(namespace, holds)
-        return Sight(namespace, limits, ledger, first_seen, used, taken, self.pod_rv, True, 0.0, members, gone)
+        return View(namespace, limits, ledger, first_seen, used, taken, self.pod_rv, True, 0.0, members, gone)
 
     def gang(self, namespace: str, pod: dict[str, Any]) -> tuple[Gang | None, str]:
         return self.groups.gang(namespace, pod)
 
-    def offer(self, found: Snapshot) -> None:
+    def offer(self, found: Ledger) -> None:
         self.ledgers.offer(found)
 
-    def wait_ledger(self, namespace: str, rv: int, timeout: float) -> Snapshot | None:
-        def newer() -> Snapshot | None:
+    def wait_ledger(self, namespace: str, rv: int, timeout: float) -> Ledger | None:
+        def newer() -> Ledger | None:
             found = self.ledgers.get(namespace)
             return found if found is not None and found.rv > rv else None
 
@@ -305,7 +305,7 @@ class Worker:
         self.skew = sim.rng.uniform(-SKEW, SKEW)
         self.offset = sim.rng.uniform(0, 1000)  # monotonic clocks start anywhere
         self.feed = SimFeed(self, sim.server, sim.limit)
-        ledger = Leases(self._send, HOME)
+        ledger = KubeLeases(self._send, HOME)
         self.port = QuotaEvaluator(
             self.feed, ledger, DEVICES, ttl=TTL, stale_after=30, clock=self, new_id=sim.new_id, groups=self.feed,
             gang_hold=HOLD,
@@ -635,7 +635,7 @@ class Simulation:
         self.gone |= self.present - stored
         self.present = stored
 
-    def check_holds(self, found: Snapshot, committed: int) -> None:
+    def check_holds(self, found: Ledger, committed: int) -> None:
         """Every hold each reader still counts is real room: the Pods stored or landing plus those holds' unfilled
         room fit the limit (two gangs never each hold part of it, and a hold can always be filled)."""
         unfilled = 0

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from app.admission.ports import FITS, Verdict
 from app.quota.core.decision import SHARE, SLACK, WINDOW, Ask, Burst, Grant, Ruling, Scene, Taken, account, decide
-from app.quota.core.encoding import LEDGER_ANNOTATION, MAX_LEDGER_BYTES, LedgerEntry, snapshot
+from app.quota.core.encoding import LEDGER_ANNOTATION, MAX_LEDGER_BYTES, Reservation, decode
 from testbed import ROOT
 
 pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
@@ -31,8 +31,8 @@ def scene(limit: int = 10, used: int = 0, **changes: object) -> Scene:
     return replace(base, **changes)
 
 
-def entry(memory: int, *, open: bool = False, expires: float = WALL + 30) -> LedgerEntry:
-    return LedgerEntry(expires, {MEM: memory}, open, TTL)
+def entry(memory: int, *, open: bool = False, expires: float = WALL + 30) -> Reservation:
+    return Reservation(expires, {MEM: memory}, open, TTL)
 
 
 def grant(uid: str, memory: int, spent: int, closing: bool = False) -> Grant:
@@ -58,8 +58,8 @@ def full(used: int, requested: int, limit: int) -> Verdict:
     return Verdict(f"exceeding resource quota: namespace ai {MEM} used {used} + requested {requested} > limit {limit}")
 
 
-TTL_ENTRY = LedgerEntry(round(WALL + TTL, 1), {MEM: 4}, ttl=TTL)
-PREVIOUS = LedgerEntry(WALL - 1000, {MEM: 9})  # as the previous version wrote it (no ttl), long expired by WALL
+TTL_ENTRY = Reservation(round(WALL + TTL, 1), {MEM: 4}, ttl=TTL)
+PREVIOUS = Reservation(WALL - 1000, {MEM: 9})  # as the previous version wrote it (no ttl), long expired by WALL
 SEEN = {"old": Taken({MEM: 3}, rv=42)}
 RESERVED = Verdict(reservation="u")  # in the entry the write adds, once it is stored
 CASES = {
@@ -125,7 +125,7 @@ CASES = {
     "this worker's closing grant is cut to what went into it": (
         scene(entries={"g": entry(8, open=True)}, mine={"g": grant("g", 8, spent=2, closing=True)}),
         [ask("u", 4)],
-        ((RESERVED,), ({"g": LedgerEntry(WALL + 30, {MEM: 2}, ttl=TTL), "u": TTL_ENTRY}, 0, 0, "u")),
+        ((RESERVED,), ({"g": Reservation(WALL + 30, {MEM: 2}, ttl=TTL), "u": TTL_ENTRY}, 0, 0, "u")),
     ),
     "a request outside the limited resources fits": (scene(), [Ask("u", {GPU: 1})], ((FITS,), None)),
 }
@@ -163,8 +163,8 @@ def test_the_previous_versions_entries_hold_room_for_this_workers_ttl_from_first
     """Entries without a ``ttl`` live this worker's TTL and a window (the longest it writes) from first sight
     here; their ``expires`` is not read, so a wall clock an hour off changes nothing."""
     lease = {"metadata": {"resourceVersion": "7", "annotations": {LEDGER_ANNOTATION: PREVIOUS_TEXT}}}
-    found = snapshot("ai", lease).entries
-    assert found == {"u": LedgerEntry(WALL + TTL, {MEM: 4}), "g": LedgerEntry(WALL + 61, {MEM: 3}, open=True)}
+    found = decode("ai", lease).entries
+    assert found == {"u": Reservation(WALL + TTL, {MEM: 4}), "g": Reservation(WALL + 61, {MEM: 3}, open=True)}
     for wall in (WALL - 3600, WALL + 3600):
         at = scene(entries=found, wall=wall, first_seen=dict.fromkeys(found, NOW - TTL - WINDOW + 0.1))
         assert set(account(at).live) == {"u", "g"} and account(at).upper == {MEM: 7}

@@ -3,11 +3,16 @@ sidecars included), computed on the Pod as admitted and as the feed sees it."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import pytest
 
+from app.admission.devices.base import CountDevice, QuotaNames, QuotaRequest
+from app.admission.edit import ContainerEdit
 from app.quota.core.demand import pod_amounts
+from app.quota.core.limits import hard_limits, overflow, quota_factors
 from testbed.pods import container, pod
 from testbed.reviews import run
 
@@ -79,3 +84,55 @@ def test_demand_of_the_admitted_pod(obj: dict[str, Any], expected: dict[str, int
 def test_memory_factor(configured) -> None:
     settings = configured({"nvidia": {"memoryFactor": 2}})
     assert pod_amounts(run(pod(gpu("a", 1000)), settings).patched, settings.devices)[MEM] == 2000
+
+
+@dataclass(frozen=True)
+class LinkNames(QuotaNames):
+    """A vendor's quota with a fourth resource, its links, beside memory, cores and count."""
+
+    links: str = ""
+
+    @property
+    def resource_names(self) -> frozenset[str]:
+        return super().resource_names | {self.links}
+
+    @cached_property
+    def factors(self) -> dict[str, int]:
+        return super().factors | {self.links: 1}
+
+
+@dataclass(frozen=True)
+class LinkRequest(QuotaRequest):
+    links: int = 0
+
+    def amounts(self, names: QuotaNames) -> dict[str, int]:
+        assert isinstance(names, LinkNames)
+        return super().amounts(names) | {names.links: self.links * self.nums}
+
+
+@dataclass(frozen=True)
+class Linked(CountDevice):
+    """A vendor whose quota counts its devices and the links each takes: the whole change is in its module."""
+
+    links_name: str = "example.com/links"
+
+    @cached_property
+    def quota_names(self) -> QuotaNames:
+        return LinkNames(count=self.count_name, links=self.links_name)
+
+    def quota_request(self, ctr: ContainerEdit) -> QuotaRequest | None:
+        count, links = ctr.limit(self.count_name), ctr.limit(self.links_name)
+        return None if count is None else LinkRequest(nums=count.value, links=links.value if links else 0)
+
+
+def test_a_fourth_resource_is_counted_from_the_vendors_map_alone() -> None:
+    """Demand, limits and the fit check read a vendor's named amounts, not three fixed fields: a vendor that counts
+    one more resource is quota'd on it with no change outside its module."""
+    device, links = Linked("LINK", "example.com/dev"), "example.com/links"
+    asked = pod_amounts(pod(container(limits={"example.com/dev": "2", links: "3"})), [device])
+    assert asked == {"example.com/dev": 2, links: 6}
+    limits = hard_limits({f"limits.{links}": "5"}, quota_factors([device]))
+    assert limits == {links: 5}
+    assert overflow("ai", limits, {}, asked) == (
+        "exceeding resource quota: namespace ai example.com/links used 0 + requested 6 > limit 5"
+    )

@@ -145,7 +145,7 @@ def test_failing_lists_back_off_then_sync(cluster: Cluster, start_quota) -> None
 def test_stop_is_prompt_with_open_watches(cluster: Cluster, start_quota) -> None:
     port, _ = start_quota()
     cluster.quota({MEM: "1"})
-    eventually(lambda: port.feed.sight(cluster.ns).limits, what="the quota")
+    eventually(lambda: port.feed.view(cluster.ns).limits, what="the quota")
     port.stop()  # joins each thread for at most 5 s: a watch that was not cut would run its 30 s and more
     assert not any(t.is_alive() for t in port.feed.threads())
 

@@ -12,8 +12,8 @@ import pytest
 
 from app.admission.ports import FITS, Verdict
 from app.quota.command import render
-from app.quota.core.decision import Ask, Burst, Ruling, Scene, Taken, account, decide
-from app.quota.core.encoding import LEDGER_ANNOTATION, GangHold, LedgerEntry, encode, snapshot
+from app.quota.core.decision import Ask, Burst, Ruling, Scene, Taken, View, account, decide
+from app.quota.core.encoding import LEDGER_ANNOTATION, Hold, Reservation, decode, encode
 from app.quota.core.gang import Gang, group
 from app.quota.core.standing import standing
 from app.quota.feed.groups import GroupTable
@@ -38,11 +38,11 @@ def decided(at: Scene, *asks: Ask) -> Ruling:
     return decide(at, asks, wanted=0, ask=True, burst=Burst(), new_id="batch")
 
 
-def hold(members: int, size: int = 4, each: int = 1, charged: int | None = None, key: str = TRAIN.key) -> LedgerEntry:
+def hold(members: int, size: int = 4, each: int = 1, charged: int | None = None, key: str = TRAIN.key) -> Reservation:
     """A hold as the ledger keeps it: ``members`` admitted of ``size`` (charged ``each`` unless said)."""
     charged = members * each if charged is None else charged
     amounts = {GPU: charged + (size - members) * each}
-    return LedgerEntry(round(WALL + HOLD, 1), amounts, ttl=HOLD, hold=GangHold(key, size, members, {GPU: each}))
+    return Reservation(round(WALL + HOLD, 1), amounts, ttl=HOLD, hold=Hold(key, size, members, {GPU: each}))
 
 
 def free(at: Scene) -> int:
@@ -116,7 +116,7 @@ def test_a_hold_whose_group_is_gone_keeps_only_its_members_room() -> None:
     assert free(at) == 4
     made = decided(at, ask("a", gpus=4, gang=None))
     assert made.verdicts == (Verdict(reservation="a"),)
-    released = LedgerEntry(round(WALL + TTL, 1), {GPU: 2}, ttl=TTL)
+    released = Reservation(round(WALL + TTL, 1), {GPU: 2}, ttl=TTL)
     assert made.write is not None and made.write.entries["w0"] == released
 
 
@@ -126,7 +126,7 @@ def test_a_hold_expires_its_ttl_after_the_last_member_was_seen_joining() -> None
     assert free(scene(entries=entries, first_seen={"w0": NOW - HOLD})) == 6
     table = LedgerTable(clock=iter([0.0, 200.0, 400.0]).__next__)
     for members, rv in ((1, 1), (2, 2), (2, 3)):
-        table.offer(snapshot("ai", lease({"w0": hold(members)}, rv)))
+        table.offer(decode("ai", lease({"w0": hold(members)}, rv)))
         if rv == 2:
             assert table.first_seen("ai") == {"w0": 200.0}  # a new member: its life starts again
     assert table.first_seen("ai") == {"w0": 200.0}  # rewritten without a new member: it does not
@@ -152,13 +152,13 @@ def test_a_dry_run_checks_the_whole_gang_and_writes_nothing() -> None:
 
 
 def test_a_hold_survives_the_ledger_encoding() -> None:
-    entries = {"w0": hold(3, charged=5), "plain": LedgerEntry(WALL, {GPU: 1}, ttl=TTL)}
-    assert snapshot("ai", lease(entries, 1)).entries == entries
+    entries = {"w0": hold(3, charged=5), "plain": Reservation(WALL, {GPU: 1}, ttl=TTL)}
+    assert decode("ai", lease(entries, 1)).entries == entries
     broken = '{"w0": {"expires": 1, "amounts": {"g": 1}, "hold": {"group": "x"}}}'
-    assert snapshot("ai", {"metadata": {"annotations": {LEDGER_ANNOTATION: broken}}}).entries == {}
+    assert decode("ai", {"metadata": {"annotations": {LEDGER_ANNOTATION: broken}}}).entries == {}
 
 
-def lease(entries: Mapping[str, LedgerEntry], rv: int) -> dict[str, Any]:
+def lease(entries: Mapping[str, Reservation], rv: int) -> dict[str, Any]:
     return {"metadata": {"resourceVersion": str(rv), "annotations": {LEDGER_ANNOTATION: encode(entries)}}}
 
 
@@ -217,21 +217,9 @@ def test_kueue_declares_the_size_on_the_pod_and_a_basic_policy_is_no_gang() -> N
 
 
 def test_the_standing_shows_room_held_for_gangs_per_group() -> None:
-    class Tables:
-        def objects(self, namespace: str) -> dict[str, dict[str, int]]:
-            return {"gpu": {GPU: 6}}
-
-        def used(self, namespace: str) -> dict[str, int]:
-            return {GPU: 1}
-
-        def taken(self, namespace: str, reservation: str) -> Taken | None:
-            return Taken({GPU: 1}, rv=3) if reservation == "w0" else None
-
-        def count(self, namespace: str) -> int:
-            return 1
-
-    ledger = snapshot("ai", lease({"w0": hold(1)}, 4))
-    found = standing("ai", Tables(), Tables(), ledger, now=NOW, ttl=TTL, first_seen={})
+    ledger = decode("ai", lease({"w0": hold(1)}, 4))
+    seen = View("ai", {GPU: 6}, ledger, {}, {GPU: 1}, {"w0": Taken({GPU: 1}, rv=3)}, 4)
+    found = standing(seen, {"gpu": {GPU: 6}}, 1, now=NOW, ttl=TTL)
     assert [(f.used, f.held, f.gangs, f.free) for f in found.figures] == [(1, 3, 3, 2)]
-    assert found.gangs == (GangHold(TRAIN.key, 4, 1, {GPU: 1}),)
+    assert found.gangs == (Hold(TRAIN.key, 4, 1, {GPU: 1}),)
     assert render([found], "wide", wide_scope=False).splitlines()[1].split()[-2:] == ["3", f"{TRAIN.key}=1/4"]

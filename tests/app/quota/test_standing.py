@@ -3,16 +3,17 @@ its Pods were seen to take, which ResourceQuota sets each limit, which hold is t
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from app.admission.annotations import QUOTA_RESERVATION_ANNOTATION
 from app.quota.core.decision import Scene, denial, free
-from app.quota.core.encoding import LedgerEntry, Snapshot
+from app.quota.core.encoding import Ledger, Reservation
 from app.quota.core.limits import set_by
-from app.quota.core.standing import Hold, standing
-from app.quota.feed.tables import PodTable, QuotaTable
+from app.quota.core.standing import Expiry, Standing, standing
+from app.quota.feed.tables import PodTable, QuotaTable, view
 from app.settings import Settings
 from testbed.pods import container, pod
 
@@ -32,6 +33,14 @@ def rq(name: str, hard: dict[str, str]) -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": NS}, "spec": {"hard": hard}}
 
 
+def stand(
+    quotas: QuotaTable, pods: PodTable, ledger: Ledger | None, first_seen: dict[str, float], ns: str = NS
+) -> Standing:
+    """Where ``ns`` stands in the View a decision reads of these tables, its entries first seen at ``first_seen``."""
+    seen = replace(view(ns, quotas, pods, ledger), first_seen=first_seen)
+    return standing(seen, quotas.objects(ns), pods.count(ns), now=NOW, ttl=TTL)
+
+
 @pytest.fixture
 def tables() -> tuple[QuotaTable, PodTable]:
     devices = Settings.from_env({}).devices
@@ -47,28 +56,28 @@ def test_used_held_and_the_quota_that_sets_each_limit(tables: tuple[QuotaTable, 
     # The writers' ``expires`` are nonsense on purpose: no reader judges by another's wall clock.
     pods.replace(NS, [stored("p1", 2, 1000, "r1"), stored("p2", 1, 500), stored("p4", 1, 700, "r4")])
     entries = {
-        "r1": LedgerEntry(0, {MEM: 3000, GPU: 3}, ttl=60),
-        "r2": LedgerEntry(0, {MEM: 1200, GPU: 1}, open=True, ttl=15),
-        "r3": LedgerEntry(1e12, {MEM: 5000, GPU: 1}, ttl=60),
-        "r4": LedgerEntry(0, {MEM: 700, GPU: 1}, ttl=60),
+        "r1": Reservation(0, {MEM: 3000, GPU: 3}, ttl=60),
+        "r2": Reservation(0, {MEM: 1200, GPU: 1}, open=True, ttl=15),
+        "r3": Reservation(1e12, {MEM: 5000, GPU: 1}, ttl=60),
+        "r4": Reservation(0, {MEM: 700, GPU: 1}, ttl=60),
     }
     first_seen = {"r1": NOW - 30, "r2": NOW - 5, "r3": NOW - 61, "r4": NOW - 55}
-    found = standing(NS, quotas, pods, Snapshot(NS, entries, None, 5), now=NOW, ttl=TTL, first_seen=first_seen)
+    found = stand(quotas, pods, Ledger(NS, entries, None, 5), first_seen)
     by = {f.resource: f for f in found.figures}
     assert (by[MEM].limit, by[MEM].quota, by[GPU].limit, by[GPU].quota) == (8000, "a-small", 4, "b-gpu")
     assert (by[MEM].used, by[GPU].used) == (2000 + 500 + 700, 2 + 1 + 1)
     assert (by[MEM].held, by[GPU].held) == ((3000 - 2000) + 1200, (3 - 2) + 1)
     assert by[MEM].free == 8000 - 3200 - 2200 and by[GPU].free == 0  # never below 0 (4 - 4 - 2)
     assert found.pods == 3
-    assert found.oldest == Hold("r2", 10)  # r4 is used up, r3 expired; r2 has 10 of its 15 s left, r1 30 of 60
+    assert found.oldest == Expiry("r2", 10)  # r4 is used up, r3 expired; r2 has 10 of its 15 s left, r1 30 of 60
 
 
 def test_no_ledger_nothing_held_and_no_quota_no_figure(tables: tuple[QuotaTable, PodTable]) -> None:
     quotas, pods = tables
-    found = standing(NS, quotas, pods, None, now=NOW, ttl=TTL, first_seen={})
+    found = stand(quotas, pods, None, {})
     assert [(f.resource, f.used, f.held) for f in found.figures] == [(GPU, 0, 0), (MEM, 0, 0)]
     assert found.oldest is None and found.pods == 0
-    assert standing("elsewhere", quotas, pods, None, now=NOW, ttl=TTL, first_seen={}).figures == ()
+    assert stand(quotas, pods, None, {}, "elsewhere").figures == ()
 
 
 def test_equal_limits_name_the_first_quota_by_name() -> None:
@@ -79,9 +88,9 @@ def test_free_is_one_figure_the_limit_less_what_is_taken_at_most(tables: tuple[Q
     """The workload warning's FREE (``free``, what the evaluator's ``room`` returns) is the command's and the
     gauges': another worker's grant seen a moment ago counts as taken, though a denial does not count it yet."""
     quotas, pods = tables
-    entries = {"g": LedgerEntry(0, {MEM: 3000, GPU: 1}, open=True, ttl=15)}
+    entries = {"g": Reservation(0, {MEM: 3000, GPU: 1}, open=True, ttl=15)}
     first_seen = {"g": NOW}
-    shown = standing(NS, quotas, pods, Snapshot(NS, entries, None, 5), now=NOW, ttl=TTL, first_seen=first_seen)
+    shown = stand(quotas, pods, Ledger(NS, entries, None, 5), first_seen)
     limits = {name: limit for name, (limit, _) in set_by(quotas.objects(NS)).items()}
     scene = Scene(NS, limits, entries, 0, pods.used(NS), {}, 0.0, NOW, TTL, first_seen=first_seen)
     assert free(scene) == {f.resource: f.free for f in shown.figures} == {MEM: 8000 - 3000, GPU: 4 - 1}

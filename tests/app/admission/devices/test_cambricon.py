@@ -113,5 +113,5 @@ def test_quota_request(ctr: dict[str, Any], expected: QuotaRequest | None, setti
 def test_quota_demand_multiplies_by_device_count(settings) -> None:
     obj = pod(container(limits={COUNT: "2", MEMORY: "40"}))
     assert [d for d in demands(PodEdit(obj), settings.devices) if d.device == "MLU"] == [
-        Demand("MLU", COUNT, 2, MEMORY, 2 * 40 * 256, 256, CORES, 200)
+        Demand("MLU", {MEMORY: 2 * 40 * 256, CORES: 200, COUNT: 2})
     ]

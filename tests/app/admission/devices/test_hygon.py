@@ -48,7 +48,7 @@ def test_count_only_in_requests_still_counts_for_quota(settings) -> None:
     """HAMi's quota arithmetic runs on every Pod, so a DCU asked for in requests only is counted."""
     obj = pod(container(requests={COUNT: "1", MEMORY: "1000"}))
     assert [d for d in demands(PodEdit(obj), settings.devices) if d.device == "DCU"] == [
-        Demand("DCU", COUNT, 1, MEMORY, 1000, 1, CORES, 100)
+        Demand("DCU", {MEMORY: 1000, CORES: 100, COUNT: 1})
     ]
 
 
