@@ -37,6 +37,8 @@ landing plus every such hold's unfilled room never exceed the limit, so two gang
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import random
 import threading
@@ -52,7 +54,6 @@ from app.admission.edit import PodEdit
 from app.admission.ports import QuotaUnavailable, Verdict
 from app.kube.errors import ApiError
 from app.quota.committer import COMMIT_FAILED
-from app.quota.core.amounts import Amounts, accumulate
 from app.quota.core.decision import WINDOW, Sight, Taken
 from app.quota.core.encoding import Snapshot, snapshot
 from app.quota.core.gang import UPSTREAM, Gang
@@ -79,6 +80,11 @@ def _copy(obj: Any) -> Any:
     return orjson.loads(orjson.dumps(obj))
 
 
+def memory(obj: dict[str, Any]) -> int:
+    """The GPU memory a simulated Pod asks for (its one container's limit)."""
+    return int(obj["spec"]["containers"][0]["resources"]["limits"][MEM])
+
+
 class Killed(BaseException):
     """The worker's process was SIGKILLed: unwinds its thread (not an Exception: nothing in the port catches it)."""
 
@@ -103,10 +109,13 @@ class ApiServer:
         self.pods: dict[str, dict[str, Any]] = {}
         self.groups: dict[str, dict[str, Any]] = {}  # PodGroups by name
         self.watches: dict[str, list[Watch]] = {"leases": [], "pods": [], "podgroups": []}
-        self._parsed: Snapshot | None = None
+        self._parsed: Snapshot | None = None  # the stored ledger, parsed once per write (checked every step)
+        self._fresh = False  # _parsed is the stored ledger's
 
     def _stored(self, kind: str, obj: dict[str, Any], event: str) -> dict[str, Any]:
         self.rv += 1
+        if kind == "leases":
+            self._fresh = False
         obj["metadata"]["resourceVersion"] = str(self.rv)
         for watch in self.watches[kind]:
             watch.pending.append((event, _copy(obj)))
@@ -148,11 +157,10 @@ class ApiServer:
         self._stored("podgroups", self.groups.pop(name), "DELETED")
 
     def ledger_entries(self) -> Snapshot | None:
-        lease = next(iter(self.leases.values()), None)
-        if lease is None:
-            return None
-        if self._parsed is None or self._parsed.rv != int(lease["metadata"]["resourceVersion"]):
-            self._parsed = snapshot(NS, lease)  # checked after every step: parsed once per write
+        if not self._fresh:
+            lease = next(iter(self.leases.values()), None)
+            self._parsed = None if lease is None else snapshot(NS, lease)
+            self._fresh = True
         return self._parsed
 
 
@@ -182,6 +190,10 @@ class SimFeed:
             self.groups.replace(UPSTREAM, _copy(list(server.groups.values())))
         else:
             self.ledgers.replace(_copy(list(server.leases.values())))
+
+    def bookmark(self, server: ApiServer) -> None:
+        """A bookmark on the Pod watch: its resourceVersion moves on to the server's."""
+        self.pod_rv = server.rv
 
     def deliver(self, kind: str) -> None:
         event, obj = self.watches[kind].pending.popleft()
@@ -331,7 +343,11 @@ class Worker:
 
     def busy(self, kind: str) -> int:
         """Tasks of ``kind`` still running."""
-        return sum(task.kind == kind and not task.done for task in self.tasks)
+        return sum(task.kind == kind and task.op is not None for task in self.tasks)
+
+    def probe(self) -> None:
+        """The contact probe's one round."""
+        self.port.contact.check(self.monotonic())
 
     # --- Clock -----------------------------------------------------------------------------------
 
@@ -443,6 +459,7 @@ class Simulation:
         for _ in range(workers):
             self.workers.append(Worker(self, len(self.workers)))
         self.landing: dict[str, tuple[float, dict[str, Any]]] = {}  # uid -> (deadline, the Pod)
+        self.committed = 0  # the memory of the Pods stored or landing, kept as they come and go (recounted at the end)
         self.admitted = self.denied = 0
         self.unavailable: dict[str, int] = {}
         self.step = 0
@@ -492,6 +509,7 @@ class Simulation:
             obj = self.pod_object(admission)
             obj["metadata"]["annotations"]["hami.io/quota-reservation"] = result.reservation
             self.landing[admission.uid] = (self.now + self.rng.uniform(0, LAND_WITHIN), obj)
+            self.committed += admission.memory
 
     def resume(self, task: Task) -> None:
         if task.dead:  # crashed: the scheduler raises what it left in ``problems``
@@ -516,38 +534,69 @@ class Simulation:
             if task.glet:  # started and not ended
                 self.resume(task)
 
-    def choices(self) -> list[tuple[float, Callable[[], None]]]:
-        out: list[tuple[float, Callable[[], None]]] = []
+    def choices(self) -> tuple[list[float], list[tuple[Any, ...]]]:
+        """What may happen next and the weight of each: an action is a callable and its arguments."""
+        weights: list[float] = []
+        actions: list[tuple[Any, ...]] = []
+        weigh, act = weights.append, actions.append
+        server = self.server
         for worker in self.workers:
+            admitting = contacting = 0
             for task in worker.tasks:
-                if not task.done and not task.dead and task.ready():
-                    out.append((6, lambda t=task: self.resume(t)))
-            if self.admissions_left and worker.busy("admission") < MAX_ADMITTING:
-                out.append((3, lambda w=worker: self.start_admission(w)))
-            if not worker.busy("contact"):
-                out.append((0.5, lambda w=worker: w.spawn("contact", lambda: w.port.contact.check(w.monotonic()))))
+                if task.op is None:  # idle
+                    continue
+                if task.kind == "admission":
+                    admitting += 1
+                elif task.kind == "contact":
+                    contacting += 1
+                if not task.dead and task.ready():
+                    weigh(6)
+                    act((self.resume, task))
+            if self.admissions_left and admitting < MAX_ADMITTING:
+                weigh(3)
+                act((self.start_admission, worker))
+            if not contacting:
+                weigh(0.5)
+                act((worker.spawn, "contact", worker.probe))
             if worker.cut:
-                out.append((0.3, lambda w=worker: self.heal(w)))
+                weigh(0.3)
+                act((self.heal, worker))
                 continue  # nothing reaches it: no events, no bookmarks
             if self.partitions_left:
-                out.append((0.05, lambda w=worker: self.cut_off(w)))
-            for kind, watch in worker.feed.watches.items():
+                weigh(0.05)
+                act((self.cut_off, worker))
+            feed = worker.feed
+            for kind, watch in feed.watches.items():
                 if watch.pending:
-                    out.append((4, lambda w=worker, k=kind: w.feed.deliver(k)))
-                    out.append((0.05, lambda w=worker, k=kind: w.feed.relist(self.server, k)))
+                    weigh(4)
+                    act((feed.deliver, kind))
+                    weigh(0.05)
+                    act((feed.relist, server, kind))
                 elif kind == "pods":  # a bookmark: the watch's resourceVersion moves on
-                    out.append((0.3, lambda w=worker: setattr(w.feed, "pod_rv", self.server.rv)))
+                    weigh(0.3)
+                    act((feed.bookmark, server))
             if self.kills_left:
-                out.append((0.05, lambda w=worker: self.kill(w)))
-            out.append((0.05, lambda w=worker: self.jump(w)))
+                weigh(0.05)
+                act((self.kill, worker))
+            weigh(0.05)
+            act((self.jump, worker))
         for uid in self.landing:
-            out.append((1, lambda u=uid: self.land(u)))
-        if self.server.pods:
-            out.append((0.2, self.delete_some_pod))
-        if self.server.groups:
-            out.append((0.02, self.delete_some_group))
-        out.append((1, self.advance))
-        return out
+            weigh(1)
+            act((self.land, uid))
+        if server.pods:
+            weigh(0.2)
+            act((self.delete_some_pod,))
+        if server.groups:
+            weigh(0.02)
+            act((self.delete_some_group,))
+        weigh(1)
+        act((self.advance,))
+        return weights, actions
+
+    def pick(self, weights: list[float], actions: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+        """``self.rng.choices(actions, weights)[0]``, the same draw, without its checks and copies."""
+        cumulative = list(itertools.accumulate(weights))
+        return actions[bisect.bisect(cumulative, self.rng.random() * (cumulative[-1] + 0.0), 0, len(actions) - 1)]
 
     def jump(self, worker: Worker) -> None:
         """The worker's wall clock is set anywhere within SKEW of the true time (its monotonic clock runs on)."""
@@ -589,6 +638,7 @@ class Simulation:
     def delete_some_pod(self) -> None:
         uid = self.rng.choice(sorted(self.server.pods))
         self.trace.append(f"{self.now:.3f} {uid} deleted")
+        self.committed -= memory(self.server.pods[uid])
         self.server.delete_pod(uid)
 
     def delete_some_group(self) -> None:
@@ -613,15 +663,13 @@ class Simulation:
     def check(self) -> None:
         if self.problems:
             raise self.violation("; ".join(self.problems))
-        committed: Amounts = {}
-        for obj in [*self.server.pods.values(), *(o for _, o in self.landing.values())]:
-            accumulate(committed, {MEM: int(obj["spec"]["containers"][0]["resources"]["limits"][MEM])})
-        if committed.get(MEM, 0) > self.limit:
-            raise self.violation(f"over-admitted: Pods stored or landing hold {committed[MEM]} > limit {self.limit}")
+        committed = self.committed
+        if committed > self.limit:
+            raise self.violation(f"over-admitted: Pods stored or landing hold {committed} > limit {self.limit}")
         found = self.server.ledger_entries()
         if found is None:
             return
-        self.check_holds(found, committed.get(MEM, 0))
+        self.check_holds(found, committed)
         if found.rv == self.checked_rv:
             return
         self.checked_rv, stored = found.rv, set(found.entries)
@@ -657,10 +705,13 @@ class Simulation:
         try:
             while self.admissions_left or self.landing or any(w.busy("admission") for w in self.workers):
                 self.step += 1
-                weights, actions = zip(*self.choices(), strict=True)
-                self.rng.choices(actions, weights)[0]()
+                action, *arguments = self.pick(*self.choices())
+                action(*arguments)
                 self.check()
             free = self.settle()
+            recounted = sum(memory(o) for o in [*self.server.pods.values(), *(o for _, o in self.landing.values())])
+            if recounted != self.committed:
+                raise self.violation(f"the harness counted {self.committed} stored or landing, not {recounted}")
         finally:
             random.setstate(before)
             for worker in self.workers:
@@ -696,7 +747,7 @@ class Simulation:
         self.deliver_all()
         self.advance(max(TTL, HOLD) + WINDOW + 1)  # every hold not filled is given back by now
         self.deliver_all()
-        used = sum(int(o["spec"]["containers"][0]["resources"]["limits"][MEM]) for o in self.server.pods.values())
+        used = sum(memory(o) for o in self.server.pods.values())
         free = (self.limit - used) // 1000
         worker = self.workers[0]
         # it hears the API server again
@@ -710,5 +761,6 @@ class Simulation:
                 raise self.violation(f"room not usable again a TTL after the burst: {i} of {free} admitted, {result!r}")
             if i == free and not (isinstance(result, Verdict) and result.denial):
                 raise self.violation(f"past the room after the burst: {result!r}")
-            self.landing.pop(admission.uid, None)
+            if (landing := self.landing.pop(admission.uid, None)) is not None:
+                self.committed -= memory(landing[1])
         return free
