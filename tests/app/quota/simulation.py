@@ -182,6 +182,7 @@ class SimFeed:
 
     def relist(self, server: ApiServer, kind: str) -> None:
         """A fresh list (first start, or after 410 Gone): the watch's undelivered events are gone."""
+        self.worker.version += 1
         self.watches[kind].pending.clear()
         if kind == "pods":
             self.pods.replace(NS, _copy(list(server.pods.values())))
@@ -194,8 +195,10 @@ class SimFeed:
     def bookmark(self, server: ApiServer) -> None:
         """A bookmark on the Pod watch: its resourceVersion moves on to the server's."""
         self.pod_rv = server.rv
+        self.worker.version += 1
 
     def deliver(self, kind: str) -> None:
+        self.worker.version += 1
         event, obj = self.watches[kind].pending.popleft()
         if kind == "pods":
             self.pods.apply(event, obj)
@@ -280,12 +283,21 @@ class Task:
         self.kind = ""
         self.op: Callable[[], object] | None = None  # None: idle
         self.ready: Callable[[], bool] = lambda: False  # when the scheduler may resume it
+        self._asked: tuple[int, int] = (-1, -1)  # (worker's version, epoch) when ready() was last asked
+        self._ready = False
         self.dead = False
         self.glet = greenlet.greenlet(self._loop, parent=worker.sim.scheduler)
 
     @property
     def done(self) -> bool:
         return self.op is None
+
+    def is_ready(self) -> bool:
+        """``ready()``, asked again only once the worker or the time has changed (it reads nothing else)."""
+        key = (self.worker.version, self.worker.sim.epoch)
+        if key != self._asked:
+            self._asked, self._ready = key, self.ready()
+        return self._ready
 
     def pause(self, ready: Callable[[], bool]) -> None:
         self.ready = ready
@@ -314,6 +326,8 @@ class Worker:
 
     def __init__(self, sim: Simulation, index: int) -> None:
         self.sim, self.index = sim, index
+        # bumped whenever what its threads wait on may have changed (a thread ran, its feed or network changed)
+        self.version = 0
         self.skew = sim.rng.uniform(-SKEW, SKEW)
         self.offset = sim.rng.uniform(0, 1000)  # monotonic clocks start anywhere
         self.feed = SimFeed(self, sim.server, sim.limit)
@@ -328,6 +342,8 @@ class Worker:
         self.held: list[tuple[str, str, dict[str, Any] | None]] = []  # requests given up on, still in the black hole
         self.tasks: list[Task] = []
         self.current: Task | None = None  # the task running now (one at a time)
+        self._key: tuple[Any, ...] = ()
+        self._options: tuple[list[float], list[tuple[Any, ...]]] = ([], [])
         for _ in range(sim.rng.choice([1, 1, 2])):
             self.spawn("committer", self.port.committer.run)
 
@@ -344,6 +360,59 @@ class Worker:
     def busy(self, kind: str) -> int:
         """Tasks of ``kind`` still running."""
         return sum(task.kind == kind and task.op is not None for task in self.tasks)
+
+    def options(self) -> tuple[list[float], list[tuple[Any, ...]]]:
+        """What may happen next to this worker, each with its weight, as ``Simulation.choices`` lists them: the
+        same until the worker, the time, the server or the schedule's budgets change (kept till then)."""
+        sim = self.sim
+        budgets = (sim.admissions_left > 0, sim.kills_left > 0, sim.partitions_left > 0)
+        key = (self.version, sim.epoch, sim.server.rv, budgets)
+        if key == self._key:
+            return self._options
+        weights: list[float] = []
+        actions: list[tuple[Any, ...]] = []
+        weigh, act = weights.append, actions.append
+        admitting = contacting = 0
+        for task in self.tasks:
+            if task.op is None:  # idle
+                continue
+            if task.kind == "admission":
+                admitting += 1
+            elif task.kind == "contact":
+                contacting += 1
+            if not task.dead and task.is_ready():
+                weigh(6)
+                act((sim.resume, task))
+        if sim.admissions_left and admitting < MAX_ADMITTING:
+            weigh(3)
+            act((sim.start_admission, self))
+        if not contacting:
+            weigh(0.5)
+            act((self.spawn, "contact", self.probe))
+        if self.cut:
+            weigh(0.3)
+            act((sim.heal, self))
+        else:  # cut off, nothing reaches it: no events, no bookmarks
+            if sim.partitions_left:
+                weigh(0.05)
+                act((sim.cut_off, self))
+            feed = self.feed
+            for kind, watch in feed.watches.items():
+                if watch.pending:
+                    weigh(4)
+                    act((feed.deliver, kind))
+                    weigh(0.05)
+                    act((feed.relist, sim.server, kind))
+                elif kind == "pods":  # a bookmark: the watch's resourceVersion moves on
+                    weigh(0.3)
+                    act((feed.bookmark, sim.server))
+            if sim.kills_left:
+                weigh(0.05)
+                act((sim.kill, self))
+            weigh(0.05)
+            act((sim.jump, self))
+        self._key, self._options = key, (weights, actions)
+        return weights, actions
 
     def probe(self) -> None:
         """The contact probe's one round."""
@@ -440,6 +509,7 @@ class Simulation:
         self.seed = seed
         self.rng = random.Random(seed)
         self.now = 0.0
+        self.epoch = 0  # bumped whenever time passes
         self.limit = room * 1000
         self.server = ApiServer()
         for index in range(gangs):  # before the workers start: their first list finds them
@@ -517,6 +587,7 @@ class Simulation:
         task.worker.current = task
         self.reads = 0
         task.glet.switch()  # back here when it pauses or ends
+        task.worker.version += 1
 
     def kill(self, worker: Worker) -> None:
         """SIGKILL: wherever it is, the process is gone (a write it sent may have landed); a new one starts."""
@@ -538,59 +609,21 @@ class Simulation:
         """What may happen next and the weight of each: an action is a callable and its arguments."""
         weights: list[float] = []
         actions: list[tuple[Any, ...]] = []
-        weigh, act = weights.append, actions.append
-        server = self.server
         for worker in self.workers:
-            admitting = contacting = 0
-            for task in worker.tasks:
-                if task.op is None:  # idle
-                    continue
-                if task.kind == "admission":
-                    admitting += 1
-                elif task.kind == "contact":
-                    contacting += 1
-                if not task.dead and task.ready():
-                    weigh(6)
-                    act((self.resume, task))
-            if self.admissions_left and admitting < MAX_ADMITTING:
-                weigh(3)
-                act((self.start_admission, worker))
-            if not contacting:
-                weigh(0.5)
-                act((worker.spawn, "contact", worker.probe))
-            if worker.cut:
-                weigh(0.3)
-                act((self.heal, worker))
-                continue  # nothing reaches it: no events, no bookmarks
-            if self.partitions_left:
-                weigh(0.05)
-                act((self.cut_off, worker))
-            feed = worker.feed
-            for kind, watch in feed.watches.items():
-                if watch.pending:
-                    weigh(4)
-                    act((feed.deliver, kind))
-                    weigh(0.05)
-                    act((feed.relist, server, kind))
-                elif kind == "pods":  # a bookmark: the watch's resourceVersion moves on
-                    weigh(0.3)
-                    act((feed.bookmark, server))
-            if self.kills_left:
-                weigh(0.05)
-                act((self.kill, worker))
-            weigh(0.05)
-            act((self.jump, worker))
+            weighed, acts = worker.options()
+            weights += weighed
+            actions += acts
         for uid in self.landing:
-            weigh(1)
-            act((self.land, uid))
-        if server.pods:
-            weigh(0.2)
-            act((self.delete_some_pod,))
-        if server.groups:
-            weigh(0.02)
-            act((self.delete_some_group,))
-        weigh(1)
-        act((self.advance,))
+            weights.append(1)
+            actions.append((self.land, uid))
+        if self.server.pods:
+            weights.append(0.2)
+            actions.append((self.delete_some_pod,))
+        if self.server.groups:
+            weights.append(0.02)
+            actions.append((self.delete_some_group,))
+        weights.append(1)
+        actions.append((self.advance,))
         return weights, actions
 
     def pick(self, weights: list[float], actions: list[tuple[Any, ...]]) -> tuple[Any, ...]:
@@ -601,6 +634,7 @@ class Simulation:
     def jump(self, worker: Worker) -> None:
         """The worker's wall clock is set anywhere within SKEW of the true time (its monotonic clock runs on)."""
         worker.skew = self.rng.uniform(-SKEW, SKEW)
+        worker.version += 1
         self.trace.append(f"{self.now:.3f} worker {worker.index}'s wall clock off by {worker.skew:+.1f} s")
 
     def cut_off(self, worker: Worker) -> None:
@@ -608,6 +642,7 @@ class Simulation:
         self.trace.append(f"{self.now:.3f} worker {worker.index} cut off")
         self.partitions_left -= 1
         worker.cut = True
+        worker.version += 1
 
     def heal(self, worker: Worker) -> None:
         """The partition ends: what it held reaches the server now (answers go nowhere), or is reset."""
@@ -615,6 +650,7 @@ class Simulation:
             f"{self.now:.3f} worker {worker.index} healed ({'reset' if self.heal_by_reset else 'resumed'})"
         )
         worker.cut = False
+        worker.version += 1
         held, worker.held = worker.held, []
         for method, path, body in [] if self.heal_by_reset else held:
             try:
@@ -653,6 +689,7 @@ class Simulation:
         if due < self.now + dt:
             self.land(min(self.landing, key=lambda u: self.landing[u][0]))
         self.now += dt
+        self.epoch += 1
 
     # --- invariants --------------------------------------------------------------------------------
 
@@ -726,7 +763,7 @@ class Simulation:
             if task.done:
                 return
             self.advance(0.01)
-            for other in [t for t in worker.tasks if not t.done and not t.dead and t.ready()]:
+            for other in [t for t in worker.tasks if not t.done and not t.dead and t.is_ready()]:
                 self.resume(other)
         raise self.violation(f"worker {worker.index}'s {kind} did not end")
 
