@@ -55,7 +55,7 @@ from app.admission.ports import QuotaUnavailable, Verdict
 from app.kube.errors import ApiError
 from app.quota.committer import COMMIT_FAILED
 from app.quota.core.decision import WINDOW, Sight, Taken
-from app.quota.core.encoding import Snapshot, snapshot
+from app.quota.core.encoding import GangHold, Snapshot, snapshot
 from app.quota.core.gang import UPSTREAM, Gang
 from app.quota.evaluator import QuotaEvaluator
 from app.quota.feed.groups import GroupTable
@@ -516,6 +516,8 @@ class Simulation:
             self.server.create_group(f"gang-{index}", self.rng.choice([2, 3, 4]))
         self.gangs = sorted(self.server.groups)
         self.hold_stored: dict[tuple[str, int], float] = {}  # (hold id, members) -> when the server first had it
+        self.holds_of: Snapshot | None = None  # the stored ledger whose holds ``holds`` lists
+        self.holds: list[tuple[float, GangHold]] = []
         self.scheduler = greenlet.getcurrent()  # where every task switches back to
         self.reads = 0  # clock reads since the running task was resumed
         self.ids = 0
@@ -723,14 +725,19 @@ class Simulation:
     def check_holds(self, found: Snapshot, committed: int) -> None:
         """Every hold each reader still counts is real room: the Pods stored or landing plus those holds' unfilled
         room fit the limit (two gangs never each hold part of it, and a hold can always be filled)."""
+        if found is not self.holds_of:  # a new ledger: its holds, each with when the server first had it
+            self.holds_of, self.holds = (
+                found,
+                [
+                    (self.hold_stored.setdefault((entry_id, entry.hold.members), self.now), entry.hold)
+                    for entry_id, entry in found.entries.items()
+                    if entry.hold is not None
+                ],
+            )
         unfilled = 0
-        for entry_id, entry in found.entries.items():
-            if entry.hold is None:
-                continue
-            stored = self.hold_stored.setdefault((entry_id, entry.hold.members), self.now)
-            group = entry.hold.group.partition("/")[2]
-            if group in self.server.groups and self.now < stored + max(HOLD, TTL):
-                unfilled += entry.hold.unfilled().get(MEM, 0)
+        for stored, hold in self.holds:
+            if hold.group.partition("/")[2] in self.server.groups and self.now < stored + max(HOLD, TTL):
+                unfilled += hold.unfilled().get(MEM, 0)
         if committed + unfilled > self.limit:
             raise self.violation(
                 f"holds are not real room: Pods {committed} + unfilled holds {unfilled} > {self.limit}"
