@@ -182,7 +182,7 @@ class SimFeed:
 
     def relist(self, server: ApiServer, kind: str) -> None:
         """A fresh list (first start, or after 410 Gone): the watch's undelivered events are gone."""
-        self.worker.version += 1
+        self.worker.feed_version += 1
         self.watches[kind].pending.clear()
         if kind == "pods":
             self.pods.replace(NS, _copy(list(server.pods.values())))
@@ -195,10 +195,10 @@ class SimFeed:
     def bookmark(self, server: ApiServer) -> None:
         """A bookmark on the Pod watch: its resourceVersion moves on to the server's."""
         self.pod_rv = server.rv
-        self.worker.version += 1
+        self.worker.feed_version += 1
 
     def deliver(self, kind: str) -> None:
-        self.worker.version += 1
+        self.worker.feed_version += 1
         event, obj = self.watches[kind].pending.popleft()
         if kind == "pods":
             self.pods.apply(event, obj)
@@ -233,12 +233,12 @@ class SimFeed:
             return found if found is not None and found.rv > rv else None
 
         if timeout > 0:
-            self.worker.wait(timeout, lambda: newer() is not None)
+            self.worker.wait(timeout, lambda: newer() is not None, on_feed=True)
         return newer()
 
     def wait_pods(self, namespace: str, rv: int, timeout: float) -> bool:
         if self.pod_rv < rv and timeout > 0:
-            self.worker.wait(timeout, lambda: self.pod_rv >= rv)
+            self.worker.wait(timeout, lambda: self.pod_rv >= rv, on_feed=True)
         return self.pod_rv >= rv
 
     def wait_synced(self, timeout: float) -> bool:
@@ -283,7 +283,8 @@ class Task:
         self.kind = ""
         self.op: Callable[[], object] | None = None  # None: idle
         self.ready: Callable[[], bool] = lambda: False  # when the scheduler may resume it
-        self._asked: tuple[int, int] = (-1, -1)  # (worker's version, epoch) when ready() was last asked
+        self.on_feed = False  # ready() reads the worker's feed
+        self._asked: tuple[int, int, int] = (-1, -1, -1)  # (versions, epoch) when ready() was last asked
         self._ready = False
         self.dead = False
         self.glet = greenlet.greenlet(self._loop, parent=worker.sim.scheduler)
@@ -293,14 +294,16 @@ class Task:
         return self.op is None
 
     def is_ready(self) -> bool:
-        """``ready()``, asked again only once the worker or the time has changed (it reads nothing else)."""
-        key = (self.worker.version, self.worker.sim.epoch)
+        """``ready()``, asked again only once the worker (its feed, when ready() reads it) or the time has changed:
+        it reads nothing else."""
+        worker = self.worker
+        key = (worker.version, worker.feed_version if self.on_feed else 0, worker.sim.epoch)
         if key != self._asked:
             self._asked, self._ready = key, self.ready()
         return self._ready
 
-    def pause(self, ready: Callable[[], bool]) -> None:
-        self.ready = ready
+    def pause(self, ready: Callable[[], bool], on_feed: bool = False) -> None:
+        self.ready, self.on_feed = ready, on_feed
         self.worker.sim.scheduler.switch()
         if self.worker.killed:
             raise Killed()
@@ -326,8 +329,9 @@ class Worker:
 
     def __init__(self, sim: Simulation, index: int) -> None:
         self.sim, self.index = sim, index
-        # bumped whenever what its threads wait on may have changed (a thread ran, its feed or network changed)
+        # bumped whenever what its threads wait on may have changed: a thread ran, its network or clock changed
         self.version = 0
+        self.feed_version = 0  # bumped whenever its feed changed (an event, a list, a bookmark)
         self.skew = sim.rng.uniform(-SKEW, SKEW)
         self.offset = sim.rng.uniform(0, 1000)  # monotonic clocks start anywhere
         self.feed = SimFeed(self, sim.server, sim.limit)
@@ -366,7 +370,7 @@ class Worker:
         same until the worker, the time, the server or the schedule's budgets change (kept till then)."""
         sim = self.sim
         budgets = (sim.admissions_left > 0, sim.kills_left > 0, sim.partitions_left > 0)
-        key = (self.version, sim.epoch, sim.server.rv, budgets)
+        key = (self.version, self.feed_version, sim.epoch, sim.server.rv, budgets)
         if key == self._key:
             return self._options
         weights: list[float] = []
@@ -447,14 +451,14 @@ class Worker:
 
     # --- the baton -------------------------------------------------------------------------------
 
-    def wait(self, timeout: float, until: Callable[[], bool]) -> None:
+    def wait(self, timeout: float, until: Callable[[], bool], on_feed: bool = False) -> None:
         """Give the baton back until ``until()`` holds or ``timeout`` simulated seconds have passed."""
         deadline = self.monotonic() + timeout
-        self._pause(lambda: until() or self.monotonic() >= deadline)
+        self._pause(lambda: until() or self.monotonic() >= deadline, on_feed)
 
-    def _pause(self, ready: Callable[[], bool]) -> None:
+    def _pause(self, ready: Callable[[], bool], on_feed: bool = False) -> None:
         assert self.current is not None
-        self.current.pause(ready)
+        self.current.pause(ready, on_feed)
 
     def _send(
         self, method: str, path: str, *, timeout: float, body: dict[str, Any] | None = None, query: Any = None
