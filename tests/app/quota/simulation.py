@@ -117,9 +117,10 @@ class ApiServer:
         if kind == "leases":
             self._fresh = False
         obj["metadata"]["resourceVersion"] = str(self.rv)
+        stored = orjson.dumps(obj)  # a copy for each watch and the answer, encoded once
         for watch in self.watches[kind]:
-            watch.pending.append((event, _copy(obj)))
-        return _copy(obj)
+            watch.pending.append((event, orjson.loads(stored)))
+        return orjson.loads(stored)
 
     def request(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
         if method == "GET":

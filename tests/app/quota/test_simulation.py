@@ -31,7 +31,7 @@ average of 2.6 (docs/quota.md, "Measured")."""
 FIXED = SCHEDULES // 2
 FRESH_BASE = int(os.environ.get("SIM_BASE") or random.SystemRandom().randrange(10**6, 10**9))
 REPLAY = os.environ.get("SIM_SEED")
-CHUNK = 250  # schedules per task handed to a process
+CHUNK = 100  # schedules per task handed to a process (the last one keeps only one process busy)
 
 
 def shape(seed: int) -> dict[str, int]:
