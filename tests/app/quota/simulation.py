@@ -37,6 +37,8 @@ landing plus every such hold's unfilled room never exceed the limit, so two gang
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import random
 import threading
@@ -52,9 +54,8 @@ from app.admission.edit import PodEdit
 from app.admission.ports import QuotaUnavailable, Verdict
 from app.kube.errors import ApiError
 from app.quota.committer import COMMIT_FAILED
-from app.quota.core.amounts import Amounts, accumulate
 from app.quota.core.decision import WINDOW, Taken, View
-from app.quota.core.encoding import Ledger, decode
+from app.quota.core.encoding import Hold, Ledger, decode
 from app.quota.core.gang import UPSTREAM, Gang
 from app.quota.evaluator import QuotaEvaluator
 from app.quota.feed.groups import GroupTable
@@ -77,6 +78,11 @@ DEVICES = Settings.from_env({}).devices
 def _copy(obj: Any) -> Any:
     """A deep copy of JSON (what the API server stores and sends), at a fraction of copy.deepcopy's cost."""
     return orjson.loads(orjson.dumps(obj))
+
+
+def memory(obj: dict[str, Any]) -> int:
+    """The GPU memory a simulated Pod asks for (its one container's limit)."""
+    return int(obj["spec"]["containers"][0]["resources"]["limits"][MEM])
 
 
 class Killed(BaseException):
@@ -103,14 +109,18 @@ class ApiServer:
         self.pods: dict[str, dict[str, Any]] = {}
         self.groups: dict[str, dict[str, Any]] = {}  # PodGroups by name
         self.watches: dict[str, list[Watch]] = {"leases": [], "pods": [], "podgroups": []}
-        self._parsed: Ledger | None = None
+        self._parsed: Ledger | None = None  # the stored ledger, parsed once per write (checked every step)
+        self._fresh = False  # _parsed is the stored ledger's
 
     def _stored(self, kind: str, obj: dict[str, Any], event: str) -> dict[str, Any]:
         self.rv += 1
+        if kind == "leases":
+            self._fresh = False
         obj["metadata"]["resourceVersion"] = str(self.rv)
+        stored = orjson.dumps(obj)  # a copy for each watch and the answer, encoded once
         for watch in self.watches[kind]:
-            watch.pending.append((event, _copy(obj)))
-        return _copy(obj)
+            watch.pending.append((event, orjson.loads(stored)))
+        return orjson.loads(stored)
 
     def request(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
         if method == "GET":
@@ -148,11 +158,10 @@ class ApiServer:
         self._stored("podgroups", self.groups.pop(name), "DELETED")
 
     def ledger_entries(self) -> Ledger | None:
-        lease = next(iter(self.leases.values()), None)
-        if lease is None:
-            return None
-        if self._parsed is None or self._parsed.rv != int(lease["metadata"]["resourceVersion"]):
-            self._parsed = decode(NS, lease)  # checked after every step: parsed once per write
+        if not self._fresh:
+            lease = next(iter(self.leases.values()), None)
+            self._parsed = None if lease is None else decode(NS, lease)
+            self._fresh = True
         return self._parsed
 
 
@@ -174,6 +183,7 @@ class SimFeed:
 
     def relist(self, server: ApiServer, kind: str) -> None:
         """A fresh list (first start, or after 410 Gone): the watch's undelivered events are gone."""
+        self.worker.feed_version += 1
         self.watches[kind].pending.clear()
         if kind == "pods":
             self.pods.replace(NS, _copy(list(server.pods.values())))
@@ -183,7 +193,13 @@ class SimFeed:
         else:
             self.ledgers.replace(_copy(list(server.leases.values())))
 
+    def bookmark(self, server: ApiServer) -> None:
+        """A bookmark on the Pod watch: its resourceVersion moves on to the server's."""
+        self.pod_rv = server.rv
+        self.worker.feed_version += 1
+
     def deliver(self, kind: str) -> None:
+        self.worker.feed_version += 1
         event, obj = self.watches[kind].pending.popleft()
         if kind == "pods":
             self.pods.apply(event, obj)
@@ -218,12 +234,12 @@ class SimFeed:
             return found if found is not None and found.rv > rv else None
 
         if timeout > 0:
-            self.worker.wait(timeout, lambda: newer() is not None)
+            self.worker.wait(timeout, lambda: newer() is not None, on_feed=True)
         return newer()
 
     def wait_pods(self, namespace: str, rv: int, timeout: float) -> bool:
         if self.pod_rv < rv and timeout > 0:
-            self.worker.wait(timeout, lambda: self.pod_rv >= rv)
+            self.worker.wait(timeout, lambda: self.pod_rv >= rv, on_feed=True)
         return self.pod_rv >= rv
 
     def wait_synced(self, timeout: float) -> bool:
@@ -268,6 +284,9 @@ class Task:
         self.kind = ""
         self.op: Callable[[], object] | None = None  # None: idle
         self.ready: Callable[[], bool] = lambda: False  # when the scheduler may resume it
+        self.on_feed = False  # ready() reads the worker's feed
+        self._asked: tuple[int, int, int] = (-1, -1, -1)  # (versions, epoch) when ready() was last asked
+        self._ready = False
         self.dead = False
         self.glet = greenlet.greenlet(self._loop, parent=worker.sim.scheduler)
 
@@ -275,8 +294,17 @@ class Task:
     def done(self) -> bool:
         return self.op is None
 
-    def pause(self, ready: Callable[[], bool]) -> None:
-        self.ready = ready
+    def is_ready(self) -> bool:
+        """``ready()``, asked again only once the worker (its feed, when ready() reads it) or the time has changed:
+        it reads nothing else."""
+        worker = self.worker
+        key = (worker.version, worker.feed_version if self.on_feed else 0, worker.sim.epoch)
+        if key != self._asked:
+            self._asked, self._ready = key, self.ready()
+        return self._ready
+
+    def pause(self, ready: Callable[[], bool], on_feed: bool = False) -> None:
+        self.ready, self.on_feed = ready, on_feed
         self.worker.sim.scheduler.switch()
         if self.worker.killed:
             raise Killed()
@@ -302,6 +330,9 @@ class Worker:
 
     def __init__(self, sim: Simulation, index: int) -> None:
         self.sim, self.index = sim, index
+        # bumped whenever what its threads wait on may have changed: a thread ran, its network or clock changed
+        self.version = 0
+        self.feed_version = 0  # bumped whenever its feed changed (an event, a list, a bookmark)
         self.skew = sim.rng.uniform(-SKEW, SKEW)
         self.offset = sim.rng.uniform(0, 1000)  # monotonic clocks start anywhere
         self.feed = SimFeed(self, sim.server, sim.limit)
@@ -316,6 +347,8 @@ class Worker:
         self.held: list[tuple[str, str, dict[str, Any] | None]] = []  # requests given up on, still in the black hole
         self.tasks: list[Task] = []
         self.current: Task | None = None  # the task running now (one at a time)
+        self._key: tuple[Any, ...] = ()
+        self._options: tuple[list[float], list[tuple[Any, ...]]] = ([], [])
         for _ in range(sim.rng.choice([1, 1, 2])):
             self.spawn("committer", self.port.committer.run)
 
@@ -331,7 +364,64 @@ class Worker:
 
     def busy(self, kind: str) -> int:
         """Tasks of ``kind`` still running."""
-        return sum(task.kind == kind and not task.done for task in self.tasks)
+        return sum(task.kind == kind and task.op is not None for task in self.tasks)
+
+    def options(self) -> tuple[list[float], list[tuple[Any, ...]]]:
+        """What may happen next to this worker, each with its weight, as ``Simulation.choices`` lists them: the
+        same until the worker, the time, the server or the schedule's budgets change (kept till then)."""
+        sim = self.sim
+        budgets = (sim.admissions_left > 0, sim.kills_left > 0, sim.partitions_left > 0)
+        key = (self.version, self.feed_version, sim.epoch, sim.server.rv, budgets)
+        if key == self._key:
+            return self._options
+        weights: list[float] = []
+        actions: list[tuple[Any, ...]] = []
+        weigh, act = weights.append, actions.append
+        admitting = contacting = 0
+        for task in self.tasks:
+            if task.op is None:  # idle
+                continue
+            if task.kind == "admission":
+                admitting += 1
+            elif task.kind == "contact":
+                contacting += 1
+            if not task.dead and task.is_ready():
+                weigh(6)
+                act((sim.resume, task))
+        if sim.admissions_left and admitting < MAX_ADMITTING:
+            weigh(3)
+            act((sim.start_admission, self))
+        if not contacting:
+            weigh(0.5)
+            act((self.spawn, "contact", self.probe))
+        if self.cut:
+            weigh(0.3)
+            act((sim.heal, self))
+        else:  # cut off, nothing reaches it: no events, no bookmarks
+            if sim.partitions_left:
+                weigh(0.05)
+                act((sim.cut_off, self))
+            feed = self.feed
+            for kind, watch in feed.watches.items():
+                if watch.pending:
+                    weigh(4)
+                    act((feed.deliver, kind))
+                    weigh(0.05)
+                    act((feed.relist, sim.server, kind))
+                elif kind == "pods":  # a bookmark: the watch's resourceVersion moves on
+                    weigh(0.3)
+                    act((feed.bookmark, sim.server))
+            if sim.kills_left:
+                weigh(0.05)
+                act((sim.kill, self))
+            weigh(0.05)
+            act((sim.jump, self))
+        self._key, self._options = key, (weights, actions)
+        return weights, actions
+
+    def probe(self) -> None:
+        """The contact probe's one round."""
+        self.port.contact.check(self.monotonic())
 
     # --- Clock -----------------------------------------------------------------------------------
 
@@ -362,14 +452,14 @@ class Worker:
 
     # --- the baton -------------------------------------------------------------------------------
 
-    def wait(self, timeout: float, until: Callable[[], bool]) -> None:
+    def wait(self, timeout: float, until: Callable[[], bool], on_feed: bool = False) -> None:
         """Give the baton back until ``until()`` holds or ``timeout`` simulated seconds have passed."""
         deadline = self.monotonic() + timeout
-        self._pause(lambda: until() or self.monotonic() >= deadline)
+        self._pause(lambda: until() or self.monotonic() >= deadline, on_feed)
 
-    def _pause(self, ready: Callable[[], bool]) -> None:
+    def _pause(self, ready: Callable[[], bool], on_feed: bool = False) -> None:
         assert self.current is not None
-        self.current.pause(ready)
+        self.current.pause(ready, on_feed)
 
     def _send(
         self, method: str, path: str, *, timeout: float, body: dict[str, Any] | None = None, query: Any = None
@@ -424,12 +514,15 @@ class Simulation:
         self.seed = seed
         self.rng = random.Random(seed)
         self.now = 0.0
+        self.epoch = 0  # bumped whenever time passes
         self.limit = room * 1000
         self.server = ApiServer()
         for index in range(gangs):  # before the workers start: their first list finds them
             self.server.create_group(f"gang-{index}", self.rng.choice([2, 3, 4]))
         self.gangs = sorted(self.server.groups)
         self.hold_stored: dict[tuple[str, int], float] = {}  # (hold id, members) -> when the server first had it
+        self.holds_of: Ledger | None = None  # the stored ledger whose holds ``holds`` lists
+        self.holds: list[tuple[float, Hold]] = []
         self.scheduler = greenlet.getcurrent()  # where every task switches back to
         self.reads = 0  # clock reads since the running task was resumed
         self.ids = 0
@@ -443,6 +536,7 @@ class Simulation:
         for _ in range(workers):
             self.workers.append(Worker(self, len(self.workers)))
         self.landing: dict[str, tuple[float, dict[str, Any]]] = {}  # uid -> (deadline, the Pod)
+        self.committed = 0  # the memory of the Pods stored or landing, kept as they come and go (recounted at the end)
         self.admitted = self.denied = 0
         self.unavailable: dict[str, int] = {}
         self.step = 0
@@ -492,6 +586,7 @@ class Simulation:
             obj = self.pod_object(admission)
             obj["metadata"]["annotations"]["hami.io/quota-reservation"] = result.reservation
             self.landing[admission.uid] = (self.now + self.rng.uniform(0, LAND_WITHIN), obj)
+            self.committed += admission.memory
 
     def resume(self, task: Task) -> None:
         if task.dead:  # crashed: the scheduler raises what it left in ``problems``
@@ -499,6 +594,7 @@ class Simulation:
         task.worker.current = task
         self.reads = 0
         task.glet.switch()  # back here when it pauses or ends
+        task.worker.version += 1
 
     def kill(self, worker: Worker) -> None:
         """SIGKILL: wherever it is, the process is gone (a write it sent may have landed); a new one starts."""
@@ -516,42 +612,36 @@ class Simulation:
             if task.glet:  # started and not ended
                 self.resume(task)
 
-    def choices(self) -> list[tuple[float, Callable[[], None]]]:
-        out: list[tuple[float, Callable[[], None]]] = []
+    def choices(self) -> tuple[list[float], list[tuple[Any, ...]]]:
+        """What may happen next and the weight of each: an action is a callable and its arguments."""
+        weights: list[float] = []
+        actions: list[tuple[Any, ...]] = []
         for worker in self.workers:
-            for task in worker.tasks:
-                if not task.done and not task.dead and task.ready():
-                    out.append((6, lambda t=task: self.resume(t)))
-            if self.admissions_left and worker.busy("admission") < MAX_ADMITTING:
-                out.append((3, lambda w=worker: self.start_admission(w)))
-            if not worker.busy("contact"):
-                out.append((0.5, lambda w=worker: w.spawn("contact", lambda: w.port.contact.check(w.monotonic()))))
-            if worker.cut:
-                out.append((0.3, lambda w=worker: self.heal(w)))
-                continue  # nothing reaches it: no events, no bookmarks
-            if self.partitions_left:
-                out.append((0.05, lambda w=worker: self.cut_off(w)))
-            for kind, watch in worker.feed.watches.items():
-                if watch.pending:
-                    out.append((4, lambda w=worker, k=kind: w.feed.deliver(k)))
-                    out.append((0.05, lambda w=worker, k=kind: w.feed.relist(self.server, k)))
-                elif kind == "pods":  # a bookmark: the watch's resourceVersion moves on
-                    out.append((0.3, lambda w=worker: setattr(w.feed, "pod_rv", self.server.rv)))
-            if self.kills_left:
-                out.append((0.05, lambda w=worker: self.kill(w)))
-            out.append((0.05, lambda w=worker: self.jump(w)))
+            weighed, acts = worker.options()
+            weights += weighed
+            actions += acts
         for uid in self.landing:
-            out.append((1, lambda u=uid: self.land(u)))
+            weights.append(1)
+            actions.append((self.land, uid))
         if self.server.pods:
-            out.append((0.2, self.delete_some_pod))
+            weights.append(0.2)
+            actions.append((self.delete_some_pod,))
         if self.server.groups:
-            out.append((0.02, self.delete_some_group))
-        out.append((1, self.advance))
-        return out
+            weights.append(0.02)
+            actions.append((self.delete_some_group,))
+        weights.append(1)
+        actions.append((self.advance,))
+        return weights, actions
+
+    def pick(self, weights: list[float], actions: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+        """``self.rng.choices(actions, weights)[0]``, the same draw, without its checks and copies."""
+        cumulative = list(itertools.accumulate(weights))
+        return actions[bisect.bisect(cumulative, self.rng.random() * (cumulative[-1] + 0.0), 0, len(actions) - 1)]
 
     def jump(self, worker: Worker) -> None:
         """The worker's wall clock is set anywhere within SKEW of the true time (its monotonic clock runs on)."""
         worker.skew = self.rng.uniform(-SKEW, SKEW)
+        worker.version += 1
         self.trace.append(f"{self.now:.3f} worker {worker.index}'s wall clock off by {worker.skew:+.1f} s")
 
     def cut_off(self, worker: Worker) -> None:
@@ -559,6 +649,7 @@ class Simulation:
         self.trace.append(f"{self.now:.3f} worker {worker.index} cut off")
         self.partitions_left -= 1
         worker.cut = True
+        worker.version += 1
 
     def heal(self, worker: Worker) -> None:
         """The partition ends: what it held reaches the server now (answers go nowhere), or is reset."""
@@ -566,6 +657,7 @@ class Simulation:
             f"{self.now:.3f} worker {worker.index} healed ({'reset' if self.heal_by_reset else 'resumed'})"
         )
         worker.cut = False
+        worker.version += 1
         held, worker.held = worker.held, []
         for method, path, body in [] if self.heal_by_reset else held:
             try:
@@ -589,6 +681,7 @@ class Simulation:
     def delete_some_pod(self) -> None:
         uid = self.rng.choice(sorted(self.server.pods))
         self.trace.append(f"{self.now:.3f} {uid} deleted")
+        self.committed -= memory(self.server.pods[uid])
         self.server.delete_pod(uid)
 
     def delete_some_group(self) -> None:
@@ -603,6 +696,7 @@ class Simulation:
         if due < self.now + dt:
             self.land(min(self.landing, key=lambda u: self.landing[u][0]))
         self.now += dt
+        self.epoch += 1
 
     # --- invariants --------------------------------------------------------------------------------
 
@@ -613,15 +707,13 @@ class Simulation:
     def check(self) -> None:
         if self.problems:
             raise self.violation("; ".join(self.problems))
-        committed: Amounts = {}
-        for obj in [*self.server.pods.values(), *(o for _, o in self.landing.values())]:
-            accumulate(committed, {MEM: int(obj["spec"]["containers"][0]["resources"]["limits"][MEM])})
-        if committed.get(MEM, 0) > self.limit:
-            raise self.violation(f"over-admitted: Pods stored or landing hold {committed[MEM]} > limit {self.limit}")
+        committed = self.committed
+        if committed > self.limit:
+            raise self.violation(f"over-admitted: Pods stored or landing hold {committed} > limit {self.limit}")
         found = self.server.ledger_entries()
         if found is None:
             return
-        self.check_holds(found, committed.get(MEM, 0))
+        self.check_holds(found, committed)
         if found.rv == self.checked_rv:
             return
         self.checked_rv, stored = found.rv, set(found.entries)
@@ -638,14 +730,19 @@ class Simulation:
     def check_holds(self, found: Ledger, committed: int) -> None:
         """Every hold each reader still counts is real room: the Pods stored or landing plus those holds' unfilled
         room fit the limit (two gangs never each hold part of it, and a hold can always be filled)."""
+        if found is not self.holds_of:  # a new ledger: its holds, each with when the server first had it
+            self.holds_of, self.holds = (
+                found,
+                [
+                    (self.hold_stored.setdefault((entry_id, entry.hold.members), self.now), entry.hold)
+                    for entry_id, entry in found.entries.items()
+                    if entry.hold is not None
+                ],
+            )
         unfilled = 0
-        for entry_id, entry in found.entries.items():
-            if entry.hold is None:
-                continue
-            stored = self.hold_stored.setdefault((entry_id, entry.hold.members), self.now)
-            group = entry.hold.group.partition("/")[2]
-            if group in self.server.groups and self.now < stored + max(HOLD, TTL):
-                unfilled += entry.hold.unfilled().get(MEM, 0)
+        for stored, hold in self.holds:
+            if hold.group.partition("/")[2] in self.server.groups and self.now < stored + max(HOLD, TTL):
+                unfilled += hold.unfilled().get(MEM, 0)
         if committed + unfilled > self.limit:
             raise self.violation(
                 f"holds are not real room: Pods {committed} + unfilled holds {unfilled} > {self.limit}"
@@ -657,10 +754,13 @@ class Simulation:
         try:
             while self.admissions_left or self.landing or any(w.busy("admission") for w in self.workers):
                 self.step += 1
-                weights, actions = zip(*self.choices(), strict=True)
-                self.rng.choices(actions, weights)[0]()
+                action, *arguments = self.pick(*self.choices())
+                action(*arguments)
                 self.check()
             free = self.settle()
+            recounted = sum(memory(o) for o in [*self.server.pods.values(), *(o for _, o in self.landing.values())])
+            if recounted != self.committed:
+                raise self.violation(f"the harness counted {self.committed} stored or landing, not {recounted}")
         finally:
             random.setstate(before)
             for worker in self.workers:
@@ -675,7 +775,7 @@ class Simulation:
             if task.done:
                 return
             self.advance(0.01)
-            for other in [t for t in worker.tasks if not t.done and not t.dead and t.ready()]:
+            for other in [t for t in worker.tasks if not t.done and not t.dead and t.is_ready()]:
                 self.resume(other)
         raise self.violation(f"worker {worker.index}'s {kind} did not end")
 
@@ -696,7 +796,7 @@ class Simulation:
         self.deliver_all()
         self.advance(max(TTL, HOLD) + WINDOW + 1)  # every hold not filled is given back by now
         self.deliver_all()
-        used = sum(int(o["spec"]["containers"][0]["resources"]["limits"][MEM]) for o in self.server.pods.values())
+        used = sum(memory(o) for o in self.server.pods.values())
         free = (self.limit - used) // 1000
         worker = self.workers[0]
         # it hears the API server again
@@ -710,5 +810,6 @@ class Simulation:
                 raise self.violation(f"room not usable again a TTL after the burst: {i} of {free} admitted, {result!r}")
             if i == free and not (isinstance(result, Verdict) and result.denial):
                 raise self.violation(f"past the room after the burst: {result!r}")
-            self.landing.pop(admission.uid, None)
+            if (landing := self.landing.pop(admission.uid, None)) is not None:
+                self.committed -= memory(landing[1])
         return free

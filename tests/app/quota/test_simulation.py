@@ -8,10 +8,11 @@ more.
 The schedules run in one process per core (each schedule is single-threaded in effect: its threads pass a baton).
 Each run takes the first FIXED seeds (0, 1, ...: every run meets the same ones) and as many fresh ones from a base
 drawn anew (printed, and named by any failure), so successive runs cover new schedules. Replay one schedule:
-SIM_SEED=<seed> pytest tests/app/quota/test_simulation.py. More: SIM_SCHEDULES=<n> (10,000 before a release)."""
+SIM_SEED=<seed> pytest tests/app/quota/test_simulation.py. More: SIM_SCHEDULES=<n>."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import multiprocessing
 import os
@@ -24,13 +25,13 @@ from tests.app.quota.simulation import Simulation
 
 pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
 
-SCHEDULES = int(os.environ.get("SIM_SCHEDULES", "3000"))
-"""Schedules per run, half of them fresh: 3,000 take about 30 s on this project's 2-core machine alone (4,000 took
-38 s, 74 s of CPU, and 68-95 s beside the rest of the suite); 10,000 took 83 s."""
+SCHEDULES = int(os.environ.get("SIM_SCHEDULES", "10000"))
+"""Schedules per run, half of them fresh: 10,000 take 74 s (74 s of CPU) on this project's 2-core machine at a load
+average of 2.6 (docs/quota.md, "Measured")."""
 FIXED = SCHEDULES // 2
 FRESH_BASE = int(os.environ.get("SIM_BASE") or random.SystemRandom().randrange(10**6, 10**9))
 REPLAY = os.environ.get("SIM_SEED")
-CHUNK = 250  # schedules per task handed to a process
+CHUNK = 100  # schedules per task handed to a process (the last one keeps only one process busy)
 
 
 def shape(seed: int) -> dict[str, int]:
@@ -44,6 +45,13 @@ def shape(seed: int) -> dict[str, int]:
         "kills": seed % 3,
         "gangs": gangs,
     }
+
+
+def start_process() -> None:
+    """A pool process, once: what the imports made is frozen (the collector need not walk it again and again), and a
+    schedule's thousands of short-lived objects are collected less often (6-10 % of its CPU went to collecting)."""
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)
 
 
 def run_seeds(first: int, last: int) -> tuple[int, int]:
@@ -63,7 +71,7 @@ def test_no_schedule_breaks_an_invariant() -> None:
     print(f"seeds 0-{FIXED - 1} and {FRESH_BASE}-{FRESH_BASE + SCHEDULES - FIXED - 1} (SIM_BASE={FRESH_BASE})")
     ranges = [(0, FIXED), (FRESH_BASE, FRESH_BASE + SCHEDULES - FIXED)]
     spawn = multiprocessing.get_context("spawn")  # this process has threads: never fork it
-    with ProcessPoolExecutor(os.cpu_count() or 1, mp_context=spawn) as pool:
+    with ProcessPoolExecutor(os.cpu_count() or 1, mp_context=spawn, initializer=start_process) as pool:
         chunks = [
             pool.submit(run_seeds, first, min(first + CHUNK, last))
             for start, last in ranges
