@@ -17,6 +17,7 @@ import os
 import selectors
 import socket
 import ssl
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -107,6 +108,8 @@ class Connections:
         self.watched: dict[Connection, Callable[[Connection], None]] = {}
         self.open = 0  # watched or not
         self.wake = os.pipe()  # a pool thread writes a byte once an answer is made: the loop wakes and sends it
+        self.wake_lock = threading.Lock()  # a thread finishing after close() must not write to a closed (reused) fd
+        self.closed = False
         for fd in self.wake:
             os.set_blocking(fd, False)
         self.poller.register(self.wake[0], selectors.EVENT_READ, self._woken)
@@ -146,9 +149,11 @@ class Connections:
         for conn in list(self.watched):
             self._close(conn)
         self.pool.shutdown(wait=False, cancel_futures=True)
-        self.poller.unregister(self.wake[0])
-        for fd in self.wake:
-            os.close(fd)
+        with self.wake_lock:  # threads still running (blocked on the quota, say) finish without waking anyone
+            self.closed = True
+            self.poller.unregister(self.wake[0])
+            for fd in self.wake:
+                os.close(fd)
 
     def _watch(self, conn: Connection, step: Callable[[Connection], None], events: int = selectors.EVENT_READ) -> None:
         if conn not in self.watched:
@@ -236,10 +241,13 @@ class Connections:
     def _hand_back(self, conn: Connection, done: Future[Answer]) -> None:
         """In the pool's thread: queue the answer for the loop and wake it."""
         self.finished.append((conn, done))
-        try:
-            os.write(self.wake[1], b".")
-        except BlockingIOError:  # full: the loop is already due to wake
-            pass
+        with self.wake_lock:
+            if self.closed:  # the worker has gone: nobody to answer
+                return
+            try:
+                os.write(self.wake[1], b".")
+            except BlockingIOError:  # full: the loop is already due to wake
+                pass
 
     def _woken(self, fd: Any) -> None:
         try:

@@ -563,3 +563,26 @@ def test_connections_queued_when_the_listener_closes_are_served_not_reset(
     for thread in threads:
         thread.join(10)
     assert all(reply.startswith(b"HTTP/1.1 200 OK\r\n") for reply in replies), replies
+
+
+def test_a_review_finishing_after_the_connections_closed_wakes_nobody(caplog) -> None:
+    """A review still in a pool thread (waiting on the quota, say) when the worker closes its connections (its
+    parent gone) finishes quietly: the wake pipe is closed by then, and its number may already be another file's."""
+    import logging
+    import selectors
+    from types import SimpleNamespace
+
+    from app.serving.connections import Connections
+
+    owner = SimpleNamespace(keep=lambda: True, idle=lambda conn: None, answered=lambda: None)
+    deadlines = SimpleNamespace(request_timeout=5, handshake_timeout=5)
+    conns = Connections(selectors.DefaultSelector(), deadlines, 5, 1, owner, logging.getLogger("test"))
+    release = threading.Event()
+    future = conns.pool.submit(release.wait, 5)
+    future.add_done_callback(lambda done: conns._hand_back(None, done))  # as a review handed to the pool does
+    conns.close()
+    with caplog.at_level(logging.ERROR, logger="concurrent.futures"):
+        release.set()
+        assert future.result(timeout=5) is True
+        conns.pool.shutdown(wait=True)
+    assert caplog.records == []
