@@ -146,9 +146,10 @@ def _parser(prog: str = "hami-webhook") -> argparse.ArgumentParser:
     generate = commands.add_parser(
         "generate",
         help="rewrite every generated manifest of this checkout from the code (for developers)",
-        description="Rewrite the shipped admission policies and the webhooks' matchConditions in manifests/ from "
-        "the code, the chart's device config and the settings' defaults (never the environment), as after adding "
-        "a vendor (docs/development.md). With --check write nothing and exit 1 naming each stale file.",
+        description="Rewrite the shipped admission policies, the webhooks' matchConditions in manifests/ and "
+        "docs/annotations.md's tables from the code, the chart's device config and the settings' defaults (never "
+        "the environment), as after adding a vendor (docs/development.md). With --check write nothing and exit 1 "
+        "naming each stale file.",
     )
     generate.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file is stale")
     generate.set_defaults(run=_generate)

@@ -59,7 +59,7 @@ def listed() -> tuple[set[str], set[str]]:
     always, maybe = set(), set()
     for bullet in re.findall(r"^- `([^`]+)`(, if )?", bullets, re.MULTILINE):
         (maybe if bullet[1] else always).add(bullet[0].replace("<vendor>", "fake"))
-    maybe |= set(re.findall(r"`(manifests/[^`]+)`", command))
+    maybe |= set(re.findall(r"`((?:manifests|docs)/[^`]+)`", command))
     return always, maybe
 
 

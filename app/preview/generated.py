@@ -1,5 +1,6 @@
 """Every file of the checkout written from the code, and what each should hold now: the shipped admission policies
-and the webhooks' matchConditions, from the chart's device config and the settings' defaults.
+and the webhooks' matchConditions, from the chart's device config and the settings' defaults, and the annotation
+tables of docs/annotations.md, from app/admission/annotations.py's table.
 
 ``hami-webhook generate`` rewrites them, ``--check`` names the stale ones: a vendor added (its module, its registry
 line, its chart defaults) reaches every list the API server reads through that one command
@@ -15,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from app.admission.annotations import CHIP, TABLE, Annotation
 from app.preview.policies import dump
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +33,9 @@ CONFIGURATIONS = (
 )
 """The webhook configurations whose matchConditions blocks are written, in match-conditions.yaml's order; the rest
 of each (comments, layout) is written by hand."""
-GENERATED = (*POLICIES.values(), *CONFIGURATIONS)
+ANNOTATIONS = "docs/annotations.md"
+"""The page whose two tables (what an author may set, what HAMi writes) are written from the annotations' table."""
+GENERATED = (*POLICIES.values(), *CONFIGURATIONS, ANNOTATIONS)
 
 
 class GeneratedError(ValueError):
@@ -46,7 +50,43 @@ def expected(root: Path, rendered: Mapping[str, str]) -> dict[str, str]:
     patches = list(yaml.safe_load_all(rendered["match-conditions.yaml"]))
     for path, patch in zip(CONFIGURATIONS, patches, strict=True):
         files[path] = spliced((root / path).read_text(), patch["webhooks"], path)
+    files[ANNOTATIONS] = tabled((root / ANNOTATIONS).read_text(), annotation_tables(), ANNOTATIONS)
     return files
+
+
+def annotation_tables() -> list[list[str]]:
+    """The page's two tables, as lines: every row an author may set, in order; then what HAMi writes, by writer."""
+    user = ["| annotation | accepted values | read in |", "|---|---|---|"] + [
+        f"| {shown_key(row)} | {row.accepts.described} | {', '.join(f'`{f}`' for f in row.read_in) or '-'} |"
+        for row in TABLE
+        if not row.written_by
+    ]
+    writers: dict[str, list[str]] = {}
+    for row in TABLE:
+        if row.written_by:
+            writers.setdefault(row.written_by, []).append(shown_key(row))
+    written = ["| written by | annotations |", "|---|---|"]
+    return [user, written + [f"| {writer} | {', '.join(keys)} |" for writer, keys in writers.items()]]
+
+
+def shown_key(row: Annotation) -> str:
+    """A row's key as the docs show it: ``<chip>`` for each configured chip, and whose chips."""
+    where = f" (each {row.chips.__name__} chip)" if row.chips else ""
+    return f"`{row.key.replace(CHIP, '<chip>')}`{where}"
+
+
+def tabled(text: str, tables: Sequence[Sequence[str]], source: str) -> str:
+    """``text`` with each Markdown table whose header is a table's first line replaced by that table."""
+    lines = text.splitlines()
+    for table in tables:
+        if table[0] not in lines:
+            raise GeneratedError(f"{source} has no table headed {table[0]}")
+        start = lines.index(table[0])
+        end = start + 1
+        while end < len(lines) and lines[end].startswith("|"):
+            end += 1
+        lines[start:end] = table
+    return "\n".join(lines) + "\n"
 
 
 def spliced(text: str, webhooks: Sequence[Mapping[str, Any]], source: str) -> str:

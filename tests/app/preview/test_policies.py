@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from app.cli import main
-from app.preview.generated import GeneratedError, expected, spliced
+from app.preview.generated import GeneratedError, expected, spliced, tabled
 from app.preview.policies import GUARD, ROUTED, Inputs, render, scheduler_of
 from app.preview.scope import load_scope
 from app.settings import Settings
@@ -61,6 +61,14 @@ def test_generate_rewrites_each_matchconditions_block_and_keeps_the_rest() -> No
     assert spliced(text, hooks, "f.yaml") == text.replace("old", "new").replace("x\n", "y\n")
     with pytest.raises(GeneratedError, match=r"f\.yaml has 2 matchConditions blocks, 1 webhooks to write"):
         spliced(text, hooks[:1], "f.yaml")
+
+
+def test_generate_rewrites_a_markdown_table_whole_and_keeps_the_text() -> None:
+    text = "Before.\n\n| a | b |\n|---|---|\n| old | row |\n| gone | row |\n\nAfter.\n"
+    table = ["| a | b |", "|---|---|", "| new | row |"]
+    assert tabled(text, [table], "p.md") == "Before.\n\n| a | b |\n|---|---|\n| new | row |\n\nAfter.\n"
+    with pytest.raises(GeneratedError, match=r"p\.md has no table headed \| c \|"):
+        tabled(text, [["| c |"]], "p.md")
 
 
 def test_generate_refuses_a_tree_without_manifests(tmp_path: Path) -> None:
