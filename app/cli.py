@@ -143,6 +143,16 @@ def _parser(prog: str = "hami-webhook") -> argparse.ArgumentParser:
     )
     policies.add_argument("--out", metavar="DIR", help="write one file per policy there (default: all to stdout)")
     policies.set_defaults(run=_policies)
+    generate = commands.add_parser(
+        "generate",
+        help="rewrite every generated manifest of this checkout from the code (for developers)",
+        description="Rewrite the shipped admission policies, the webhooks' matchConditions in manifests/ and "
+        "docs/annotations.md's tables from the code, the chart's device config and the settings' defaults (never "
+        "the environment), as after adding a vendor (docs/development.md). With --check write nothing and exit 1 "
+        "naming each stale file.",
+    )
+    generate.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file is stale")
+    generate.set_defaults(run=_generate)
     add_quota_command(commands, _settings)
     for command in commands.choices.values():
         command.set_defaults(parser=command)
@@ -321,6 +331,23 @@ def _policies(args: argparse.Namespace) -> int:
         (out / name).write_text(text)
         print(f"hami-webhook: wrote {out / name}", file=sys.stderr)
     return 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from app.preview.generated import ROOT, GeneratedError, expected, stale, write
+    from app.preview.policies import Inputs, render
+    from app.preview.scope import load_scope
+    from app.settings import Settings
+
+    try:
+        files = expected(ROOT, render(Inputs(Settings.from_env({}), load_scope().webhook)))
+    except GeneratedError as exc:
+        print(f"hami-webhook: {exc}", file=sys.stderr)
+        return 2
+    changed = stale(ROOT, files) if args.check else write(ROOT, files)
+    for path in changed:
+        print(f"hami-webhook: {'stale' if args.check else 'wrote'} {path}", file=sys.stderr)
+    return 1 if args.check and changed else 0
 
 
 def _patches(reviewed: list[DocumentReview]) -> Any:

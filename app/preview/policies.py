@@ -383,5 +383,10 @@ def _string(dumper: yaml.SafeDumper, text: str) -> yaml.Node:
 _Dumper.add_representer(str, _string)
 
 
+def dump(obj: Obj) -> str:
+    """One object as the generated files hold it: keys in order, multi-line expressions as blocks, 120 columns."""
+    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=120)
+
+
 def _yaml(objects: Sequence[Obj]) -> str:
-    return GENERATED + "---\n".join(yaml.dump(o, Dumper=_Dumper, sort_keys=False, width=120) for o in objects)
+    return GENERATED + "---\n".join(dump(o) for o in objects)

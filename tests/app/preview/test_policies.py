@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from app.cli import main
+from app.preview.generated import GeneratedError, expected, spliced, tabled
 from app.preview.policies import GUARD, ROUTED, Inputs, render, scheduler_of
 from app.preview.scope import load_scope
 from app.settings import Settings
@@ -30,7 +31,7 @@ def chart_defaults() -> dict[str, str]:
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_shipped_policies_are_the_commands_output_for_the_chart_defaults(name: str) -> None:
-    rerun = f"run `hami-webhook policies --out DIR` and copy DIR/{name} to {SHIPPED[name].relative_to(ROOT)}"
+    rerun = f"run `hami-webhook generate`: it rewrites {SHIPPED[name].relative_to(ROOT)}"
     assert SHIPPED[name].read_text() == chart_defaults()[name], rerun
 
 
@@ -46,6 +47,33 @@ def test_shipped_match_conditions_are_the_commands() -> None:
     assert [(w["name"], w["matchConditions"]) for w in shipped_workloads["webhooks"]] == [
         (w["name"], w["matchConditions"]) for w in workloads["webhooks"]
     ]
+
+
+def test_generate_finds_every_shipped_file_current(capsys: pytest.CaptureFixture[str]) -> None:
+    """Byte for byte, the configurations' hand-written parts kept: what `hami-webhook generate` would write."""
+    assert main(["generate", "--check"]) == 0, capsys.readouterr().err
+
+
+def test_generate_rewrites_each_matchconditions_block_and_keeps_the_rest() -> None:
+    text = "# by hand\nwebhooks:\n- name: a\n  matchConditions:\n  - name: old\n    expression: x\n\n- name: b\n"
+    text += "  matchConditions:\n  - name: old\n    expression: x\n  timeoutSeconds: 5\n"
+    hooks = [{"matchConditions": [{"name": "new", "expression": "y"}]}] * 2
+    assert spliced(text, hooks, "f.yaml") == text.replace("old", "new").replace("x\n", "y\n")
+    with pytest.raises(GeneratedError, match=r"f\.yaml has 2 matchConditions blocks, 1 webhooks to write"):
+        spliced(text, hooks[:1], "f.yaml")
+
+
+def test_generate_rewrites_a_markdown_table_whole_and_keeps_the_text() -> None:
+    text = "Before.\n\n| a | b |\n|---|---|\n| old | row |\n| gone | row |\n\nAfter.\n"
+    table = ["| a | b |", "|---|---|", "| new | row |"]
+    assert tabled(text, [table], "p.md") == "Before.\n\n| a | b |\n|---|---|\n| new | row |\n\nAfter.\n"
+    with pytest.raises(GeneratedError, match=r"p\.md has no table headed \| c \|"):
+        tabled(text, [["| c |"]], "p.md")
+
+
+def test_generate_refuses_a_tree_without_manifests(tmp_path: Path) -> None:
+    with pytest.raises(GeneratedError, match="run it from a checkout"):
+        expected(tmp_path, chart_defaults())
 
 
 def test_the_workload_webhooks_cover_every_kind_that_creates_pods_from_a_template() -> None:
