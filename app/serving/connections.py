@@ -87,6 +87,15 @@ class Owner(Interface):
         ...
 
 
+def drain(fd: int) -> None:
+    """Read a non-blocking wake-up pipe empty: its bytes only say "look", however many were written."""
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
+
+
 class Connections:
     """A worker's connections and the steps each takes on the worker's poller; the worker adds when to accept
     and when to let go. ``protocol`` is the app's, set by the worker once the app is loaded."""
@@ -250,11 +259,7 @@ class Connections:
                 pass
 
     def _woken(self, fd: Any) -> None:
-        try:
-            while os.read(self.wake[0], 4096):
-                pass
-        except BlockingIOError:
-            pass
+        drain(self.wake[0])
         while self.finished:
             conn, done = self.finished.popleft()
             try:

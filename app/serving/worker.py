@@ -55,7 +55,7 @@ from gunicorn.workers import base
 from app import metrics
 from app.readiness import Readiness
 from app.serving import honoured
-from app.serving.connections import Connection, Connections
+from app.serving.connections import Connection, Connections, drain
 from app.serving.protocol import Protocol, limits
 from app.serving.tls import ServingCertificate
 from app.settings import Settings
@@ -163,11 +163,7 @@ class WebhookWorker(base.Worker):
         self.poller.close()
 
     def _signalled(self, fd: Any) -> None:
-        try:
-            while os.read(self.PIPE[0], 4096):
-                pass
-        except BlockingIOError:
-            pass
+        drain(self.PIPE[0])
 
     def _close_listeners(self) -> None:
         """Stop accepting: what the kernel has already queued is accepted and served (closing a listener resets the
