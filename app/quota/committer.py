@@ -8,10 +8,9 @@ Rules: docs/rules.md#no-over-admission-under-concurrency, #undecided-quota-is-an
 How it stays exact: docs/quota.md. One lock guards the queue and every namespace's state (app/quota/state.py:
 tickets waiting, grants, recent pace); it is only ever held for bookkeeping (``with`` blocks), never across a
 request, and no other lock is taken under it: what the feed says is read before it is taken. A namespace is
-worked on by one committer thread at a time; its tickets, or its due grants, are the reasons to take it. I/O goes
-through two ports (``FeedView``, ``Leases``) and a ``Clock`` that also does the waiting (app/quota/ports.py),
-so the protocol simulation (tests/app/quota/simulation.py) runs this very code, committer threads and all, on a
-schedule of its choosing.
+worked on by one committer thread at a time; its tickets, or its due grants, are the reasons to take it. Built by
+app/quota/startup.py, its I/O goes through two ports (``FeedView``, ``Leases``) and a ``Clock`` that also waits
+(app/quota/ports.py): the simulation (tests/app/quota/simulation.py) runs this very code on a schedule of its own.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from app import metrics
 from app.admission.ports import QuotaUnavailable, Verdict
 from app.kube.backoff import Backoff
 from app.kube.errors import CONFLICT, ApiError, describe
-from app.quota.core.decision import Ask, Grant, Ruling, Scene, View, Write, decide
+from app.quota.core.decision import Ask, Ruling, Scene, View, Write, decide
 from app.quota.core.encoding import MAX_LEDGER_BYTES, Ledger
 from app.quota.ports import (
     Clock,
@@ -37,7 +36,7 @@ from app.quota.ports import (
     still_undecided,
     unanswered,
 )
-from app.quota.state import NamespaceState, Ticket
+from app.quota.state import NamespaceState, Ticket, due
 
 ADMIT_BUDGET = 5.0  # seconds for one admission, sync wait included: half the API server's 10 s webhook timeout
 REQUEST_TIMEOUT = 2.0  # seconds for one ledger read or write
@@ -220,7 +219,7 @@ class Committer:
             return queued
         now = self._clock.monotonic()
         for namespace, state in free:
-            if state.retry_at <= now and any(_due(g, wanted.get(namespace, 0), now) for g in state.grants.values()):
+            if state.retry_at <= now and any(due(g, wanted.get(namespace, 0), now) for g in state.grants.values()):
                 return namespace
         return None
 
@@ -283,7 +282,7 @@ class Committer:
             batch = [t for t in batch if not t.settled]
             # Closed with this write: every grant when admissions need the ledger (they did not fit
             # into them), else those found due (window ended, or asked for).
-            mine = [g for g in state.grants.values() if batch or g.closing or _due(g, wanted, now)]
+            mine = [g for g in state.grants.values() if batch or g.closing or due(g, wanted, now)]
             for grant in mine:
                 grant.closing = True
             if not batch and not any(g.unused() for g in mine):
@@ -390,12 +389,6 @@ class Committer:
     def _state(self, namespace: str) -> NamespaceState:
         """The namespace's state, made on first use (under the lock)."""
         return self._namespaces.setdefault(namespace, NamespaceState())
-
-
-def _due(grant: Grant, wanted: int, now: float) -> bool:
-    """The grant must close now: its window has ended, or a worker that could not decide asked for its room (the
-    ledger's ``wanted`` count went past the one it was made at)."""
-    return grant.closes_at <= now or (wanted > grant.wanted and grant.unused())
 
 
 def _reservation(verdict: Verdict | None) -> str:

@@ -10,9 +10,7 @@ waits on it within its budget.
 
 from __future__ import annotations
 
-import threading
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -26,7 +24,7 @@ from app.quota.core.decision import Ask, View, denial, free
 from app.quota.core.demand import amounts, demands
 from app.quota.core.encoding import Ledger
 from app.quota.core.limits import limited
-from app.quota.ports import SYSTEM_CLOCK, Clock, FeedPort, Groups, Leases
+from app.quota.ports import SYSTEM_CLOCK, Clock, FeedPort, Groups
 from app.quota.state import Ticket
 
 SYNC_WAIT = 3.0  # seconds an admission waits for a just-started worker's (or a new quota's) first lists
@@ -41,25 +39,22 @@ class QuotaEvaluator:
     def __init__(
         self,
         feed: FeedPort,
-        leases: Leases,
+        committer: Committer,
+        contact: Contact,
         devices: Sequence[Device],
         *,
-        ttl: float,
         stale_after: float,
         clock: Clock = SYSTEM_CLOCK,
-        new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
-        shedding: threading.Event | None = None,
         groups: Groups | None = None,
         gang_hold: float = 0.0,
     ) -> None:
         self.feed = feed
-        self.leases = leases
+        self.committer = committer
+        self.contact = contact
         self._devices = tuple(devices)
         self._stale_after = stale_after
         self._clock = clock
         self._groups = groups if gang_hold > 0 else None  # None: gang holds off, every Pod charged alone
-        self.committer = Committer(feed, leases, ttl=ttl, clock=clock, new_id=new_id, hold_ttl=gang_hold)
-        self.contact = Contact(leases.probe, feed.quota_in_play, feed.nudge, clock, shedding)
 
     def governs(self, namespace: str) -> bool:
         """Also true while the feed cannot tell (not synced, broken too long): admit() must then refuse,
@@ -154,4 +149,4 @@ class QuotaEvaluator:
         self.contact.stop()
         self.committer.stop()
         self.feed.stop()
-        self.leases.close()
+        self.committer.leases.close()

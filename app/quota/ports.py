@@ -55,8 +55,8 @@ SYSTEM_CLOCK = SystemClock()
 
 class FeedView(Protocol):
     """A process's view of limits, Pods and ledgers, kept current by watches (app/quota/feed/feed.py's Feed): what
-    the evaluator and the Committer read and wait on. What a call returns is read under the feed's lock at one moment,
-    so its parts agree; no call takes another lock while holding it."""
+    the Committer reads and waits on. What a call returns is read under the feed's lock at one moment, so its parts
+    agree; no call takes another lock while holding it."""
 
     def view(self, namespace: str, entries: Iterable[str] | None = None) -> View:
         """What the process knows of ``namespace`` now; what the Pods carrying each of ``entries`` took (None: each
@@ -75,29 +75,30 @@ class FeedView(Protocol):
         """Whether the namespace's Pods are listed and watched up to resourceVersion ``rv``, within ``timeout``."""
         ...
 
+
+class FeedPort(Protocol):
+    """What QuotaEvaluator is given of the feed: the calls it makes itself (its Committer and Contact, built by
+    app/quota/startup.py, are given theirs), the view its decisions read and the life its readiness follows."""
+
+    def view(self, namespace: str, entries: Iterable[str] | None = None) -> View:
+        """As FeedView's."""
+        ...
+
+    def wait_pods(self, namespace: str, rv: int, timeout: float) -> bool:
+        """As FeedView's."""
+        ...
+
     def wait_synced(self, timeout: float) -> bool:
         """Whether the first lists are in, within ``timeout`` (0: now)."""
         ...
-
-
-class FeedLife(Protocol):
-    """The feed's threads and health: what readiness and the contact probe need of it, apart from its view."""
 
     def status(self) -> dict[str, Any]: ...
 
     def answered_since(self, moment: float) -> bool: ...
 
-    def quota_in_play(self) -> bool: ...
-
-    def nudge(self) -> None: ...
-
     def start(self) -> None: ...
 
     def stop(self) -> None: ...
-
-
-class FeedPort(FeedView, FeedLife, Protocol):
-    """What QuotaEvaluator is given: the view its decisions read, and the life its readiness follows."""
 
 
 class Groups(Protocol):

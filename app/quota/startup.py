@@ -1,5 +1,5 @@
-"""How the quota port is built from the settings: off, or QuotaEvaluator on a Feed and the ledger Leases of the API
-server.
+"""How the quota port is built from the settings: off, or QuotaEvaluator with its Committer and Contact, on a Feed
+and the ledger Leases of the API server.
 
 The settings are read through QuotaSettings, declared here: the composition at the top (app/settings.py) supplies
 them, and nothing here imports it. The Kubernetes client and the feed are imported when quota is opened, so the
@@ -8,6 +8,7 @@ settings (and the commands that only read them, such as ``hami-webhook review``)
 from __future__ import annotations
 
 import logging
+import uuid
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
@@ -62,9 +63,12 @@ def open_quota(settings: QuotaSettings, readiness: Readiness) -> QuotaPort:
     from kubernetes import client
 
     from app.kube.config import LOAD_ERRORS, load_configuration
+    from app.quota.committer import Committer
+    from app.quota.contact import Contact
     from app.quota.evaluator import QuotaEvaluator
     from app.quota.feed.feed import Feed
     from app.quota.lease import KubeLeases
+    from app.quota.ports import SYSTEM_CLOCK
 
     try:
         configuration = load_configuration()
@@ -83,13 +87,14 @@ def open_quota(settings: QuotaSettings, readiness: Readiness) -> QuotaPort:
     home, hold = settings.home_namespace, settings.quota_gang_hold
     feed = Feed(client.ApiClient(configuration), settings.devices, forget_after=ttl, home=home, gangs=hold > 0)
     leases = KubeLeases.of(client.ApiClient(configuration), settings.home_namespace)
+    committer = Committer(feed, leases, ttl=ttl, clock=SYSTEM_CLOCK, new_id=lambda: uuid.uuid4().hex, hold_ttl=hold)
+    contact = Contact(leases.probe, feed.quota_in_play, feed.nudge, SYSTEM_CLOCK, readiness.shedding)
     port = QuotaEvaluator(
         feed,
-        leases,
+        committer,
+        contact,
         settings.devices,
-        ttl=ttl,
         stale_after=settings.quota_stale_after,
-        shedding=readiness.shedding,
         groups=feed,
         gang_hold=hold,
     )

@@ -98,3 +98,9 @@ class NamespaceState:
         if len(self.reserved) > REMEMBERED:
             del self.reserved[next(iter(self.reserved))]
         self.admitted.append(now)
+
+
+def due(grant: Grant, wanted: int, now: float) -> bool:
+    """The grant must close now: its window has ended, or a worker that could not decide asked for its room (the
+    ledger's ``wanted`` count went past the one it was made at)."""
+    return grant.closes_at <= now or (wanted > grant.wanted and grant.unused())

@@ -53,7 +53,8 @@ import orjson
 from app.admission.edit import PodEdit
 from app.admission.ports import QuotaUnavailable, Verdict
 from app.kube.errors import ApiError
-from app.quota.committer import COMMIT_FAILED
+from app.quota.committer import COMMIT_FAILED, Committer
+from app.quota.contact import Contact
 from app.quota.core.decision import WINDOW, Taken, View
 from app.quota.core.encoding import Hold, Ledger, decode
 from app.quota.core.gang import UPSTREAM, Gang
@@ -166,7 +167,7 @@ class ApiServer:
 
 
 class SimFeed:
-    """A worker's feed (FeedView): the real tables, filled from its watches as the scheduler delivers events."""
+    """A worker's feed (FeedView, FeedPort): the real tables, filled as the scheduler delivers its watches' events."""
 
     def __init__(self, worker: Worker, server: ApiServer, limit: int) -> None:
         self.worker = worker
@@ -245,7 +246,7 @@ class SimFeed:
     def wait_synced(self, timeout: float) -> bool:
         return True
 
-    # --- FeedLife ---------------------------------------------------------------------------------
+    # --- its life: the evaluator's (FeedPort) and the contact probe's ---------------------------
 
     def quota_in_play(self) -> bool:
         return True
@@ -337,11 +338,12 @@ class Worker:
         self.offset = sim.rng.uniform(0, 1000)  # monotonic clocks start anywhere
         self.feed = SimFeed(self, sim.server, sim.limit)
         ledger = KubeLeases(self._send, HOME)
+        committer = Committer(self.feed, ledger, ttl=TTL, clock=self, new_id=sim.new_id, hold_ttl=HOLD)
+        # its own shedding: this process's worker is not the simulated one's
+        contact = Contact(ledger.probe, self.feed.quota_in_play, self.feed.nudge, self, threading.Event())
         self.port = QuotaEvaluator(
-            self.feed, ledger, DEVICES, ttl=TTL, stale_after=30, clock=self, new_id=sim.new_id, groups=self.feed,
-            gang_hold=HOLD,
-        )  # fmt: skip
-        self.port.contact.shedding = threading.Event()  # this process's worker is not the simulated one's
+            self.feed, committer, contact, DEVICES, stale_after=30, clock=self, groups=self.feed, gang_hold=HOLD
+        )
         self.killed = False
         self.cut = False  # cut off from the API server: its requests and watches hang
         self.held: list[tuple[str, str, dict[str, Any] | None]] = []  # requests given up on, still in the black hole
