@@ -16,52 +16,24 @@ import argparse
 import json
 import statistics
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import counted, pods, wire
+from bench import pods, wire
 from certgen.local import write_local
-from testbed import ROOT
-from testbed.servers import gunicorn
 from testbed.tls import client_context
 
 ASGI = ("-k", "asgi", "--asgi-loop", "uvloop", "--http-parser", "fast", "--asgi-lifespan", "off")
 
 
-@dataclass
-class Contender(wire.Server):
-    """wire's server, run from ``tree`` (a checkout) with extra gunicorn ``args``."""
-
-    tree: Path = ROOT
-    args: tuple[str, ...] = field(default=())
-
-    def start(self, cert: Path, key: Path, env: dict[str, str]) -> None:
-        self.counts_path.write_bytes(b"\0" * counted.SLOTS * counted.SLOT.size)
-        self.proc = gunicorn(
-            self.port,
-            cert,
-            key,
-            *self.args,
-            config="python:bench.counted",
-            app=self.app,
-            log=self.workdir / f"{self.name}.log",
-            cwd=self.tree,
-            HAMI_BENCH_COUNTS=str(self.counts_path),
-            HAMI_LOG_FORMAT="json",
-            PYTHONPATH=str(self.tree),
-            **env,
-        )
-
-
-def contenders(args: argparse.Namespace, workdir: Path) -> list[Contender]:
+def contenders(args: argparse.Namespace, workdir: Path) -> list[wire.Server]:
     if args.asgi:
         return [
-            Contender("ours", "wsgi:app", workdir),
-            Contender("asgi", "bench.asgi:app", workdir, args=ASGI),
-            Contender("ours-floor", "bench.asgi:wsgi_floor", workdir),
-            Contender("asgi-floor", "bench.asgi:floor", workdir, args=ASGI),
+            wire.Server("ours", "wsgi:app", workdir),
+            wire.Server("asgi", "bench.asgi:app", workdir, args=ASGI),
+            wire.Server("ours-floor", "bench.asgi:wsgi_floor", workdir),
+            wire.Server("asgi-floor", "bench.asgi:floor", workdir, args=ASGI),
         ]
-    return [Contender("before", "wsgi:app", workdir, tree=args.against), Contender("after", "wsgi:app", workdir)]
+    return [wire.Server("before", "wsgi:app", workdir, tree=args.against), wire.Server("after", "wsgi:app", workdir)]
 
 
 def compare(args: argparse.Namespace) -> dict[str, dict[str, float]]:

@@ -103,13 +103,16 @@ class Measured:
 
 @dataclass
 class Server(Measured):
-    """One gunicorn master serving ``app`` over TLS on 127.0.0.1."""
+    """One gunicorn master serving ``app`` over TLS on 127.0.0.1, from ``tree`` (a checkout: this one by default,
+    another for a before/after) with extra gunicorn ``args``."""
 
     name: str
     app: str
     workdir: Path
     port: int = field(default_factory=free_port)
     proc: Gunicorn | None = None
+    tree: Path = ROOT
+    args: tuple[str, ...] = ()
 
     @property
     def counts_path(self) -> Path:
@@ -123,11 +126,14 @@ class Server(Measured):
             self.port,
             cert,
             key,
+            *self.args,
             config="python:bench.counted",
             app=self.app,
             log=self.workdir / f"{self.name}.log",
+            cwd=self.tree,
             HAMI_BENCH_COUNTS=str(self.counts_path),
             HAMI_LOG_FORMAT="json",
+            PYTHONPATH=str(self.tree),
             **env,
         )
 

@@ -23,6 +23,7 @@ from app.quota.core.amounts import Amounts
 from app.quota.core.decision import Ask, View, denial, free
 from app.quota.core.demand import amounts, demands
 from app.quota.core.encoding import Ledger
+from app.quota.core.gang import Gang
 from app.quota.core.limits import limited
 from app.quota.ports import SYSTEM_CLOCK, Clock, FeedPort, Groups
 from app.quota.state import Ticket
@@ -83,7 +84,7 @@ class QuotaEvaluator:
         listing = max(min(SYNC_WAIT, deadline - self._clock.monotonic()), 0)
         if view.pods_at < 0 and not self.feed.wait_pods(namespace, 0, listing):
             raise QuotaUnavailable(f"the Pods of namespace {namespace} have not been listed yet")
-        gang, why = self._groups.gang(namespace, pod.pod) if self._groups is not None else (None, "")
+        gang, why = self._gang(namespace, pod)
         ask = Ask(uid, requested, dry_run, gang)
         # a gang member's room may be in its hold, which a denial from the cache counts as taken: the ledger decides
         verdict = self.committer.alone(namespace, ask) or (None if gang else self._denied_at_once(namespace, ask))
@@ -117,10 +118,14 @@ class QuotaEvaluator:
 
     def gang(self, namespace: str, pod: PodEdit) -> int:
         """The size of the Pod's gang from the group objects watched (0: none, or gang holds off)."""
-        gang = self._groups.gang(namespace, pod.pod)[0] if self._groups is not None else None
+        gang = self._gang(namespace, pod)[0]
         return gang.size if gang is not None else 0
 
     # --- helpers ---------------------------------------------------------------------------------
+
+    def _gang(self, namespace: str, pod: PodEdit) -> tuple[Gang | None, str]:
+        """The Pod's gang and what to tell its author (Groups.gang); (None, "") with gang holds off."""
+        return self._groups.gang(namespace, pod.pod) if self._groups is not None else (None, "")
 
     def _unfit(self, view: View) -> str:
         """Why the feed cannot be trusted now ("" when it can)."""

@@ -22,7 +22,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from app import metrics
 from app.admission.notices import KINDS
-from app.admission.ports import QUOTA_REASON, QuotaPort, QuotaUnavailable
+from app.admission.ports import QuotaPort, QuotaUnavailable
 from app.admission.review import (
     Decision,
     UnreadableReview,
@@ -317,7 +317,7 @@ def _log_and_count(document: dict[str, Any], uid: str, decision: Decision, start
     patch = decision.patch if decision.allowed else []
     outcome = "denied" if not decision.allowed else "patched" if patch else "passed"
     kinds = tuple(w.kind for w in decision.warnings)
-    quota_denied = (namespace, decision.cause) if decision.reason == QUOTA_REASON else None
+    quota_denied = (namespace, decision.cause) if decision.cause else None  # set on quota denials only
     metrics.decided(outcome, decision.reason, devices=decision.devices, warnings=kinds, quota_denied=quota_denied)
     fields: dict[str, Any] = {
         "uid": uid,
