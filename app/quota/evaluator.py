@@ -20,11 +20,12 @@ from app.admission.ports import FITS, QuotaUnavailable, Verdict
 from app.quota.committer import ADMIT_BUDGET, Committer
 from app.quota.contact import Contact
 from app.quota.core.amounts import Amounts
-from app.quota.core.decision import Ask, View, denial, free
+from app.quota.core.decision import denial, free
 from app.quota.core.demand import amounts, demands
 from app.quota.core.encoding import Ledger
 from app.quota.core.gang import Gang
 from app.quota.core.limits import limited
+from app.quota.core.scene import Ask, View
 from app.quota.ports import SYSTEM_CLOCK, Clock, FeedPort, Groups
 from app.quota.state import Ticket
 

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from app.admission.ports import QuotaUnavailable
-from app.quota.core.decision import View
 from app.quota.core.encoding import Ledger
 from app.quota.core.gang import Gang
+from app.quota.core.scene import View
 
 
 class Clock(Protocol):

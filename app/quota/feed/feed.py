@@ -22,9 +22,9 @@ from kubernetes import client
 
 from app import metrics
 from app.admission.devices.base import Device
-from app.quota.core.decision import View
 from app.quota.core.encoding import MANAGED_BY, Ledger, resource_version
 from app.quota.core.gang import Gang
+from app.quota.core.scene import View
 from app.quota.core.standing import Standing, standing
 from app.quota.feed import gauges
 from app.quota.feed.groups import GroupTable, group_streams
