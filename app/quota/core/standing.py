@@ -27,7 +27,8 @@ class Figure:
     quota: str  # the ResourceQuota that sets the limit (the smallest)
     used: int
     held: int
-    gangs: int = 0  # of ``held``: room held for gangs' members not created yet (their holds' unfilled part)
+    gangs: int = 0  # of ``held``: room held for gangs' members not created yet (holds' unfilled part, their places
+    # in grants not taken yet)
 
     @property
     def free(self) -> int:
@@ -70,6 +71,9 @@ def standing(view: View, quotas: Mapping[str, Amounts], pods: int, *, now: float
     unfilled: Amounts = {}
     for gang in gangs:
         accumulate(unfilled, gang.unfilled())
+    for i, e in counted.keep.items():  # places of a hold in a worker's grant: room for members not created yet
+        if e.open and e.gang:
+            accumulate(unfilled, unseen(e.amounts, seen[i].amounts if i in seen else None))
     figures = tuple(
         Figure(name, limit, quota, used.get(name, 0), taken.get(name, 0) - used.get(name, 0), unfilled.get(name, 0))
         for name, (limit, quota) in sorted(limits.items())

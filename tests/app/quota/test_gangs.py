@@ -284,3 +284,8 @@ def test_the_standing_shows_room_held_for_gangs_per_group() -> None:
     assert [(f.used, f.held, f.gangs, f.free) for f in found.figures] == [(1, 3, 3, 2)]
     assert found.gangs == (Hold(TRAIN.key, 4, 1, {GPU: 1}),)
     assert render([found], "wide", wide_scope=False).splitlines()[1].split()[-2:] == ["3", f"{TRAIN.key}=1/4"]
+    # two of its places in a worker's grant, one member seen in it: the room for the other still counts as the gang's
+    granted = decode("ai", lease({"w0": placed(hold(1), 2), "g": places(2)}, 5))
+    taken = {"w0": Taken({GPU: 1}, rv=3), "g": Taken({GPU: 1}, rv=5)}
+    moved = standing(View("ai", {GPU: 6}, granted, {}, {GPU: 2}, taken, 5), {"gpu": {GPU: 6}}, 2, now=NOW, ttl=TTL)
+    assert [(f.used, f.held, f.gangs, f.free) for f in moved.figures] == [(2, 2, 2, 2)]
