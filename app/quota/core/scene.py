@@ -196,7 +196,8 @@ def given_back(scene: Scene, live: Mapping[str, Reservation]) -> dict[str, Reser
     out: dict[str, Reservation] = {}
     for grant in scene.mine.values():
         hold = out.get(grant.hold) or live.get(grant.hold)
-        if not (grant.closing and grant.gang and grant.id in live and hold is not None and hold.hold is not None):
+        written = live.get(grant.id)  # still open: a write that closed it (its answer lost) gave them back already
+        if not (grant.closing and grant.gang and written is not None and written.open and hold and hold.hold):
             continue
         places = grant.slots - grant.count
         if places <= 0 or hold.hold.group != grant.gang:

@@ -122,6 +122,9 @@ def test_closing_a_gang_grant_gives_its_unused_places_back_and_counts_them_at_on
     assert counted.upper == counted.lower == {GPU: 4}  # two members, one place given back, one still open
     made = decided(at, ask("a", gpus=3, gang=None))
     assert made.verdicts[0] is not None and made.verdicts[0].denial  # the place given back is not free room
+    # that write landed but its answer was lost: decided again on the ledger re-read, nothing is given back twice
+    again = scene(entries=dict(counted.keep), mine={"g": grant})
+    assert account(again).keep == counted.keep
 
 
 def test_a_member_waits_while_another_worker_s_grant_may_give_places_back() -> None:
