@@ -3,10 +3,10 @@ reservation's Pods took, the device limits per ResourceQuota, and the newest led
 
 Rules: docs/rules.md#usage-is-counted-by-the-webhook, #limits-come-from-every-resourcequota.
 
-No I/O, and no logging: app/quota/feed/feed.py's streams write these tables under its lock and read them for the
-decision, so what a table has to say (a Pod it cannot count, ledger entries found at start) is returned, and said by
-the caller after the lock (``say_uncounted``, ``say_found_at_start``); logging takes a lock of its own. The
-simulation (tests/app/quota/simulation.py) drives the same tables against a model.
+No I/O, and no logging: the Feed (app/quota/feed/feed.py) writes these tables under its lock as its streams find,
+and reads them for the decision, so what a table has to say (a Pod it cannot count, ledger entries found at start)
+is returned, and said by the caller after the lock (``say_uncounted``, ``say_found_at_start``); logging takes a
+lock of its own. The simulation (tests/app/quota/simulation.py) drives the same tables against a model.
 """
 
 from __future__ import annotations

@@ -247,7 +247,10 @@ class SimFeed:
     def wait_synced(self, timeout: float) -> bool:
         return True
 
-    # --- its life: the evaluator's (FeedPort) and the contact probe's ---------------------------
+
+class SimStreams:
+    """A worker's streams as the evaluator (StreamsPort) and the contact probe see them: always answered and in
+    sync; the scheduler delivers their events to the SimFeed."""
 
     def quota_in_play(self) -> bool:
         return True
@@ -264,7 +267,7 @@ class SimFeed:
     def start(self) -> None:
         pass
 
-    def stop(self) -> None:
+    def stop(self, timeout: float) -> None:
         pass
 
 
@@ -341,9 +344,18 @@ class Worker:
         ledger = KubeLeases(self._send, HOME)
         committer = Committer(self.feed, ledger, ttl=TTL, clock=self, new_id=sim.new_id, hold_ttl=HOLD)
         # its own shedding: this process's worker is not the simulated one's
-        contact = Contact(ledger.probe, self.feed.quota_in_play, self.feed.nudge, self, threading.Event())
+        streams = SimStreams()
+        contact = Contact(ledger.probe, streams.quota_in_play, streams.nudge, self, threading.Event())
         self.port = QuotaEvaluator(
-            self.feed, committer, contact, DEVICES, stale_after=30, clock=self, groups=self.feed, gang_hold=HOLD
+            self.feed,
+            streams,
+            committer,
+            contact,
+            DEVICES,
+            stale_after=30,
+            clock=self,
+            groups=self.feed,
+            gang_hold=HOLD,
         )
         self.killed = False
         self.cut = False  # cut off from the API server: its requests and watches hang
