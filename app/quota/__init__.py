@@ -3,7 +3,8 @@
 ``core/`` is pure: ``amounts`` (the resource arithmetic), ``demand`` (a Pod's demand per vendor), ``limits``
 (ResourceQuota keys, the fit check), ``encoding`` (the ledger's encoding), ``decision`` (the pure decision),
 ``standing`` (where a namespace stands). ``feed/`` is what a worker sees: ``stream`` (the list + watch
-machinery), ``tables`` (what the streams keep), ``feed`` (the Feed, per process). The top: ``ports`` (what the
+machinery), ``tables`` (what the streams keep), ``feed`` (the Feed, per process: what it knows), ``life`` (which
+of its streams run, and their health), ``gauges`` (the quota gauges' publisher). The top: ``ports`` (what the
 evaluator and committer need of the world: feed, ledger store, clock; and why quota could not be decided),
 ``evaluator`` (QuotaEvaluator, the real port: what an admission answers alone, the ticket it queues otherwise),
 ``committer`` (the Committer: a process's tickets decided and written per namespace, grants closed when due),

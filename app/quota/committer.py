@@ -24,8 +24,9 @@ from app import metrics
 from app.admission.ports import QuotaUnavailable, Verdict
 from app.kube.backoff import Backoff
 from app.kube.errors import CONFLICT, ApiError, describe
-from app.quota.core.decision import Ask, Ruling, Scene, View, Write, decide
+from app.quota.core.decision import Ruling, Write, decide
 from app.quota.core.encoding import MAX_LEDGER_BYTES, Ledger
+from app.quota.core.scene import Ask, Scene, View
 from app.quota.ports import (
     Clock,
     FeedView,

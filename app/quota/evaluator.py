@@ -1,6 +1,6 @@
 """QuotaEvaluator, the real QuotaPort: a namespace's device quota enforced across every worker of every replica
-through a ledger Lease (app/quota/committer.py writes it), a Pod/ResourceQuota feed (app/quota/feed/feed.py) and a
-probe of the API server (app/quota/contact.py).
+through a ledger Lease (app/quota/committer.py writes it), a Pod/ResourceQuota feed (app/quota/feed/feed.py) filled
+by its streams (app/quota/feed/life.py) and a probe of the API server (app/quota/contact.py).
 
 Rules: docs/rules.md#no-over-admission-under-concurrency, #undecided-quota-is-an-error-never-an-admission.
 How it stays exact: docs/quota.md. An admission here only answers what needs no ledger (no device quota, room in
@@ -10,6 +10,7 @@ waits on it within its budget.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -20,26 +21,30 @@ from app.admission.ports import FITS, QuotaUnavailable, Verdict
 from app.quota.committer import ADMIT_BUDGET, Committer
 from app.quota.contact import Contact
 from app.quota.core.amounts import Amounts
-from app.quota.core.decision import Ask, View, denial, free
+from app.quota.core.decision import denial, free
 from app.quota.core.demand import amounts, demands
 from app.quota.core.encoding import Ledger
 from app.quota.core.gang import Gang
 from app.quota.core.limits import limited
-from app.quota.ports import SYSTEM_CLOCK, Clock, FeedPort, Groups
+from app.quota.core.scene import Ask, View
+from app.quota.ports import SYSTEM_CLOCK, Clock, FeedPort, Groups, StreamsPort
 from app.quota.state import Ticket
 
 SYNC_WAIT = 3.0  # seconds an admission waits for a just-started worker's (or a new quota's) first lists
 # Committer threads per process: each works on one namespace at a time, so a namespace whose request hangs holds
 # up only itself (Kubernetes' quota admission runs 5 evaluators; one namespace's burst needs one).
 COMMITTERS = 4
+STOP_WAIT = 5.0  # seconds stop() waits for each thread it ends
 
 
 class QuotaEvaluator:
-    """Namespace device quota enforced across workers and replicas."""
+    """Namespace device quota enforced across workers and replicas: what an admission calls, and the threads it runs
+    (the feed's streams, the gauges' publisher, the contact probe, the committers)."""
 
     def __init__(
         self,
         feed: FeedPort,
+        streams: StreamsPort,
         committer: Committer,
         contact: Contact,
         devices: Sequence[Device],
@@ -48,8 +53,11 @@ class QuotaEvaluator:
         clock: Clock = SYSTEM_CLOCK,
         groups: Groups | None = None,
         gang_hold: float = 0.0,
+        gauges: threading.Thread | None = None,
     ) -> None:
         self.feed = feed
+        self.streams = streams
+        self.gauges = gauges  # the quota gauges' publisher (app/quota/feed/gauges.py), ended with the streams
         self.committer = committer
         self.contact = contact
         self._devices = tuple(devices)
@@ -138,20 +146,24 @@ class QuotaEvaluator:
     def status(self) -> dict[str, Any]:
         """Ready: the feed synced and not broken too long, the API server answering, and every stream answered
         since it last came back (a watch from before a partition may be a silent socket)."""
-        feed = self.feed.status()
+        feed = self.streams.status()
         synced = all(feed["synced"].values())
         lost = self.contact.lost()
-        caught_up = self.feed.answered_since(self.contact.regained_at)
+        caught_up = self.streams.answered_since(self.contact.regained_at)
         ready = synced and feed["broken_seconds"] <= self._stale_after and not lost and caught_up
         return {"ready": ready, "quota": "on", **feed, "api_server": lost or "answers", "caught_up": caught_up}
 
     def start(self) -> None:
-        self.feed.start()
+        self.streams.start()
+        if self.gauges is not None:
+            self.gauges.start()
         self.contact.start()
         self.committer.start(COMMITTERS)
 
     def stop(self) -> None:
         self.contact.stop()
         self.committer.stop()
-        self.feed.stop()
+        self.streams.stop(STOP_WAIT)
+        if self.gauges is not None:
+            self.gauges.join(STOP_WAIT)
         self.committer.leases.close()

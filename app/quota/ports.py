@@ -1,9 +1,10 @@
-"""What QuotaEvaluator and its Committer need of the world, as ports: the feed's view, the ledger Lease, and the
-clock (time, sleeping and waiting); and the errors they answer with when quota cannot be decided.
+"""What QuotaEvaluator and its Committer need of the world, as ports: the feed's view and its streams, the ledger
+Lease, and the clock (time, sleeping and waiting); and the errors they answer with when quota cannot be decided.
 
-The server plugs in Feed (app/quota/feed/feed.py), KubeLeases (app/quota/lease.py) and the system clock; the protocol
-simulation (tests/app/quota/simulation.py) plugs in a model of the API server and a simulated clock, and so runs
-the real batching, compare-and-swap and grant code on schedules a real cluster rarely produces.
+The server plugs in Feed (app/quota/feed/feed.py) and the FeedStreams filling it (app/quota/feed/life.py), KubeLeases
+(app/quota/lease.py) and the system clock; the protocol simulation (tests/app/quota/simulation.py) plugs in a model
+of the API server and a simulated clock, and so runs the real batching, compare-and-swap and grant code on schedules
+a real cluster rarely produces.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from app.admission.ports import QuotaUnavailable
-from app.quota.core.decision import View
 from app.quota.core.encoding import Ledger
 from app.quota.core.gang import Gang
+from app.quota.core.scene import View
 
 
 class Clock(Protocol):
@@ -77,8 +78,8 @@ class FeedView(Protocol):
 
 
 class FeedPort(Protocol):
-    """What QuotaEvaluator is given of the feed: the calls it makes itself (its Committer and Contact, built by
-    app/quota/startup.py, are given theirs), the view its decisions read and the life its readiness follows."""
+    """What QuotaEvaluator reads of the feed itself (its Committer, built by app/quota/startup.py, is given FeedView):
+    the view its decisions read and the waits for the first lists."""
 
     def view(self, namespace: str, entries: Iterable[str] | None = None) -> View:
         """As FeedView's."""
@@ -92,13 +93,24 @@ class FeedPort(Protocol):
         """Whether the first lists are in, within ``timeout`` (0: now)."""
         ...
 
-    def status(self) -> dict[str, Any]: ...
 
-    def answered_since(self, moment: float) -> bool: ...
+class StreamsPort(Protocol):
+    """The feed's streams as QuotaEvaluator runs them (app/quota/feed/life.py's FeedStreams): started and stopped with
+    it, and the life its readiness follows."""
+
+    def status(self) -> dict[str, Any]:
+        """What /readyz shows of the feed: ``synced`` per resource, ``broken_seconds``, and counts."""
+        ...
+
+    def answered_since(self, moment: float) -> bool:
+        """Every stream's list or watch has been answered since ``moment`` (monotonic)."""
+        ...
 
     def start(self) -> None: ...
 
-    def stop(self) -> None: ...
+    def stop(self, timeout: float) -> None:
+        """End every stream's thread, waiting up to ``timeout`` for each."""
+        ...
 
 
 class Groups(Protocol):

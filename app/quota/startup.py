@@ -1,5 +1,5 @@
 """How the quota port is built from the settings: off, or QuotaEvaluator with its Committer and Contact, on a Feed
-and the ledger Leases of the API server.
+filled by its FeedStreams, the gauges' thread publishing from it, and the ledger Leases of the API server.
 
 The settings are read through QuotaSettings, declared here: the composition at the top (app/settings.py) supplies
 them, and nothing here imports it. The Kubernetes client and the feed are imported when quota is opened, so the
@@ -8,6 +8,7 @@ settings (and the commands that only read them, such as ``hami-webhook review``)
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
@@ -66,7 +67,9 @@ def open_quota(settings: QuotaSettings, readiness: Readiness) -> QuotaPort:
     from app.quota.committer import Committer
     from app.quota.contact import Contact
     from app.quota.evaluator import QuotaEvaluator
+    from app.quota.feed import gauges
     from app.quota.feed.feed import Feed
+    from app.quota.feed.life import FeedStreams
     from app.quota.lease import KubeLeases
     from app.quota.ports import SYSTEM_CLOCK
 
@@ -85,18 +88,23 @@ def open_quota(settings: QuotaSettings, readiness: Readiness) -> QuotaPort:
         _probe(configuration)
     ttl = settings.quota_reservation_ttl
     home, hold = settings.home_namespace, settings.quota_gang_hold
-    feed = Feed(client.ApiClient(configuration), settings.devices, forget_after=ttl, home=home, gangs=hold > 0)
+    feed = Feed(settings.devices, forget_after=ttl)
+    streams = FeedStreams(client.ApiClient(configuration), feed, home=home, gangs=hold > 0)
+    published = (feed.standings, feed.wait_synced, streams.stopping)
+    publisher = threading.Thread(target=gauges.publish, args=published, name="quota gauges", daemon=True)
     leases = KubeLeases.of(client.ApiClient(configuration), settings.home_namespace)
     committer = Committer(feed, leases, ttl=ttl, clock=SYSTEM_CLOCK, new_id=lambda: uuid.uuid4().hex, hold_ttl=hold)
-    contact = Contact(leases.probe, feed.quota_in_play, feed.nudge, SYSTEM_CLOCK, readiness.shedding)
+    contact = Contact(leases.probe, streams.quota_in_play, streams.nudge, SYSTEM_CLOCK, readiness.shedding)
     port = QuotaEvaluator(
         feed,
+        streams,
         committer,
         contact,
         settings.devices,
         stale_after=settings.quota_stale_after,
         groups=feed,
         gang_hold=hold,
+        gauges=publisher,
     )
     port.start()
     log.info(

@@ -1,5 +1,5 @@
 """What one worker process keeps per quota'd namespace between admissions: the admissions queued for the next
-group commit, the grants it holds (app/quota/core/decision.py's Grant: room taken ahead, admitted into without the
+group commit, the grants it holds (app/quota/core/scene.py's Grant: room taken ahead, admitted into without the
 API server), its recent pace, and the request uids it reserved (when it first saw each ledger entry, the feed
 keeps: app/quota/feed/tables.py). The Committer (app/quota/committer.py) holds its lock around every method here;
 none of them does I/O.
@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from app.admission.ports import FITS, QuotaUnavailable, Verdict
 from app.quota.core.amounts import Amounts, accumulate
-from app.quota.core.decision import WINDOW, Ask, Burst, Grant, Write
+from app.quota.core.decision import Burst, Write
+from app.quota.core.scene import WINDOW, Ask, Grant
 
 REMEMBERED = 4096  # request uids remembered per namespace, so a request sent again is not reserved twice
 
@@ -72,12 +73,18 @@ class NamespaceState:
         return Burst(len(self.admitted), contended)
 
     def written(self, write: Write, reserved: Sequence[tuple[Ask, str]], sent: float, now: float) -> None:
-        """After ``write`` was stored: the grants it closed go, the grant it made (if any) opens, its asks are
+        """After ``write`` was stored: the grants it closed go, the grants it made (if any) open, its asks are
         remembered with the entry that holds each (``write.entry``, or a gang's hold)."""
         for grant in [g for g in self.grants.values() if g.closing]:
             del self.grants[grant.id]
         for one, reservation in reserved:
             self.remember(one.uid, reservation, now)
+        if write.gang_grant:
+            made = write.entries[write.gang_grant]
+            self.grants[write.gang_grant] = Grant(
+                write.gang_grant, made.amounts, {}, sent + WINDOW, write.wanted, gang=made.gang, hold=write.hold,
+                slots=write.places,
+            )  # fmt: skip
         if not write.ahead:
             return
         taking: Amounts = {}

@@ -8,6 +8,7 @@ test_quota_clock.py."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -157,7 +158,10 @@ class TestGangs:
             print(f"{way}: stored per gang {stored_per_gang}")
             assert stored_per_gang == [0, 4]
             denials = {c.refusal["message"] for c in calls if c.quota_denial}
-            assert all("needs 4000 for 4 Pods together, 2000 free of limit 6000" in d for d in denials), denials
+            # free: the limit less what is certainly taken; part of the winner's room may be in a grant of its
+            # places that another replica made a moment ago, which counts as certain only after a second
+            frees = [re.search(r"needs 4000 for 4 Pods together, (\d+) free of limit 6000", d) for d in denials]
+            assert frees and all(f is not None and 2000 <= int(f[1]) < 4000 for f in frees), denials
         finally:
             kube.kubectl("delete", "namespace", "--wait=false", ns)
 

@@ -2,10 +2,11 @@
 
 The Lease ``hami-quota-<namespace>`` lives in the webhook's own namespace, so the webhook's write access
 stays inside it. Its annotation ``hami.io/quota-ledger`` holds
-``{id: {"ttl": seconds, "expires": unix seconds, "amounts": {resource: amount}, "open": true?, "hold": {...}?}}``:
+``{id: {"ttl": s, "expires": unix s, "amounts": {resource: amount}, "open": true?, "hold": {...}?, "gang": key?}}``:
 room set aside for Pods admitted (or, while open, about to be admitted) that some worker may not have seen yet; the
 Pods carry the id in their ``hami.io/quota-reservation`` annotation. An entry with a ``hold`` is a gang's: its
-first member wrote it with room for the whole gang, and its later members take their room from it (Hold).
+first member wrote it with room for the whole gang, and its later members take their room from it (Hold); an open
+entry with a ``gang`` is a grant of some of that hold's places (app/quota/core/scene.py's Grant).
 Each reader holds an entry's room for ``ttl`` seconds from when it first saw the entry (a hold: since it first saw
 its last member's write), on its own monotonic clock; ``expires`` (the writer's wall clock plus ``ttl``) is
 written only for the previous version's readers, which judge by it, and never read
@@ -43,8 +44,9 @@ MAX_LEDGER_BYTES = 250_000
 @dataclass(frozen=True)
 class Hold:
     """A gang's room in its entry: ``size`` members of ``group`` (a key of app/quota/core/gang.py), ``members`` of
-    them admitted so far, ``each`` the first member's charge. The entry's amounts are what its members were
-    charged plus ``each`` for every member still to come (``unfilled``)."""
+    them admitted so far or handed to a grant of its places, ``each`` the first member's charge. The entry's amounts
+    are what its members were charged plus ``each`` for every member still to come (``unfilled``); a place handed to
+    a grant takes its room along."""
 
     group: str
     size: int
@@ -64,7 +66,7 @@ class Reservation:
 
     Closed (``open`` false): the amounts of Pods already admitted. Open: a grant, room a worker took ahead and
     may still admit into, on its own, for a short window after writing it; it closes it by writing what it
-    admitted. Others count an open entry as wholly taken, but not as certainly taken (see app/quota/core/decision.py).
+    admitted. Others count an open entry as wholly taken, but not as certainly taken (see app/quota/core/scene.py).
     """
 
     expires: float
@@ -72,6 +74,7 @@ class Reservation:
     open: bool = False
     ttl: float | None = None
     hold: Hold | None = None
+    gang: str = ""  # open: a grant of this gang's places, which only its members go into
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,8 @@ def _encoded(entry: Reservation) -> dict[str, Any]:
     out |= {"expires": entry.expires, "amounts": entry.amounts}
     if entry.open:
         out["open"] = True
+    if entry.gang:
+        out["gang"] = entry.gang
     if entry.hold is not None:
         hold = entry.hold
         out["hold"] = {"group": hold.group, "size": hold.size, "members": hold.members, "each": hold.each}
@@ -134,7 +139,8 @@ def _entries(raw: Any) -> dict[str, Reservation]:
         try:
             amounts = {str(k): int(v) for k, v in entry["amounts"].items()}
             opened = entry.get("open") is True
-            out[str(uid)] = Reservation(float(entry["expires"]), amounts, opened, _ttl(entry), _hold(entry))
+            gang = str(entry.get("gang") or "")
+            out[str(uid)] = Reservation(float(entry["expires"]), amounts, opened, _ttl(entry), _hold(entry), gang)
         except (KeyError, TypeError, ValueError, AttributeError):
             continue
     return out

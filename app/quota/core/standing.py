@@ -1,6 +1,6 @@
 """Where a quota'd namespace stands, per resource: its limit, what its Pods use, what the ledger holds for Pods not
 seen yet, and what is free. The gauges (app/quota/feed/gauges.py) and ``hami-webhook quota`` (app/quota/command.py)
-count it from the View a decision reads (app/quota/core/decision.py), so the three never disagree on the arithmetic.
+count it from the View a decision reads (app/quota/core/scene.py), so the three never disagree on the arithmetic.
 
 Pure: no clock (``now``, the reader's monotonic seconds, and its first sights are passed in; docs/rules.md,
 "No clock but its own"), no I/O. What the figures mean: docs/quota.md ("Looking at quota").
@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app.quota.core.amounts import Amounts, accumulate, unseen
-from app.quota.core.decision import View, account, life
 from app.quota.core.encoding import Hold, Ledger
 from app.quota.core.limits import set_by
+from app.quota.core.scene import View, account, life
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,8 @@ class Figure:
     quota: str  # the ResourceQuota that sets the limit (the smallest)
     used: int
     held: int
-    gangs: int = 0  # of ``held``: room held for gangs' members not created yet (their holds' unfilled part)
+    gangs: int = 0  # of ``held``: room held for gangs' members not created yet (holds' unfilled part, their places
+    # in grants not taken yet)
 
     @property
     def free(self) -> int:
@@ -70,6 +71,9 @@ def standing(view: View, quotas: Mapping[str, Amounts], pods: int, *, now: float
     unfilled: Amounts = {}
     for gang in gangs:
         accumulate(unfilled, gang.unfilled())
+    for i, e in counted.keep.items():  # places of a hold in a worker's grant: room for members not created yet
+        if e.open and e.gang:
+            accumulate(unfilled, unseen(e.amounts, seen[i].amounts if i in seen else None))
     figures = tuple(
         Figure(name, limit, quota, used.get(name, 0), taken.get(name, 0) - used.get(name, 0), unfilled.get(name, 0))
         for name, (limit, quota) in sorted(limits.items())

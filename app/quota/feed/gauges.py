@@ -13,12 +13,15 @@ from app.quota.core.standing import Standing
 EVERY = 1.0  # seconds between refreshes of the quota gauges (published only when they changed)
 
 
-def publish(standings: Callable[[float], list[Standing]], synced: threading.Event, stopping: threading.Event) -> None:
-    """Until ``stopping``: every EVERY seconds, the ``standings`` at that moment (the feed's), once ``synced`` (a
-    fresh worker publishes nothing rather than too little)."""
+def publish(
+    standings: Callable[[float], list[Standing]], synced: Callable[[float], bool], stopping: threading.Event
+) -> None:
+    """Until ``stopping`` (the feed's streams stop): every EVERY seconds, the ``standings`` at that moment (the
+    Feed's), once ``synced(0)`` (the Feed's wait_synced: a fresh worker publishes nothing rather than too little).
+    app/quota/startup.py puts it on its thread, which QuotaEvaluator starts and joins."""
     last: list[Standing] | None = None
     while not stopping.wait(EVERY):
-        if not synced.is_set():
+        if not synced(0):
             continue
         found = standings(time.monotonic())
         if found != last:

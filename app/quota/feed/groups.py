@@ -1,6 +1,7 @@
 """The group objects gangs are declared by, kept by list + watch like the feed's other tables: PodGroups of
-Kubernetes' scheduling API, of coscheduling and of Volcano, cluster-wide (they are few). No I/O here: the Feed
-(app/quota/feed/feed.py) runs the streams ``group_streams`` makes and applies what they find under its lock.
+Kubernetes' scheduling API, of coscheduling and of Volcano, cluster-wide (they are few). No I/O here: FeedStreams
+(app/quota/feed/life.py) runs the streams ``group_streams`` makes, and the Feed (app/quota/feed/feed.py) applies what
+they find under its lock.
 
 An API the server does not serve (no CRD, the feature gate off) or the webhook may not read never lists: its Pods
 are charged alone, with a warning saying so; its stream keeps trying at the back-off's pace (a CRD installed later
@@ -68,7 +69,7 @@ class GroupTable:
 def group_streams(
     api_client: Any, listed: Callable[[str, list[dict[str, Any]]], None], event: Callable[[str, str, Any], None]
 ) -> list[tuple[str, Callable[..., Any], Callable[..., None], Callable[..., None]]]:
-    """For each API version of APIS: its stream's name, list call and callbacks (the Feed makes the Streams)."""
+    """For each API version of APIS: its stream's name, list call and callbacks (FeedStreams makes each Stream)."""
     from kubernetes import client
 
     custom = client.CustomObjectsApi(api_client)

@@ -3,8 +3,9 @@
 gunicorn forks workers and threads do not survive a fork, so each worker starts its own streams after the fork.
 Each stream has one thread: list (paged), then watch from the list's resourceVersion with bookmarks; 410 Gone
 re-lists; any other failure waits a capped, jittered backoff and resumes from the last resourceVersion seen.
-What a stream finds goes to the callbacks it was made with (app/quota/feed/feed.py's Feed passes them): they run
-on the stream's thread with no lock of this module held, and take their owner's lock themselves.
+What a stream finds goes to the callbacks it was made with (app/quota/feed/life.py's FeedStreams passes the Feed's,
+and its own for the ResourceQuotas): they run on the stream's thread with no lock of this module held, and take
+their owner's lock themselves.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ class Gone(Exception):
 @dataclass(eq=False)
 class Stream:
     """One list + watch: what it lists, where what it finds goes, and its health. Its thread alone writes ``rv``,
-    ``broken_since`` and ``response``; ``stopped`` is set by whoever ends it (Streams.end)."""
+    ``broken_since`` and ``response``; ``stopped`` is set by whoever ends it (Streams.end): the Feed counts nothing
+    it finds after."""
 
     name: str  # for logs: "pods in <namespace>", "resourcequotas", "leases"
     resource: str  # the metric label: pods, resourcequotas, leases

@@ -3,10 +3,10 @@ reservation's Pods took, the device limits per ResourceQuota, and the newest led
 
 Rules: docs/rules.md#usage-is-counted-by-the-webhook, #limits-come-from-every-resourcequota.
 
-No I/O, and no logging: app/quota/feed/feed.py's streams write these tables under its lock and read them for the
-decision, so what a table has to say (a Pod it cannot count, ledger entries found at start) is returned, and said by
-the caller after the lock (``say_uncounted``, ``say_found_at_start``); logging takes a lock of its own. The
-simulation (tests/app/quota/simulation.py) drives the same tables against a model.
+No I/O, and no logging: the Feed (app/quota/feed/feed.py) writes these tables under its lock as its streams find,
+and reads them for the decision, so what a table has to say (a Pod it cannot count, ledger entries found at start)
+is returned, and said by the caller after the lock (``say_uncounted``, ``say_found_at_start``); logging takes a
+lock of its own. The simulation (tests/app/quota/simulation.py) drives the same tables against a model.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from typing import Any
 from app.admission.annotations import QUOTA_RESERVATION_ANNOTATION
 from app.admission.devices.base import Device
 from app.quota.core.amounts import Amounts, accumulate
-from app.quota.core.decision import Taken, View
 from app.quota.core.demand import pod_amounts
 from app.quota.core.encoding import LEDGER_PREFIX, Ledger, Reservation, decode, resource_version
 from app.quota.core.gang import group
 from app.quota.core.limits import hard_limits, quota_factors, tightest
+from app.quota.core.scene import Taken, View
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 log = logging.getLogger("hami_webhook.quota")
@@ -314,12 +314,13 @@ class LedgerTable(_Relisted):
 
 
 def _joined(before: Reservation | None, after: Reservation) -> bool:
-    """A gang's hold took a new member between two sights of it."""
+    """A gang's hold took a new member (or handed places to a grant) between two sights of it; places given back
+    by a grant are no member's arrival, and do not lengthen its life."""
     return (
         before is not None
         and before.hold is not None
         and after.hold is not None
-        and (before.hold.members != after.hold.members)
+        and after.hold.members > before.hold.members
     )
 
 

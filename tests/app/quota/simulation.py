@@ -55,9 +55,9 @@ from app.admission.ports import QuotaUnavailable, Verdict
 from app.kube.errors import ApiError
 from app.quota.committer import COMMIT_FAILED, Committer
 from app.quota.contact import Contact
-from app.quota.core.decision import WINDOW, Taken, View
-from app.quota.core.encoding import Hold, Ledger, decode
+from app.quota.core.encoding import Ledger, Reservation, decode
 from app.quota.core.gang import UPSTREAM, Gang
+from app.quota.core.scene import WINDOW, Taken, View
 from app.quota.evaluator import QuotaEvaluator
 from app.quota.feed.groups import GroupTable
 from app.quota.feed.tables import LedgerTable, PodTable, QuotaTable
@@ -68,6 +68,7 @@ from testbed.pods import container, pod
 NS, HOME = "ai", "hami"
 MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
 TTL = 60.0
+RESERVATION = "hami.io/quota-reservation"
 HOLD = 90.0  # HAMI_QUOTA_GANG_HOLD: longer than TTL, so a hold's own expiry is what gives it back
 SKEW = 600.0  # the most a replica's wall clock is off, either way: ten TTLs (no decision may read it)
 LAND_WITHIN = 3.0  # an admitted Pod is stored within this many seconds of its admission, or never
@@ -246,7 +247,10 @@ class SimFeed:
     def wait_synced(self, timeout: float) -> bool:
         return True
 
-    # --- its life: the evaluator's (FeedPort) and the contact probe's ---------------------------
+
+class SimStreams:
+    """A worker's streams as the evaluator (StreamsPort) and the contact probe see them: always answered and in
+    sync; the scheduler delivers their events to the SimFeed."""
 
     def quota_in_play(self) -> bool:
         return True
@@ -263,7 +267,7 @@ class SimFeed:
     def start(self) -> None:
         pass
 
-    def stop(self) -> None:
+    def stop(self, timeout: float) -> None:
         pass
 
 
@@ -340,9 +344,18 @@ class Worker:
         ledger = KubeLeases(self._send, HOME)
         committer = Committer(self.feed, ledger, ttl=TTL, clock=self, new_id=sim.new_id, hold_ttl=HOLD)
         # its own shedding: this process's worker is not the simulated one's
-        contact = Contact(ledger.probe, self.feed.quota_in_play, self.feed.nudge, self, threading.Event())
+        streams = SimStreams()
+        contact = Contact(ledger.probe, streams.quota_in_play, streams.nudge, self, threading.Event())
         self.port = QuotaEvaluator(
-            self.feed, committer, contact, DEVICES, stale_after=30, clock=self, groups=self.feed, gang_hold=HOLD
+            self.feed,
+            streams,
+            committer,
+            contact,
+            DEVICES,
+            stale_after=30,
+            clock=self,
+            groups=self.feed,
+            gang_hold=HOLD,
         )
         self.killed = False
         self.cut = False  # cut off from the API server: its requests and watches hang
@@ -524,7 +537,8 @@ class Simulation:
         self.gangs = sorted(self.server.groups)
         self.hold_stored: dict[tuple[str, int], float] = {}  # (hold id, members) -> when the server first had it
         self.holds_of: Ledger | None = None  # the stored ledger whose holds ``holds`` lists
-        self.holds: list[tuple[float, Hold]] = []
+        self.holds: list[tuple[float, str, Reservation]] = []
+        self.charged: dict[str, int] = {}  # per reservation: the memory of every Pod admitted into it
         self.scheduler = greenlet.getcurrent()  # where every task switches back to
         self.reads = 0  # clock reads since the running task was resumed
         self.ids = 0
@@ -582,11 +596,12 @@ class Simulation:
         if admission.dry_run:
             return
         self.admitted += 1
+        self.charged[result.reservation] = self.charged.get(result.reservation, 0) + admission.memory
         if not result.reservation:
             self.problems.append(f"{admission.uid} admitted without a reservation")
         if self.rng.random() >= self.never_lands:
             obj = self.pod_object(admission)
-            obj["metadata"]["annotations"]["hami.io/quota-reservation"] = result.reservation
+            obj["metadata"]["annotations"][RESERVATION] = result.reservation
             self.landing[admission.uid] = (self.now + self.rng.uniform(0, LAND_WITHIN), obj)
             self.committed += admission.memory
 
@@ -731,20 +746,27 @@ class Simulation:
 
     def check_holds(self, found: Ledger, committed: int) -> None:
         """Every hold each reader still counts is real room: the Pods stored or landing plus those holds' unfilled
-        room fit the limit (two gangs never each hold part of it, and a hold can always be filled)."""
-        if found is not self.holds_of:  # a new ledger: its holds, each with when the server first had it
+        room, and the room of the places their grants hold that no member was admitted into, fit the limit (two
+        gangs never each hold part of it, and a hold can always be filled)."""
+        if found is not self.holds_of:  # a new ledger: its holds and gangs' grants, with when the server first had it
             self.holds_of, self.holds = (
                 found,
                 [
-                    (self.hold_stored.setdefault((entry_id, entry.hold.members), self.now), entry.hold)
+                    (self.hold_stored.setdefault((entry_id, entry.hold.members if entry.hold else -1), self.now),
+                     entry_id, entry)
                     for entry_id, entry in found.entries.items()
-                    if entry.hold is not None
+                    if entry.hold is not None or (entry.open and entry.gang)
                 ],
-            )
+            )  # fmt: skip
         unfilled = 0
-        for stored, hold in self.holds:
-            if hold.group.partition("/")[2] in self.server.groups and self.now < stored + max(HOLD, TTL):
-                unfilled += hold.unfilled().get(MEM, 0)
+        for stored, entry_id, entry in self.holds:
+            group = entry.hold.group if entry.hold is not None else entry.gang
+            if group.partition("/")[2] not in self.server.groups:
+                continue
+            if entry.hold is not None and self.now < stored + max(HOLD, TTL):
+                unfilled += entry.hold.unfilled().get(MEM, 0)
+            elif entry.hold is None and self.now < stored + TTL + WINDOW:  # a gang's grant: its places not taken
+                unfilled += max(entry.amounts.get(MEM, 0) - self.charged.get(entry_id, 0), 0)
         if committed + unfilled > self.limit:
             raise self.violation(
                 f"holds are not real room: Pods {committed} + unfilled holds {unfilled} > {self.limit}"

@@ -16,8 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.admission.ports import FITS, Verdict
-from app.quota.core.decision import SHARE, SLACK, WINDOW, Ask, Burst, Grant, Ruling, Scene, Taken, account, decide
+from app.quota.core.decision import SHARE, Burst, Ruling, decide
 from app.quota.core.encoding import LEDGER_ANNOTATION, MAX_LEDGER_BYTES, Reservation, decode
+from app.quota.core.scene import SLACK, WINDOW, Ask, Grant, Scene, Taken, account
 from testbed import ROOT
 
 pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)

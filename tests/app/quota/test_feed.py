@@ -81,7 +81,7 @@ def test_only_the_pods_of_quotad_namespaces_are_listed_and_watched(cluster: Clus
     cluster.quota({MEM: "100000"})
     eventually(lambda: memory(port, cluster) == 1000, what="the namespace's Pods listed once it has a quota")
     cluster.quota({"limits.cpu": "4"})  # no device quota any more
-    eventually(lambda: not any(cluster.ns in t.name for t in port.feed.threads()), what="its stream to stop")
+    eventually(lambda: not any(cluster.ns in t.name for t in port.streams.threads()), what="its stream to stop")
     eventually(lambda: memory(port, cluster) == 0, what="its Pods forgotten")
     assert not any(r.path == "/api/v1/pods" for r in cluster.proxy.requests)
 
@@ -147,7 +147,7 @@ def test_stop_is_prompt_with_open_watches(cluster: Cluster, start_quota) -> None
     cluster.quota({MEM: "1"})
     eventually(lambda: port.feed.view(cluster.ns).limits, what="the quota")
     port.stop()  # joins each thread for at most 5 s: a watch that was not cut would run its 30 s and more
-    assert not any(t.is_alive() for t in port.feed.threads())
+    assert not any(t.is_alive() for t in [*port.streams.threads(), port.gauges])
 
 
 def synced(resource: str) -> float | None:

@@ -12,12 +12,14 @@ import pytest
 
 from app.admission.ports import FITS, Verdict
 from app.quota.command import render
-from app.quota.core.decision import Ask, Burst, Ruling, Scene, Taken, View, account, decide
+from app.quota.core.decision import BURST, Burst, Ruling, Write, decide
 from app.quota.core.encoding import LEDGER_ANNOTATION, Hold, Reservation, decode, encode
 from app.quota.core.gang import Gang, group
+from app.quota.core.scene import SLACK, WINDOW, Ask, Grant, Scene, Taken, View, account
 from app.quota.core.standing import standing
 from app.quota.feed.groups import GroupTable
 from app.quota.feed.tables import LedgerTable
+from app.quota.state import NamespaceState
 
 GPU = "nvidia.com/gpu"
 WALL, NOW, TTL, HOLD = 1_700_000_000.0, 500.0, 60.0, 300.0
@@ -72,7 +74,67 @@ def test_two_gangs_in_one_batch_one_holds_the_other_is_refused() -> None:
     made = decided(scene(), ask("w0"), ask("o0", gang=OTHER), ask("w1"), ask("o1", gang=OTHER))
     assert [bool(v and v.denial) for v in made.verdicts] == [False, True, False, True]
     assert made.verdicts[2] == Verdict(reservation="w0")
-    assert made.write is not None and dict(made.write.entries) == {"w0": hold(2)}
+    # two members at once are a burst: the worker takes the two places left into a grant of its own
+    assert made.write is not None and dict(made.write.entries) == {"w0": placed(hold(2), 2), "batch-gang": places(2)}
+
+
+def placed(entry: Reservation, count: int) -> Reservation:
+    """``entry``, a hold, after ``count`` of its places went into a grant."""
+    assert entry.hold is not None
+    members = replace(entry.hold, members=entry.hold.members + count)
+    return replace(entry, amounts={GPU: entry.amounts[GPU] - count * entry.hold.each[GPU]}, hold=members)
+
+
+def places(count: int, key: str = TRAIN.key) -> Reservation:
+    """A grant of ``count`` places of gang ``key``'s hold, as the ledger keeps it."""
+    return Reservation(round(WALL + TTL + WINDOW, 1), {GPU: count}, True, TTL + WINDOW, gang=key)
+
+
+def test_in_a_burst_a_worker_takes_places_of_the_hold_into_a_grant_and_no_free_room() -> None:
+    at = scene(entries={"w0": hold(1)})
+    made = decide(at, [ask("w1")], wanted=0, ask=True, burst=Burst(rate=BURST), new_id="b")
+    assert made.verdicts == (Verdict(reservation="w0"),)
+    assert made.write is not None and dict(made.write.entries) == {"w0": placed(hold(2), 2), "b-gang": places(2)}
+    assert (made.write.hold, made.write.places, made.write.gang_grant) == ("w0", 2, "b-gang")
+    assert free(at) == free(scene(entries=made.write.entries)) == 2  # the gang's own room, moved
+
+
+def test_members_go_into_a_gang_grant_one_place_each_and_nobody_else() -> None:
+    state = NamespaceState()
+    write = Write({"w0": placed(hold(2), 2), "g": places(2)}, 0, 0, places=2, hold="w0", gang_grant="g")
+    state.written(write, [], sent=NOW, now=NOW)
+    assert state.alone(ask("a", gang=None), NOW) is None  # an ordinary Pod: not its room
+    assert state.alone(ask("o", gang=OTHER), NOW) is None  # another gang's member
+    assert state.alone(ask("big", gpus=2), NOW) is None  # bigger than a place: the ledger charges the difference
+    assert state.alone(ask("w2"), NOW) == state.alone(ask("w3"), NOW) == Verdict(reservation="g")
+    assert state.alone(ask("w4"), NOW) is None  # no place left: beyond the gang's size
+    assert state.alone(ask("w2"), NOW) == Verdict(reservation="g")  # the same request again
+    late = NamespaceState()
+    late.written(write, [], sent=NOW, now=NOW)
+    assert late.alone(ask("w2"), NOW + WINDOW) is None  # its window has ended
+
+
+def test_closing_a_gang_grant_gives_its_unused_places_back_and_counts_them_at_once() -> None:
+    grant = Grant("g", {GPU: 2}, {GPU: 1}, NOW, 0, closing=True, gang=TRAIN.key, hold="w0", slots=2, count=1)
+    at = scene(entries={"w0": placed(hold(2), 2), "g": places(2)}, mine={"g": grant})
+    counted = account(at)
+    assert counted.keep == {"w0": placed(hold(2), 1), "g": Reservation(places(2).expires, {GPU: 1}, ttl=TTL + WINDOW)}
+    assert counted.upper == counted.lower == {GPU: 4}  # two members, one place given back, one still open
+    made = decided(at, ask("a", gpus=3, gang=None))
+    assert made.verdicts[0] is not None and made.verdicts[0].denial  # the place given back is not free room
+    # that write landed but its answer was lost: decided again on the ledger re-read, nothing is given back twice
+    again = scene(entries=dict(counted.keep), mine={"g": grant})
+    assert account(again).keep == counted.keep
+
+
+def test_a_member_waits_while_another_worker_s_grant_may_give_places_back() -> None:
+    entries = {"w0": placed(hold(2), 2), "g": places(2)}
+    waits = decided(scene(entries=entries, first_seen={"g": NOW}), ask("w4"))
+    assert waits.undecided == (0,) and waits.write is not None and waits.write.wanted == 1  # asks for them
+    certain = {"g": NOW - WINDOW - SLACK}  # that grant admits no more: the member is charged alone
+    alone = decided(scene(entries=entries, first_seen=certain), ask("w4"))
+    assert alone.verdicts == (Verdict(reservation="w4"),)
+    assert alone.write is not None and alone.write.entries["w4"].hold is None
 
 
 def test_later_members_take_their_room_from_the_hold_and_ordinary_pods_never_do() -> None:
@@ -82,7 +144,7 @@ def test_later_members_take_their_room_from_the_hold_and_ordinary_pods_never_do(
     assert made.verdicts[2] is not None and made.verdicts[2].denial  # the hold's room is not an ordinary Pod's
     assert not made.verdicts[2].gang
     assert made.verdicts[3] == Verdict(reservation="w0")
-    assert made.write is not None and made.write.entries["w0"] == hold(2)
+    assert made.write is not None and made.write.entries["w0"] == placed(hold(2), 2)  # four at once: a burst
 
 
 def test_a_member_bigger_than_the_first_is_charged_the_difference_from_free_room() -> None:
@@ -124,12 +186,14 @@ def test_a_hold_expires_its_ttl_after_the_last_member_was_seen_joining() -> None
     entries = {"w0": hold(1)}
     assert free(scene(entries=entries, first_seen={"w0": NOW - HOLD + 1})) == 2
     assert free(scene(entries=entries, first_seen={"w0": NOW - HOLD})) == 6
-    table = LedgerTable(clock=iter([0.0, 200.0, 400.0]).__next__)
+    table = LedgerTable(clock=iter([0.0, 200.0, 400.0, 600.0]).__next__)
     for members, rv in ((1, 1), (2, 2), (2, 3)):
         table.offer(decode("ai", lease({"w0": hold(members)}, rv)))
         if rv == 2:
             assert table.first_seen("ai") == {"w0": 200.0}  # a new member: its life starts again
     assert table.first_seen("ai") == {"w0": 200.0}  # rewritten without a new member: it does not
+    table.offer(decode("ai", lease({"w0": hold(1)}, 4)))  # places a grant gave back: no member's arrival
+    assert table.first_seen("ai") == {"w0": 200.0}
 
 
 def test_a_hold_lasts_at_least_the_reservation_ttl() -> None:
@@ -152,7 +216,7 @@ def test_a_dry_run_checks_the_whole_gang_and_writes_nothing() -> None:
 
 
 def test_a_hold_survives_the_ledger_encoding() -> None:
-    entries = {"w0": hold(3, charged=5), "plain": Reservation(WALL, {GPU: 1}, ttl=TTL)}
+    entries = {"w0": hold(3, charged=5), "plain": Reservation(WALL, {GPU: 1}, ttl=TTL), "g": places(1)}
     assert decode("ai", lease(entries, 1)).entries == entries
     broken = '{"w0": {"expires": 1, "amounts": {"g": 1}, "hold": {"group": "x"}}}'
     assert decode("ai", {"metadata": {"annotations": {LEDGER_ANNOTATION: broken}}}).entries == {}
@@ -223,3 +287,8 @@ def test_the_standing_shows_room_held_for_gangs_per_group() -> None:
     assert [(f.used, f.held, f.gangs, f.free) for f in found.figures] == [(1, 3, 3, 2)]
     assert found.gangs == (Hold(TRAIN.key, 4, 1, {GPU: 1}),)
     assert render([found], "wide", wide_scope=False).splitlines()[1].split()[-2:] == ["3", f"{TRAIN.key}=1/4"]
+    # two of its places in a worker's grant, one member seen in it: the room for the other still counts as the gang's
+    granted = decode("ai", lease({"w0": placed(hold(1), 2), "g": places(2)}, 5))
+    taken = {"w0": Taken({GPU: 1}, rv=3), "g": Taken({GPU: 1}, rv=5)}
+    moved = standing(View("ai", {GPU: 6}, granted, {}, {GPU: 2}, taken, 5), {"gpu": {GPU: 6}}, 2, now=NOW, ttl=TTL)
+    assert [(f.used, f.held, f.gangs, f.free) for f in moved.figures] == [(2, 2, 2, 2)]

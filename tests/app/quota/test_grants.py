@@ -1,6 +1,7 @@
 """Grants, through two real ports in one namespace (two workers, as two gunicorn workers or replicas are): room
 a worker takes ahead in a burst and admits into without the API server, and how the other worker decides
-meanwhile: it never counts on that room, and when only that room is left it asks for it and gets it."""
+meanwhile: it never counts on that room, and when only that room is left it asks for it and gets it; and a grant
+of a gang's places, which the gang's members go into as ordinary Pods go into a grant."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from prometheus_client import REGISTRY
 
 from app.admission.review import QUOTA_RESERVATION_ANNOTATION
 from app.quota.core.encoding import WANTED_ANNOTATION
+from app.quota.core.gang import KUEUE_LABEL, KUEUE_TOTAL
 from testbed.pods import container, pod
 from testbed.reviews import Outcome, run
 from tests.app.quota.conftest import GPU, MEM, Cluster
@@ -79,3 +81,34 @@ def test_room_held_ahead_is_asked_for_and_handed_over_exactly(cluster: Cluster, 
         f"exceeding resource quota: namespace {cluster.ns} {MEM} used {ROOM * 1000} + requested 1000 > limit "
         f"{ROOM * 1000}",
     )
+
+
+def member(port: Any, settings: Any, cluster: Cluster, uid: str, size: int = 8) -> Outcome:
+    """A member of Kueue plain-Pod group ``train`` (its size on the Pod: no group object to read)."""
+    marks = {"labels": {KUEUE_LABEL: "train"}, "annotations": {KUEUE_TOTAL: str(size)}}
+    obj = pod(container(limits={GPU: "1", MEM: "1000"}), namespace=cluster.ns, metadata=marks)
+    return run(obj, settings, port, uid=uid)
+
+
+def test_a_gang_s_members_go_into_a_grant_of_its_places_and_hand_the_rest_over(
+    cluster: Cluster, start_quota
+) -> None:  # fmt: skip
+    """Worker A admits a gang's members at a burst's rate: its join takes the hold's last places into a grant of its
+    own, and the next member goes into it without the API server. Worker B's member finds the hold full: it waits,
+    asks, and A gives the places it did not use back to the hold, which B's member joins."""
+    cluster.quota({f"limits.{MEM}": str(ROOM * 1000)})
+    a, settings = start_quota()
+    b, _ = start_quota()
+    first = [reservation(member(a, settings, cluster, f"a-{i}")) for i in range(4)]
+    assert first == ["a-0"] * 4 and writes(cluster) == 4  # the first member's hold, three joins
+    entries = cluster.ledger()
+    grant = next(i for i, e in entries.items() if e.get("gang"))
+    assert entries[grant]["open"] is True and entries[grant]["amounts"][MEM] == 4000  # the four places left
+    assert entries["a-0"]["hold"]["members"] == 8 and entries["a-0"]["amounts"][MEM] == 4000
+    assert reservation(member(a, settings, cluster, "a-4")) == grant and writes(cluster) == 4  # no request
+    assert reservation(member(b, settings, cluster, "b-5")) == "a-0"  # after A gave three places back
+    entries = cluster.ledger()
+    assert entries[grant] == {**entries[grant], "amounts": {GPU: 1, MEM: 1000}} and not entries[grant].get("open")
+    # the hold: a-0..a-3 and b-5 charged, two places to come; with a-4 in the closed grant, the gang's 8 places
+    assert entries["a-0"]["hold"]["members"] == 6 and entries["a-0"]["amounts"][MEM] == 7000
+    assert sum(e["amounts"][MEM] for e in entries.values()) == 8000

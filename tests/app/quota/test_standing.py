@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from app.admission.annotations import QUOTA_RESERVATION_ANNOTATION
-from app.quota.core.decision import Scene, denial, free
+from app.quota.core.decision import denial, free
 from app.quota.core.encoding import Ledger, Reservation
 from app.quota.core.limits import set_by
+from app.quota.core.scene import Scene
 from app.quota.core.standing import Expiry, Standing, standing
 from app.quota.feed.tables import PodTable, QuotaTable, view
 from app.settings import Settings

@@ -1,0 +1,93 @@
+"""A gang's hold in a decision (app/quota/core/decision.py): a member joins its gang's hold, or its first member
+writes the hold for the whole gang; in a burst, a worker takes some of the hold's places into a grant of its own, so
+the members that follow go into it without the API server, as ordinary Pods go into grants. Pure.
+
+Why places and not room: a hold's room is the gang's already, so a grant of places takes no free room; and a place is
+one member, so a worker that dies with a grant open loses at most its places (the members it admitted into it carry
+its id; the places it did not use expire with the grant), never lets more members in than the gang's size.
+docs/quota.md, "Gangs".
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from app.admission.ports import FITS, Verdict
+from app.quota.core.amounts import Amounts, plus
+from app.quota.core.encoding import Hold, Reservation
+from app.quota.core.limits import gang_overflow, overflow
+from app.quota.core.scene import SLACK, WINDOW, Account, Ask, Scene
+
+
+def join(
+    scene: Scene, counted: Account, keep: dict[str, Reservation], taking: Amounts, one: Ask
+) -> tuple[Verdict | None, Amounts] | None:  # fmt: skip
+    """A gang member's verdict and the room it adds to the ledger, its gang's hold written into ``keep``; None when
+    it is charged alone (its gang's hold is full, or all but it are there). The first member holds room for every
+    member missing (``size`` less its Pods seen); a later one takes its room from the hold, and only what it asks
+    beyond the first member's charge from free room. (None, {}): it must wait for others' grants to close (a full
+    hold whose places another worker's grant may still give back waits for them too)."""
+    assert one.gang is not None
+    key = one.gang.key
+    found = held(keep, key)
+    if found is not None:
+        entry = keep[found]
+        assert entry.hold is not None
+        if entry.hold.members >= entry.hold.size:
+            return (None, {}) if granted_elsewhere(scene, counted, key) else None
+        need = {name: max(amount - entry.hold.each.get(name, 0), 0) for name, amount in one.requested.items()}
+        members = entry.hold.members + 1
+        hold_id, hold, denied = found, replace(entry.hold, members=members), ""
+        amounts = {name: entry.amounts.get(name, 0) - entry.hold.each.get(name, 0) for name in entry.amounts}
+        amounts = plus(amounts, one.requested)
+    else:
+        missing = one.gang.size - scene.members.get(key, 0)
+        if missing <= 1:
+            return None
+        need = {name: amount * missing for name, amount in one.requested.items()}
+        hold_id, hold, amounts = one.uid, Hold(key, missing, 1, dict(one.requested)), need
+        denied = gang_overflow(scene.namespace, scene.limits, plus(counted.lower, taking), one.gang, missing, need)
+    if denied or (denied := overflow(scene.namespace, scene.limits, plus(counted.lower, taking), need)):
+        return Verdict(denied, gang=True), {}
+    if overflow(scene.namespace, scene.limits, plus(counted.upper, taking), need):
+        return None, {}
+    if one.dry_run:
+        return FITS, {}
+    ttl = max(scene.hold_ttl, scene.ttl)
+    keep[hold_id] = Reservation(round(scene.wall + ttl, 1), amounts, ttl=ttl, hold=hold)
+    return Verdict(reservation=hold_id), need
+
+
+def grant_places(scene: Scene, keep: dict[str, Reservation], key: str, most: int, grant_id: str) -> tuple[str, int]:
+    """Up to ``most`` of the places still open in gang ``key``'s hold moved into a new open entry ``grant_id``, a
+    grant of this worker's (written into ``keep``), each with the room of one (the hold's ``each``): the hold's id
+    and the places moved (0: none open)."""
+    found = held(keep, key)
+    if found is None:
+        return "", 0
+    entry = keep[found]
+    assert entry.hold is not None
+    places = min(most, entry.hold.size - entry.hold.members)
+    if places <= 0:
+        return "", 0
+    room = {name: amount * places for name, amount in entry.hold.each.items()}
+    hold = replace(entry.hold, members=entry.hold.members + places)
+    keep[found] = replace(entry, amounts={name: a - room.get(name, 0) for name, a in entry.amounts.items()}, hold=hold)
+    ttl = scene.ttl + WINDOW  # a member admitted into it as its window ends may appear a TTL later
+    keep[grant_id] = Reservation(round(scene.wall + ttl, 1), room, True, ttl, gang=key)
+    return found, places
+
+
+def held(entries: dict[str, Reservation], key: str) -> str | None:
+    """The id of gang ``key``'s hold among ``entries`` (None: it has none)."""
+    return next((i for i, e in entries.items() if e.hold is not None and e.hold.group == key), None)
+
+
+def granted_elsewhere(scene: Scene, counted: Account, key: str) -> bool:
+    """Another worker's grant of gang ``key``'s places may still admit members, or give places back."""
+    since = scene.now - WINDOW - SLACK
+    return any(
+        entry.open and entry.gang == key and counted.first_seen.get(entry_id, scene.now) > since
+        for entry_id, entry in counted.live.items()
+        if entry_id not in scene.mine
+    )
