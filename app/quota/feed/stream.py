@@ -22,7 +22,7 @@ import orjson
 from kubernetes.client.exceptions import ApiException
 
 from app.kube.backoff import Backoff
-from app.kube.errors import GONE, ApiError, describe
+from app.kube.errors import GONE, NOT_FOUND, ApiError, describe
 
 PAGE_SIZE = 500
 WATCH_SECONDS = (30, 45)  # the server ends each watch after a random time in this range; we resume
@@ -133,7 +133,10 @@ class Streams:
                 if stream.broken_since is None:
                     stream.broken_since = time.monotonic()
                     self._health(stream)
-                    log.warning("quota feed: %s broken (%s); retrying with backoff", stream.name, describe(exc))
+                    if _not_served(exc):  # an API this cluster lacks (a PodGroup kind): nothing is broken
+                        log.info("quota feed: %s is not served here; trying again with backoff", stream.name)
+                    else:
+                        log.warning("quota feed: %s broken (%s); retrying with backoff", stream.name, describe(exc))
                 failures += 1
                 self._back_off(WATCH_RETRY.delay(failures - 1))
         stream.response = None
@@ -233,3 +236,9 @@ def cut(stream: Stream) -> None:
             response.shutdown()
         except Exception:  # already closed
             pass
+
+
+def _not_served(exc: Exception) -> bool:
+    """The API server answered 404 to a list or watch: the API is not served here (yet)."""
+    code = exc.status if isinstance(exc, ApiException) else exc.code if isinstance(exc, ApiError) else None
+    return code == NOT_FOUND

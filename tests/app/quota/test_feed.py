@@ -163,3 +163,24 @@ def test_sync_state_is_exported_for_the_out_of_sync_alert(cluster: Cluster, star
     eventually(lambda: synced("pods") == 0, what="the broken pods stream reported")
     eventually(lambda: synced("pods") == 1, what="the pods stream reported in sync again")
     assert synced("resourcequotas") == 1
+
+
+def test_a_podgroup_api_not_served_is_said_at_info_and_a_failing_one_warns(
+    cluster: Cluster, start_quota, caplog: pytest.LogCaptureFixture
+) -> None:  # fmt: skip
+    """Volcano's PodGroup API is not served by a bare kube-apiserver (404): a cluster without Volcano is not broken.
+    Coscheduling's list failing with a 500 is."""
+    volcano = (
+        "INFO",
+        "quota feed: podgroups.scheduling.volcano.sh/v1beta1 is not served here; trying again with backoff",
+    )
+    failing = ("WARNING", "quota feed: podgroups.scheduling.x-k8s.io/v1alpha1 broken")
+
+    def said() -> set[tuple[str, str]]:
+        return {(r.levelname, r.getMessage().split(" (")[0]) for r in caplog.records if "podgroups" in r.getMessage()}
+
+    cluster.proxy.fail_next("GET", r"^/apis/scheduling\.x-k8s\.io/v1alpha1/podgroups", 500, times=1)
+    with caplog.at_level("INFO", logger="hami_webhook.quota"):
+        start_quota()
+        eventually(lambda: {volcano, failing} <= said(), timeout=10)
+    assert not any(level == "WARNING" and "volcano" in message for level, message in said())
