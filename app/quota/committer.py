@@ -341,7 +341,7 @@ class Committer:
             fresh = self._read(found.namespace, min(left, REQUEST_TIMEOUT), tries)
         except QuotaUnavailable:
             raise unanswered_write from None
-        if write.entry and write.entry not in found.entries and write.entry in fresh.entries:
+        if any(added not in found.entries and added in fresh.entries for added in write.added()):
             return fresh  # it landed; only its answer was lost
         raise _Lost(fresh)
 

@@ -67,6 +67,10 @@ class Write:
     def text(self) -> str:
         return encode(self.entries)
 
+    def added(self) -> tuple[str, ...]:
+        """The entries this write adds (its batch's, its gang grant): a re-read holding one tells that it landed."""
+        return tuple(entry for entry in (self.entry, self.gang_grant) if entry)
+
 
 @dataclass(frozen=True)
 class Ruling:

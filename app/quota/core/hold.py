@@ -84,8 +84,10 @@ def held(entries: dict[str, Reservation], key: str) -> str | None:
 
 
 def granted_elsewhere(scene: Scene, counted: Account, key: str) -> bool:
-    """Another worker's grant of gang ``key``'s places may still admit members, or give places back."""
-    since = scene.now - WINDOW - SLACK
+    """Another worker's grant of gang ``key``'s places may still admit members, or give places back: one window
+    past the time it could admit (WINDOW + SLACK from this worker's first sight), for its worker's closing write,
+    which starts at its window's end; a member waits that long (asking for them) before it is charged alone."""
+    since = scene.now - 2 * WINDOW - SLACK
     return any(
         entry.open and entry.gang == key and counted.first_seen.get(entry_id, scene.now) > since
         for entry_id, entry in counted.live.items()

@@ -70,7 +70,9 @@ class Grant:
         return {name: amount // self.slots for name, amount in self.amounts.items()}
 
     def unused(self) -> bool:
-        return self.count < self.slots if self.gang else any(v > 0 for v in self.room().values())
+        """Room to give back by closing it: room not spent (for a gang's grant also places not taken: members
+        smaller than a place leave room in it, which its closing writes down to what they took)."""
+        return (self.gang != "" and self.count < self.slots) or any(v > 0 for v in self.room().values())
 
     def admits(self, ask: Ask, now: float) -> bool:
         """Whether ``ask`` goes into this grant now (its room taken, unless a dry run): open, in its window, room

@@ -114,6 +114,12 @@ def test_members_go_into_a_gang_grant_one_place_each_and_nobody_else() -> None:
     assert late.alone(ask("w2"), NOW + WINDOW) is None  # its window has ended
 
 
+def test_a_gang_grant_whose_places_went_to_smaller_members_is_still_written_down() -> None:
+    grant = Grant("g", {GPU: 4}, {GPU: 2}, NOW, 0, gang=TRAIN.key, hold="w0", slots=2, count=2)
+    assert grant.unused()  # every place taken, half its room not: closing it writes that room down
+    assert not replace(grant, spent={GPU: 4}).unused()
+
+
 def test_closing_a_gang_grant_gives_its_unused_places_back_and_counts_them_at_once() -> None:
     grant = Grant("g", {GPU: 2}, {GPU: 1}, NOW, 0, closing=True, gang=TRAIN.key, hold="w0", slots=2, count=1)
     at = scene(entries={"w0": placed(hold(2), 2), "g": places(2)}, mine={"g": grant})
@@ -131,7 +137,9 @@ def test_a_member_waits_while_another_worker_s_grant_may_give_places_back() -> N
     entries = {"w0": placed(hold(2), 2), "g": places(2)}
     waits = decided(scene(entries=entries, first_seen={"g": NOW}), ask("w4"))
     assert waits.undecided == (0,) and waits.write is not None and waits.write.wanted == 1  # asks for them
-    certain = {"g": NOW - WINDOW - SLACK}  # that grant admits no more: the member is charged alone
+    late = {"g": NOW - WINDOW - SLACK}  # it admits no more; its worker's closing write may still be on its way
+    assert decided(scene(entries=entries, first_seen=late), ask("w4")).undecided == (0,)
+    certain = {"g": NOW - 2 * WINDOW - SLACK}  # a window more, and no place came back: the member is charged alone
     alone = decided(scene(entries=entries, first_seen=certain), ask("w4"))
     assert alone.verdicts == (Verdict(reservation="w4"),)
     assert alone.write is not None and alone.write.entries["w4"].hold is None

@@ -14,6 +14,7 @@ from app.admission.review import QUOTA_RESERVATION_ANNOTATION
 from app.quota.core.encoding import WANTED_ANNOTATION
 from app.quota.core.gang import KUEUE_LABEL, KUEUE_TOTAL
 from testbed.pods import container, pod
+from testbed.polling import eventually
 from testbed.reviews import Outcome, run
 from tests.app.quota.conftest import GPU, MEM, Cluster
 
@@ -112,3 +113,23 @@ def test_a_gang_s_members_go_into_a_grant_of_its_places_and_hand_the_rest_over(
     # the hold: a-0..a-3 and b-5 charged, two places to come; with a-4 in the closed grant, the gang's 8 places
     assert entries["a-0"]["hold"]["members"] == 6 and entries["a-0"]["amounts"][MEM] == 7000
     assert sum(e["amounts"][MEM] for e in entries.values()) == 8000
+
+
+def test_a_gang_grant_whose_write_lost_its_answer_is_still_this_worker_s(cluster: Cluster, start_quota) -> None:
+    """The write that joins a member and takes places into a grant reaches the API server, but its answer is lost:
+    the re-read shows the grant there, so the write landed and the member is admitted into the hold; the grant is
+    this worker's, which closes it when its window has passed and gives its places back (a grant nobody owned would
+    keep them, the member would wait, then be charged alone)."""
+    cluster.quota({f"limits.{MEM}": str(ROOM * 1000)})
+    a, settings = start_quota()
+    assert [reservation(member(a, settings, cluster, f"a-{i}")) for i in range(3)] == ["a-0"] * 3
+    before = len(cluster.ledger_requests())
+    cluster.proxy.hold_next("PUT", f"/leases/{cluster.ledger_name}$", answer=True)
+    assert reservation(member(a, settings, cluster, "a-3")) == "a-0"
+    assert [r.split()[0] for r in cluster.ledger_requests()[before:]][:2] == ["PUT", "GET"]  # read again, not resent
+
+    def given_back() -> bool:
+        entries = cluster.ledger()
+        return entries["a-0"]["hold"]["members"] == 4 and not any(e.get("open") for e in entries.values())
+
+    eventually(given_back, timeout=5, what="the grant's four places back in the hold")
