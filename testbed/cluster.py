@@ -60,6 +60,11 @@ def pinned_versions() -> list[str]:
     )
 
 
+def workload_api(minor: int) -> str:
+    """The scheduling.k8s.io version that serves PodGroups in Kubernetes 1.``minor`` ("" none)."""
+    return "scheduling.k8s.io/v1beta1" if minor >= 37 else "scheduling.k8s.io/v1alpha2" if minor == 36 else ""
+
+
 def binaries_from_env() -> Binaries | None:
     """KUBE_APISERVER_BIN, KUBE_CONTROLLER_MANAGER_BIN and ETCD_BIN, when set (all or none)."""
     names = ("KUBE_APISERVER_BIN", "KUBE_CONTROLLER_MANAGER_BIN", "ETCD_BIN")
@@ -165,13 +170,12 @@ class RealKube:
         return int(self.version.split(".")[1])
 
     def _workload_api(self) -> list[str]:
-        """From 1.37: the beta Workload API (PodGroups of scheduling.k8s.io/v1beta1, Pods' spec.schedulingGroup),
-        which gangs are declared with; off by default, and nothing else here uses it."""
+        """From 1.36: the Workload API (PodGroups of scheduling.k8s.io, Pods' spec.schedulingGroup), which gangs are
+        declared with: alpha (v1alpha2) in 1.36, beta (v1beta1) from 1.37; off by default, and nothing else here
+        uses it."""
         done = subprocess.run([str(self.binaries.apiserver), "--version"], capture_output=True, text=True, check=True)
-        minor = int(done.stdout.split()[-1].lstrip("v").split(".")[1])
-        if minor < 37:
-            return []
-        return ["--feature-gates=GenericWorkload=true", "--runtime-config=scheduling.k8s.io/v1beta1=true"]
+        version = workload_api(int(done.stdout.split()[-1].lstrip("v").split(".")[1]))
+        return [] if not version else ["--feature-gates=GenericWorkload=true", f"--runtime-config={version}=true"]
 
     def start(self, timeout: float = 120.0) -> RealKube:
         if not self.service_cidr.subnet_of(LOOPBACK):  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from testbed.api import Created, pod
-from testbed.cluster import RealKube
+from testbed.cluster import RealKube, workload_api
 from testbed.install import Installed, apply, get
 from testbed.replicas import Replicas, start_replicas
 
@@ -92,10 +92,10 @@ def podgroup_crds(kube: RealKube) -> None:
         kube.kubectl("wait", "--for=condition=Established", f"crd/podgroups.{group}", "--timeout=60s")
 
 
-def podgroup(way: str, ns: str, name: str, size: int) -> dict[str, Any]:
-    """The group object of ``way`` declaring a gang of ``size``."""
+def podgroup(kube: RealKube, way: str, ns: str, name: str, size: int) -> dict[str, Any]:
+    """The group object of ``way`` declaring a gang of ``size`` (upstream: in the version ``kube`` serves)."""
     if way == "scheduling.k8s.io":
-        api, spec = "scheduling.k8s.io/v1beta1", {"schedulingPolicy": {"gang": {"minCount": size}}}
+        api, spec = workload_api(kube.minor), {"schedulingPolicy": {"gang": {"minCount": size}}}
     else:
         api, spec = f"{way}/{CRD_GROUPS[way]}", {"minMember": size}
     return {"apiVersion": api, "kind": "PodGroup", "metadata": {"name": name, "namespace": ns}, "spec": spec}

@@ -149,7 +149,7 @@ class TestGangs:
         ns = quota_namespace(kube, 6)
         try:
             if way != "kueue.x-k8s.io":
-                apply(kube, podgroup(way, ns, "red", 4), podgroup(way, ns, "blue", 4))
+                apply(kube, podgroup(kube, way, ns, "red", 4), podgroup(kube, way, ns, "blue", 4))
             _, calls = create_at_once(kube, ns, [member(way, "red", 4), member(way, "blue", 4)], 8, 8)
             assert refusals(calls) == []
             stored_per_gang = sorted(
@@ -169,7 +169,7 @@ class TestGangs:
         kube = installed.kube
         ns = quota_namespace(kube, 6)
         try:
-            apply(kube, podgroup("scheduling.k8s.io", ns, "train", 4))
+            apply(kube, podgroup(kube, "scheduling.k8s.io", ns, "train", 4))
             _, first = create_at_once(kube, ns, member("scheduling.k8s.io", "train", 4), 1, 1)
             _, ordinary = create_at_once(kube, ns, pod("plain-", ONE_GPU), 4, 4)
             _, rest = create_at_once(kube, ns, member("scheduling.k8s.io", "train", 4), 3, 3)
@@ -186,7 +186,8 @@ class TestGangs:
         kube = installed.kube
         ns = quota_namespace(kube, 6)
         try:
-            apply(kube, podgroup("scheduling.k8s.io", ns, "late", 4), podgroup("scheduling.k8s.io", ns, "gone", 4))
+            late, gone = (podgroup(kube, "scheduling.k8s.io", ns, name, 4) for name in ("late", "gone"))
+            apply(kube, late, gone)
             _, first = create_at_once(kube, ns, member("scheduling.k8s.io", "late", 4), 1, 1)
             held_at = time.monotonic()
             assert [c.status for c in first] == [201]
@@ -218,7 +219,7 @@ class TestGangs:
         kube = installed.kube
         ns = quota_namespace(kube, 6)
         try:
-            apply(kube, podgroup("scheduling.k8s.io", ns, "big", 8))
+            apply(kube, podgroup(kube, "scheduling.k8s.io", ns, "big", 8))
             done = kube.kubectl(
                 "create", "-n", ns, "-f", "-", stdin=json.dumps(member("scheduling.k8s.io", "big", 8)), check=False
             )
@@ -254,7 +255,7 @@ class TestGangs:
         kube = installed.kube
         ns = quota_namespace(kube, 6)
         try:
-            apply(kube, podgroup("scheduling.x-k8s.io", ns, "train", 4))
+            apply(kube, podgroup(kube, "scheduling.x-k8s.io", ns, "train", 4))
             _, ordinary = create_at_once(kube, ns, pod("plain-", ONE_GPU), 3, 1)
             assert [c.status for c in ordinary] == [201] * 3
             worker = member("scheduling.x-k8s.io", "train", 4)

@@ -240,7 +240,7 @@ def test_crd_gangs_race_and_the_room_a_gang_holds_shows(any_installed: Installed
     urls = [metrics_url(s) for s in two_webhooks.servers]
     try:
         for ns, way in zip(spaces, CRD_GROUPS, strict=False):
-            apply(kube, podgroup(way, ns, "red", 4), podgroup(way, ns, "blue", 4))
+            apply(kube, podgroup(kube, way, ns, "red", 4), podgroup(kube, way, ns, "blue", 4))
             _, calls = create_at_once(kube, ns, [member(way, "red", 4), member(way, "blue", 4)], 8, 8)
             names = [p["metadata"]["generateName"] for p in stored(kube, ns)]
             assert sorted(names.count(f"{g}-") for g in ("red", "blue")) == [0, 4], (way, calls)
@@ -252,7 +252,7 @@ def test_crd_gangs_race_and_the_room_a_gang_holds_shows(any_installed: Installed
 
             assert {cause for cause, _ in kube.wait_for(counted, 10, interval=0.2)} == {"gang"}, refused
         ns = spaces[2]
-        apply(kube, podgroup("scheduling.x-k8s.io", ns, "solo", 4))
+        apply(kube, podgroup(kube, "scheduling.x-k8s.io", ns, "solo", 4))
         _, first = create_at_once(kube, ns, member("scheduling.x-k8s.io", "solo", 4), 1, 1)
         assert [c.status for c in first] == [201]
         labels = tuple(sorted({"namespace": ns, "quota_name": MEM, "limit": "6000", "resourcequota": "gpu"}.items()))
