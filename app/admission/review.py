@@ -51,8 +51,8 @@ class Decision:
     cause: str = ""  # a quota denial's cause for its metric: "limit" (the Pod) or "gang" (its gang's whole room)
 
 
-def deny(code: int, reason: str, message: str) -> Decision:
-    return Decision(allowed=False, code=code, reason=reason, message=message)
+def deny(code: int, reason: str, message: str, cause: str = "") -> Decision:
+    return Decision(allowed=False, code=code, reason=reason, message=message, cause=cause)
 
 
 def review(document: Any, settings: ReviewSettings, quota: QuotaPort) -> dict[str, Any]:
@@ -170,8 +170,7 @@ def decide(
     if governed:
         verdict = quota.admit(namespace, edit, uid=uid, dry_run=dry_run)
         if verdict.denial:
-            cause = "gang" if verdict.gang else "limit"
-            return Decision(allowed=False, code=403, reason=QUOTA_REASON, message=verdict.denial, cause=cause)
+            return deny(403, QUOTA_REASON, verdict.denial, cause="gang" if verdict.gang else "limit")
         if verdict.reservation:  # the feed reads it back to count the Pod once (usage, not reservation)
             edit.annotations[QUOTA_RESERVATION_ANNOTATION] = verdict.reservation
         if verdict.warning:

@@ -138,143 +138,128 @@ def gang_webhooks(installed: Installed) -> Iterator[Replicas]:
         installed.webhook.start()
 
 
+@pytest.fixture(name="ns")
+def room_for_six(installed: Installed) -> Iterator[str]:
+    """A fresh namespace with room for 6 one-GPU Pods, deleted after the test (without waiting)."""
+    name = quota_namespace(installed.kube, 6)
+    yield name
+    installed.kube.kubectl("delete", "namespace", "--wait=false", name)
+
+
 class TestGangs:
     """Gangs of 4 in room for 6 one-GPU Pods, through three replicas (`gang_webhooks`)."""
 
     @pytest.mark.parametrize("way", WAYS)
     def test_racing_gangs_one_stored_whole_the_other_not_at_all(
-        self, installed: Installed, gang_webhooks: Replicas, way: str
+        self, installed: Installed, gang_webhooks: Replicas, way: str, ns: str
     ) -> None:
         kube = installed.kube
-        ns = quota_namespace(kube, 6)
-        try:
-            if way != "kueue.x-k8s.io":
-                apply(kube, podgroup(kube, way, ns, "red", 4), podgroup(kube, way, ns, "blue", 4))
-            _, calls = create_at_once(kube, ns, [member(way, "red", 4), member(way, "blue", 4)], 8, 8)
-            assert refusals(calls) == []
-            stored_per_gang = sorted(
-                sum(p["metadata"]["generateName"] == f"{g}-" for p in stored(kube, ns)) for g in ("red", "blue")
-            )
-            print(f"{way}: stored per gang {stored_per_gang}")
-            assert stored_per_gang == [0, 4]
-            denials = {c.refusal["message"] for c in calls if c.quota_denial}
-            # free: the limit less what is certainly taken; part of the winner's room may be in a grant of its
-            # places that another replica made a moment ago, which counts as certain only after a second
-            frees = [re.search(r"needs 4000 for 4 Pods together, (\d+) free of limit 6000", d) for d in denials]
-            assert frees and all(f is not None and 2000 <= int(f[1]) < 4000 for f in frees), denials
-        finally:
-            kube.kubectl("delete", "namespace", "--wait=false", ns)
+        if way != "kueue.x-k8s.io":
+            apply(kube, podgroup(kube, way, ns, "red", 4), podgroup(kube, way, ns, "blue", 4))
+        _, calls = create_at_once(kube, ns, [member(way, "red", 4), member(way, "blue", 4)], 8, 8)
+        assert refusals(calls) == []
+        stored_per_gang = sorted(
+            sum(p["metadata"]["generateName"] == f"{g}-" for p in stored(kube, ns)) for g in ("red", "blue")
+        )
+        print(f"{way}: stored per gang {stored_per_gang}")
+        assert stored_per_gang == [0, 4]
+        denials = {c.refusal["message"] for c in calls if c.quota_denial}
+        # free: the limit less what is certainly taken; part of the winner's room may be in a grant of its
+        # places that another replica made a moment ago, which counts as certain only after a second
+        frees = [re.search(r"needs 4000 for 4 Pods together, (\d+) free of limit 6000", d) for d in denials]
+        assert frees and all(f is not None and 2000 <= int(f[1]) < 4000 for f in frees), denials
 
-    def test_held_room_is_not_taken_by_ordinary_pods(self, installed: Installed, gang_webhooks: Replicas) -> None:
+    def test_held_room_is_not_taken_by_ordinary_pods(
+        self, installed: Installed, gang_webhooks: Replicas, ns: str
+    ) -> None:
         kube = installed.kube
-        ns = quota_namespace(kube, 6)
-        try:
-            apply(kube, podgroup(kube, "scheduling.k8s.io", ns, "train", 4))
-            _, first = create_at_once(kube, ns, member("scheduling.k8s.io", "train", 4), 1, 1)
-            _, ordinary = create_at_once(kube, ns, pod("plain-", ONE_GPU), 4, 4)
-            _, rest = create_at_once(kube, ns, member("scheduling.k8s.io", "train", 4), 3, 3)
-            assert [c.status for c in first] == [201]
-            assert sorted(c.status for c in ordinary) == [201, 201, 403, 403]
-            assert [c.status for c in rest] == [201, 201, 201]
-            assert len(stored(kube, ns)) == 6
-        finally:
-            kube.kubectl("delete", "namespace", "--wait=false", ns)
+        apply(kube, podgroup(kube, "scheduling.k8s.io", ns, "train", 4))
+        _, first = create_at_once(kube, ns, member("scheduling.k8s.io", "train", 4), 1, 1)
+        _, ordinary = create_at_once(kube, ns, pod("plain-", ONE_GPU), 4, 4)
+        _, rest = create_at_once(kube, ns, member("scheduling.k8s.io", "train", 4), 3, 3)
+        assert [c.status for c in first] == [201]
+        assert sorted(c.status for c in ordinary) == [201, 201, 403, 403]
+        assert [c.status for c in rest] == [201, 201, 201]
+        assert len(stored(kube, ns)) == 6
 
     def test_a_hold_never_filled_is_given_back_on_time_and_when_its_group_goes(
-        self, installed: Installed, gang_webhooks: Replicas
+        self, installed: Installed, gang_webhooks: Replicas, ns: str
     ) -> None:
         kube = installed.kube
-        ns = quota_namespace(kube, 6)
-        try:
-            late, gone = (podgroup(kube, "scheduling.k8s.io", ns, name, 4) for name in ("late", "gone"))
-            apply(kube, late, gone)
-            _, first = create_at_once(kube, ns, member("scheduling.k8s.io", "late", 4), 1, 1)
-            held_at = time.monotonic()
-            assert [c.status for c in first] == [201]
-            _, refused = create_at_once(kube, ns, pod("plain-", ONE_GPU), 3, 1)
-            assert [c.status for c in refused] == [201, 201, 403]  # 1 Pod + 3 held + 2 ordinary fill 6
+        late, gone = (podgroup(kube, "scheduling.k8s.io", ns, name, 4) for name in ("late", "gone"))
+        apply(kube, late, gone)
+        _, first = create_at_once(kube, ns, member("scheduling.k8s.io", "late", 4), 1, 1)
+        held_at = time.monotonic()
+        assert [c.status for c in first] == [201]
+        _, refused = create_at_once(kube, ns, pod("plain-", ONE_GPU), 3, 1)
+        assert [c.status for c in refused] == [201, 201, 403]  # 1 Pod + 3 held + 2 ordinary fill 6
 
-            def free_again() -> float | None:
-                _, one = create_at_once(kube, ns, pod("plain-", ONE_GPU), 1, 1)
-                return time.monotonic() - held_at if one[0].status == 201 else None
+        def free_again() -> float | None:
+            _, one = create_at_once(kube, ns, pod("plain-", ONE_GPU), 1, 1)
+            return time.monotonic() - held_at if one[0].status == 201 else None
 
-            back = kube.wait_for(free_again, HOLD + 15, interval=0.5)
-            print(f"a hold never filled given back {back:.1f} s after its only member (HAMI_QUOTA_GANG_HOLD={HOLD})")
-            assert HOLD - 1 <= back <= HOLD + 5
-            kube.kubectl("delete", "pods", "--all", "-n", ns, "--wait=true")
-            _, gone = create_at_once(kube, ns, member("scheduling.k8s.io", "gone", 4), 1, 1)
-            _, full = create_at_once(kube, ns, pod("plain-", ONE_GPU), 3, 1)
-            assert [c.status for c in gone + full] == [201, 201, 201, 403]
-            # its Pod keeps it (the podgroup-protection finalizer) being deleted: deleted, for the hold
-            kube.kubectl("delete", "podgroups.scheduling.k8s.io", "gone", "-n", ns, "--wait=false")
-            deleted_at = time.monotonic()
-            kube.wait_for(free_again, 5, interval=0.2)
-            print(f"given back {time.monotonic() - deleted_at:.1f} s after its PodGroup was deleted")
-        finally:
-            kube.kubectl("delete", "namespace", "--wait=false", ns)
+        back = kube.wait_for(free_again, HOLD + 15, interval=0.5)
+        print(f"a hold never filled given back {back:.1f} s after its only member (HAMI_QUOTA_GANG_HOLD={HOLD})")
+        assert HOLD - 1 <= back <= HOLD + 5
+        kube.kubectl("delete", "pods", "--all", "-n", ns, "--wait=true")
+        _, gone = create_at_once(kube, ns, member("scheduling.k8s.io", "gone", 4), 1, 1)
+        _, full = create_at_once(kube, ns, pod("plain-", ONE_GPU), 3, 1)
+        assert [c.status for c in gone + full] == [201, 201, 201, 403]
+        # its Pod keeps it (the podgroup-protection finalizer) being deleted: deleted, for the hold
+        kube.kubectl("delete", "podgroups.scheduling.k8s.io", "gone", "-n", ns, "--wait=false")
+        deleted_at = time.monotonic()
+        kube.wait_for(free_again, 5, interval=0.2)
+        print(f"given back {time.monotonic() - deleted_at:.1f} s after its PodGroup was deleted")
 
     def test_a_gang_that_does_not_fit_is_refused_with_its_figures(
-        self, installed: Installed, gang_webhooks: Replicas
+        self, installed: Installed, gang_webhooks: Replicas, ns: str
     ) -> None:
         kube = installed.kube
-        ns = quota_namespace(kube, 6)
-        try:
-            apply(kube, podgroup(kube, "scheduling.k8s.io", ns, "big", 8))
-            done = kube.kubectl(
-                "create", "-n", ns, "-f", "-", stdin=json.dumps(member("scheduling.k8s.io", "big", 8)), check=False
-            )
-            assert done.stderr.strip() == (
-                'Error from server (GPUQuotaExceeded): error when creating "STDIN": admission webhook "pods.hami.io" '
-                f"denied the request: exceeding resource quota: namespace {ns} nvidia.com/gpumem: gang "
-                "scheduling.k8s.io/big of 8 Pods needs 8000 for 8 Pods together, 6000 free of limit 6000"
-            )
-        finally:
-            kube.kubectl("delete", "namespace", "--wait=false", ns)
+        apply(kube, podgroup(kube, "scheduling.k8s.io", ns, "big", 8))
+        done = kube.kubectl(
+            "create", "-n", ns, "-f", "-", stdin=json.dumps(member("scheduling.k8s.io", "big", 8)), check=False
+        )
+        assert done.stderr.strip() == (
+            'Error from server (GPUQuotaExceeded): error when creating "STDIN": admission webhook "pods.hami.io" '
+            f"denied the request: exceeding resource quota: namespace {ns} nvidia.com/gpumem: gang "
+            "scheduling.k8s.io/big of 8 Pods needs 8000 for 8 Pods together, 6000 free of limit 6000"
+        )
 
     def test_a_pod_whose_group_does_not_exist_is_charged_alone_with_a_warning(
-        self, installed: Installed, gang_webhooks: Replicas
+        self, installed: Installed, gang_webhooks: Replicas, ns: str
     ) -> None:
         kube = installed.kube
-        ns = quota_namespace(kube, 6)
-        try:
-            done = kube.kubectl(
-                "create", "-n", ns, "-f", "-", stdin=json.dumps(member("scheduling.x-k8s.io", "nowhere", 4))
-            )
-            assert (
-                "Warning: pod group nowhere (scheduling.x-k8s.io) does not exist yet; the Pod is charged alone"
-                in done.stderr
-            )
-            _, more = create_at_once(kube, ns, pod("plain-", ONE_GPU), 6, 1)
-            assert sorted(c.status for c in more) == [201] * 5 + [403]
-        finally:
-            kube.kubectl("delete", "namespace", "--wait=false", ns)
+        done = kube.kubectl(
+            "create", "-n", ns, "-f", "-", stdin=json.dumps(member("scheduling.x-k8s.io", "nowhere", 4))
+        )
+        assert (
+            "Warning: pod group nowhere (scheduling.x-k8s.io) does not exist yet; the Pod is charged alone"
+            in done.stderr
+        )
+        _, more = create_at_once(kube, ns, pod("plain-", ONE_GPU), 6, 1)
+        assert sorted(c.status for c in more) == [201] * 5 + [403]
 
     def test_a_workload_whose_gang_cannot_fit_now_is_told_at_apply(
-        self, installed: Installed, gang_webhooks: Replicas
+        self, installed: Installed, gang_webhooks: Replicas, ns: str
     ) -> None:
         kube = installed.kube
-        ns = quota_namespace(kube, 6)
-        try:
-            apply(kube, podgroup(kube, "scheduling.x-k8s.io", ns, "train", 4))
-            _, ordinary = create_at_once(kube, ns, pod("plain-", ONE_GPU), 3, 1)
-            assert [c.status for c in ordinary] == [201] * 3
-            worker = member("scheduling.x-k8s.io", "train", 4)
-            template = {"metadata": worker["metadata"], "spec": worker["spec"] | {"restartPolicy": "Never"}}
-            job = {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "metadata": {"name": "train", "namespace": ns},
-                "spec": {"parallelism": 4, "completions": 4, "template": template},
-            }
-            warning = (
-                "Warning: spec.parallelism: a gang of 4 × 1000 nvidia.com/gpumem needs 4000, 3000 free: "
-                "all 4 refused now"
-            )
+        apply(kube, podgroup(kube, "scheduling.x-k8s.io", ns, "train", 4))
+        _, ordinary = create_at_once(kube, ns, pod("plain-", ONE_GPU), 3, 1)
+        assert [c.status for c in ordinary] == [201] * 3
+        worker = member("scheduling.x-k8s.io", "train", 4)
+        template = {"metadata": worker["metadata"], "spec": worker["spec"] | {"restartPolicy": "Never"}}
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "train", "namespace": ns},
+            "spec": {"parallelism": 4, "completions": 4, "template": template},
+        }
+        warning = (
+            "Warning: spec.parallelism: a gang of 4 × 1000 nvidia.com/gpumem needs 4000, 3000 free: all 4 refused now"
+        )
 
-            def told() -> bool:
-                done = kube.kubectl("create", "--dry-run=server", "-o", "name", "-f", "-", stdin=json.dumps(job))
-                return warning in done.stderr
+        def told() -> bool:
+            done = kube.kubectl("create", "--dry-run=server", "-o", "name", "-f", "-", stdin=json.dumps(job))
+            return warning in done.stderr
 
-            kube.wait_for(told, 20, interval=0.5)
-        finally:
-            kube.kubectl("delete", "namespace", "--wait=false", ns)
+        kube.wait_for(told, 20, interval=0.5)

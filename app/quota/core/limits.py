@@ -69,17 +69,26 @@ def limited(limits: Mapping[str, int], requested: Mapping[str, int]) -> bool:
     return any(name in limits for name in requested)
 
 
-def overflow(namespace: str, limits: Mapping[str, int], used: Mapping[str, int], requested: Mapping[str, int]) -> str:
-    """The quota denial for the first requested resource that does not fit; "" when all fit (equal fits), as in
-    Verdict.denial."""
+def over(limits: Mapping[str, int], used: Mapping[str, int], requested: Mapping[str, int]) -> tuple[str, int, int]:
+    """The first requested resource that does not fit (equal fits): its name, the amount asked and its limit;
+    ("", 0, 0) when all fit."""
     for name, amount in requested.items():
         limit = limits.get(name)
         if limit is not None and used.get(name, 0) + amount > limit:
-            return (
-                f"exceeding resource quota: namespace {namespace} {name} "
-                f"used {used.get(name, 0)} + requested {amount} > limit {limit}"
-            )
-    return ""
+            return name, amount, limit
+    return "", 0, 0
+
+
+def overflow(namespace: str, limits: Mapping[str, int], used: Mapping[str, int], requested: Mapping[str, int]) -> str:
+    """The quota denial for the first requested resource that does not fit; "" when all fit, as in
+    Verdict.denial."""
+    name, amount, limit = over(limits, used, requested)
+    if not name:
+        return ""
+    return (
+        f"exceeding resource quota: namespace {namespace} {name} "
+        f"used {used.get(name, 0)} + requested {amount} > limit {limit}"
+    )
 
 
 def gang_overflow(
@@ -87,12 +96,11 @@ def gang_overflow(
 ) -> str:  # fmt: skip
     """The denial of a gang's first member when the room its ``missing`` members ``need`` together does not fit:
     the group, its size, what it needs and what is free; "" when it fits."""
-    for name, amount in need.items():
-        limit = limits.get(name)
-        if limit is not None and used.get(name, 0) + amount > limit:
-            free = max(limit - used.get(name, 0), 0)
-            return (
-                f"exceeding resource quota: namespace {namespace} {name}: gang {gang.key} of {gang.size} Pods "
-                f"needs {amount} for {missing} Pods together, {free} free of limit {limit}"
-            )
-    return ""
+    name, amount, limit = over(limits, used, need)
+    if not name:
+        return ""
+    free = max(limit - used.get(name, 0), 0)
+    return (
+        f"exceeding resource quota: namespace {namespace} {name}: gang {gang.key} of {gang.size} Pods "
+        f"needs {amount} for {missing} Pods together, {free} free of limit {limit}"
+    )
