@@ -21,9 +21,15 @@ from app.settings import Settings
 
 
 def admission_review(
-    obj: Any, *, version: str = "v1", uid: str | None = None, operation: str = "CREATE", dry_run: bool = False
+    obj: Any,
+    *,
+    version: str = "v1",
+    uid: str | None = None,
+    operation: str = "CREATE",
+    dry_run: bool = False,
+    user: str = "kubernetes-admin",
 ) -> dict[str, Any]:
-    """An AdmissionReview request for a Pod, as kube-apiserver builds it."""
+    """An AdmissionReview request for a Pod, as kube-apiserver builds it (``user`` asking)."""
     namespace = (obj.get("metadata") or {}).get("namespace", "default") if isinstance(obj, dict) else "default"
     return {
         "apiVersion": f"admission.k8s.io/{version}",
@@ -36,7 +42,7 @@ def admission_review(
             "requestResource": {"group": "", "version": "v1", "resource": "pods"},
             "namespace": namespace,
             "operation": operation,
-            "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters"]},
+            "userInfo": {"username": user, "groups": ["system:masters"]},
             "object": obj,
             "oldObject": None,
             "dryRun": dry_run,

@@ -28,6 +28,10 @@ GPU_TYPE_ANNOTATION = "hami.io/gpu-type"
 NODE_POLICY_ANNOTATION = "hami.io/node-scheduler-policy"
 GPU_POLICY_ANNOTATION = "hami.io/gpu-scheduler-policy"
 QUOTA_RESERVATION_ANNOTATION = "hami.io/quota-reservation"
+# A namespace or Pod labelled so is not mutated (HAMi's chart's label); a Pod so labelled is charged all the same
+# (docs/rules.md#the-opt-out-label). Its selector: the Pods the webhook mutates, for the policies' bindings.
+OPT_OUT_LABEL, OPT_OUT = "hami.io/webhook", "ignore"
+MUTATED = {"key": OPT_OUT_LABEL, "operator": "NotIn", "values": [OPT_OUT]}
 CHIP = "{chip}"
 """In a key, each configured chip of the row's ``chips`` backend (HAMi builds these keys from commonWord)."""
 

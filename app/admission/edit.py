@@ -57,10 +57,10 @@ def pointer(*parts: str | int) -> str:
 
 
 def _dict_ops(path: tuple[str | int, ...], original: Any, current: dict[str, Any]) -> list[Op]:
-    """Ops turning ``original`` (a dict, or absent/null) into ``current``; keys are only added or changed."""
+    """Ops turning ``original`` (a dict, or absent/null) into ``current``: keys added, changed or removed."""
     if not isinstance(original, Mapping):
         return [{"op": "add", "path": pointer(*path), "value": dict(current)}] if current else []
-    ops: list[Op] = []
+    ops: list[Op] = [{"op": "remove", "path": pointer(*path, key)} for key in original if key not in current]
     for key, val in current.items():
         if key not in original:
             ops.append({"op": "add", "path": pointer(*path, key), "value": val})

@@ -71,9 +71,11 @@ class QuotaPort(Protocol):
         """Whether ``namespace`` has a device quota at all; when not, the review skips the demand arithmetic."""
         ...
 
-    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool) -> Verdict:
-        """Check (and, unless ``dry_run``, reserve) what the mutated ``pod`` asks of the namespace's device quota;
-        raises QuotaUnavailable when it cannot decide."""
+    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool, who: str = "") -> Verdict:
+        """Check (and, unless ``dry_run``, reserve) what ``pod`` (as it will be stored) asks of the namespace's
+        device quota; raises QuotaUnavailable when it cannot decide. ``who``: what every review of this admission
+        has in common (its requester and Pod name), so a Pod reviewed again is charged once
+        (docs/rules.md#charged-once-per-pod)."""
         ...
 
     def asks(self, pod: PodEdit) -> dict[str, int]:
@@ -109,7 +111,7 @@ class QuotaOff:
     def governs(self, namespace: str) -> bool:
         return False
 
-    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool) -> Verdict:
+    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool, who: str = "") -> Verdict:
         return FITS
 
     def asks(self, pod: PodEdit) -> dict[str, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -20,16 +20,19 @@ from app.admission.annotations import (
     GPU_POLICY_ANNOTATION,
     GPU_TYPE_ANNOTATION,
     NODE_POLICY_ANNOTATION,
+    OPT_OUT,
+    OPT_OUT_LABEL,
     QUOTA_RESERVATION_ANNOTATION,
 )
 from app.admission.devices.base import Device, DeviceRequestError
 from app.admission.edit import ContainerEdit, Op, PodEdit
 from app.admission.notices import Notice
-from app.admission.ports import QUOTA_REASON, QuotaPort, ReviewSettings
+from app.admission.ports import FITS, QUOTA_REASON, QuotaPort, ReviewSettings, Verdict
 from app.admission.quantity import INT32_MAX
 from app.untrusted import shown
 
 DEFAULT_SCHEDULER = "default-scheduler"
+OPTED_OUT = f"labelled {OPT_OUT_LABEL}: {OPT_OUT}: not mutated, only charged to its namespace's device quota"
 
 
 class UnreadableReview(ValueError):
@@ -124,7 +127,22 @@ def decide_review(
         return deny(400, "BadRequest", f"invalid Pod: {problem}")
     namespace = request_namespace(request)
     dry_run = request.get("dryRun") is True
-    return decide(pod, settings, quota, namespace=namespace, uid=uid, dry_run=dry_run, governed=governed)
+    who = admission_of(request, pod)
+    return decide(pod, settings, quota, namespace=namespace, uid=uid, dry_run=dry_run, governed=governed, who=who)
+
+
+def admission_of(request: Mapping[str, Any], pod: Mapping[str, Any]) -> str:
+    """What the same admission has in common on each review of it, for the quota's seal (app/quota/core/seal.py):
+    the requester and the Pod's name (its generateName while the API server has yet to choose one: a reviewed Pod
+    keeps both). "" when the request names no requester: nothing is known as reviewed again then."""
+    user = request.get("userInfo")
+    username = user.get("username") if isinstance(user, Mapping) else None
+    if not isinstance(username, str) or not username:
+        return ""
+    metadata = pod.get("metadata") or {}
+    name, generated = metadata.get("name"), metadata.get("generateName")
+    named = name if isinstance(name, str) and name else f"generate:{generated if isinstance(generated, str) else ''}"
+    return f"{username}\x00{named}"
 
 
 def decide(
@@ -136,18 +154,23 @@ def decide(
     uid: str,
     dry_run: bool,
     governed: bool,
+    who: str = "",
 ) -> Decision:
     """HAMi's Handle on a validated Pod; ``governed``: whether the namespace has a device quota, as the caller asked
-    ``quota`` once for the whole review."""
+    ``quota`` once for the whole review; ``who``: the admission as ``admission_of`` reads it."""
     spec = pod.get("spec") or {}
     if not spec.get("containers"):
         return deny(403, "Forbidden", "pod has no containers")
     metadata = pod.get("metadata") or {}
-    forged = settings.owned_annotations.forged(metadata.get("annotations") or {}, metadata.get("labels") or {})
+    labels = metadata.get("labels") or {}
+    forged = settings.owned_annotations.forged(metadata.get("annotations") or {}, labels)
     if forged:  # whatever the scheduler: HAMi's device plugins trust these (docs/rules.md#allocations-are-hamis)
         return deny(403, "Forbidden", forged)
+    charge = Charge(quota, namespace, uid, dry_run, who) if governed else None
+    if labels.get(OPT_OUT_LABEL) == OPT_OUT:  # not mutated, still charged (docs/rules.md#the-opt-out-label)
+        return replace(_charged_only(PodEdit(pod), settings, charge, ""), hint=OPTED_OUT)
     if _other_scheduler(spec.get("schedulerName") or "", settings):
-        return Decision(allowed=True, message="pod already has different scheduler assigned")
+        return _charged_only(PodEdit(pod), settings, charge, "pod already has different scheduler assigned")
     edit = PodEdit(pod)
     try:
         found = _mutate(edit, settings)
@@ -167,16 +190,58 @@ def decide(
                 return deny(403, "Forbidden", "pod has node assigned")
         _annotate(edit, found, settings)
     hint = "" if found or not settings.switched_off else _switched_off(edit, settings.switched_off)
-    if governed:
-        verdict = quota.admit(namespace, edit, uid=uid, dry_run=dry_run)
-        if verdict.denial:
-            return deny(403, QUOTA_REASON, verdict.denial, cause="gang" if verdict.gang else "limit")
-        if verdict.reservation:  # the feed reads it back to count the Pod once (usage, not reservation)
-            edit.annotations[QUOTA_RESERVATION_ANNOTATION] = verdict.reservation
-        if verdict.warning:
-            warnings.append(Notice(notices.GANG, verdict.warning))
+    verdict = charge.admit(edit) if charge is not None else _reserve(edit, "")
+    if verdict.denial:
+        return deny(403, QUOTA_REASON, verdict.denial, cause="gang" if verdict.gang else "limit")
+    if verdict.warning:
+        warnings.append(Notice(notices.GANG, verdict.warning))
     warnings += edit.changes()
     return Decision(allowed=True, patch=edit.ops(), devices=tuple(found), warnings=tuple(warnings), hint=hint)
+
+
+@dataclass(frozen=True)
+class Charge:
+    """The namespace's device quota, asked for one admission: reserves, and writes the reservation on the Pod."""
+
+    quota: QuotaPort
+    namespace: str
+    uid: str
+    dry_run: bool
+    who: str
+
+    def admit(self, edit: PodEdit) -> Verdict:
+        verdict = self.quota.admit(self.namespace, edit, uid=self.uid, dry_run=self.dry_run, who=self.who)
+        if not verdict.denial:
+            _reserve(edit, verdict.reservation)
+        return verdict
+
+
+def _reserve(edit: PodEdit, reservation: str) -> Verdict:
+    """The Pod carries the reservation the quota made for it (the feed reads it back to count the Pod once: usage,
+    not reservation), and no other: one its author wrote, or one a Pod charged nothing carries, is removed
+    (docs/rules.md#only-the-webhook-writes-a-reservation)."""
+    if reservation:
+        edit.annotations[QUOTA_RESERVATION_ANNOTATION] = reservation
+    else:
+        edit.annotations.pop(QUOTA_RESERVATION_ANNOTATION, None)
+    return FITS
+
+
+def _charged_only(edit: PodEdit, settings: ReviewSettings, charge: Charge | None, message: str) -> Decision:
+    """A Pod the webhook does not mutate (opted out, or bound for another scheduler): charged all the same where the
+    namespace has a device quota, as its stored self will count (docs/rules.md#every-device-pod-is-charged)."""
+    if charge is not None:
+        try:
+            for ctr in edit.containers:
+                _check_amounts(ctr, settings.device_resources)
+        except DeviceRequestError as exc:
+            return deny(400, "BadRequest", str(exc))
+        verdict = charge.admit(edit)
+        if verdict.denial:
+            return deny(403, QUOTA_REASON, verdict.denial, cause="gang" if verdict.gang else "limit")
+    else:
+        _reserve(edit, "")
+    return Decision(allowed=True, message=message, patch=edit.ops())
 
 
 def _switched_off(edit: PodEdit, off: Mapping[str, str]) -> str:

@@ -85,7 +85,7 @@ class _Demanded:
     def governs(self, namespace: str) -> bool:
         return self.quota.governs(namespace)
 
-    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool) -> Verdict:
+    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool, who: str = "") -> Verdict:
         self.pod = pod
         return FITS
 

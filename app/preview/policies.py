@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from app.admission.annotations import GPU_TYPE_ANNOTATION, OWNED_LABELS
+from app.admission.annotations import GPU_TYPE_ANNOTATION, MUTATED, OWNED_LABELS
 from app.admission.devices.base import Device
 from app.admission.ports import QuotaOff, ReviewSettings
 from app.admission.review import DEFAULT_SCHEDULER, decide
@@ -256,7 +256,7 @@ def routed(settings: PolicySettings, scope: Mapping[str, Any]) -> list[Obj]:
     )
     spec = {**_on_device_pods(settings), "variables": [_scheduler(settings)], "validations": validations}
     binding = "ValidatingAdmissionPolicyBinding"
-    namespaces, pods = scope.get("namespaceSelector") or {}, scope.get("objectSelector") or {}
+    namespaces, pods = scope.get("namespaceSelector") or {}, mutated(scope)
     outside = [
         _binding(binding, f"{ROUTED}-outside-{index}", ROUTED, ["Warn", "Audit"], **{field: selector})
         for index, (field, selector) in enumerate(
@@ -267,6 +267,14 @@ def routed(settings: PolicySettings, scope: Mapping[str, Any]) -> list[Obj]:
     ]
     inside = _binding(binding, ROUTED, ROUTED, ["Deny"], namespaceSelector=namespaces, objectSelector=pods)
     return [_policy("ValidatingAdmissionPolicy", ROUTED, spec), inside, *outside]
+
+
+def mutated(scope: Mapping[str, Any]) -> Obj:
+    """The Pods the webhook mutates, as an objectSelector: those its configuration sends (its objectSelector, none
+    shipped), less those labelled to opt out, which it only charges (docs/rules.md#the-opt-out-label)."""
+    selector = dict(scope.get("objectSelector") or {})
+    expressions = list(selector.get("matchExpressions") or [])
+    return {**selector, "matchExpressions": expressions + ([MUTATED] if MUTATED not in expressions else [])}
 
 
 NEGATED = {"In": "NotIn", "NotIn": "In", "Exists": "DoesNotExist", "DoesNotExist": "Exists"}
@@ -324,7 +332,7 @@ def floor(settings: PolicySettings, scope: Mapping[str, Any]) -> list[Obj]:
         ],
     }
     namespaces: Obj = scope.get("namespaceSelector") or {}
-    pods: Obj = scope.get("objectSelector") or {}
+    pods = mutated(scope)
     binding = _binding(
         "MutatingAdmissionPolicyBinding", FLOOR, FLOOR, namespaceSelector=namespaces, objectSelector=pods
     )

@@ -149,6 +149,8 @@ def collect(args: argparse.Namespace, load: Callable[[argparse.Namespace], Quota
         for name in namespaces:
             say_uncounted(pods.replace(name, reads.pods(name)))
         ledgers = reads.ledgers(namespaces)
+        for name, ledger in ledgers.items():  # the Pods' seals are checked with their namespace's key
+            pods.key(name, ledger.key)
         # A reader that just started: every entry is new to it, and holds its room for its whole life from now.
         now, ttl = time.monotonic(), settings.quota_reservation_ttl
         found = [

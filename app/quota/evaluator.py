@@ -10,11 +10,13 @@ waits on it within its budget.
 
 from __future__ import annotations
 
+import secrets
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from app.admission.annotations import QUOTA_RESERVATION_ANNOTATION
 from app.admission.devices.base import Device
 from app.admission.edit import PodEdit
 from app.admission.ports import FITS, QuotaUnavailable, Verdict
@@ -26,7 +28,8 @@ from app.quota.core.demand import amounts, demands
 from app.quota.core.encoding import Ledger
 from app.quota.core.gang import Gang
 from app.quota.core.limits import limited
-from app.quota.core.scene import Ask, View
+from app.quota.core.scene import Ask, View, account
+from app.quota.core.seal import parse, same_admission, seal
 from app.quota.ports import SYSTEM_CLOCK, Clock, FeedPort, Groups, StreamsPort
 from app.quota.state import Ticket
 
@@ -54,6 +57,7 @@ class QuotaEvaluator:
         groups: Groups | None = None,
         gang_hold: float = 0.0,
         gauges: threading.Thread | None = None,
+        nonce: Callable[[], str] = lambda: secrets.token_hex(8),
     ) -> None:
         self.feed = feed
         self.streams = streams
@@ -64,6 +68,7 @@ class QuotaEvaluator:
         self._stale_after = stale_after
         self._clock = clock
         self._groups = groups if gang_hold > 0 else None  # None: gang holds off, every Pod charged alone
+        self._nonce = nonce  # one per sealed admission (app/quota/core/seal.py)
 
     def governs(self, namespace: str) -> bool:
         """Also true while the feed cannot tell (not synced, broken too long): admit() must then refuse,
@@ -74,7 +79,7 @@ class QuotaEvaluator:
     def asks(self, pod: PodEdit) -> Amounts:
         return amounts(demands(pod, self._devices))
 
-    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool) -> Verdict:
+    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool, who: str = "") -> Verdict:
         requested = self.asks(pod)
         if not requested:
             return FITS  # no device resource: nothing to count
@@ -92,6 +97,9 @@ class QuotaEvaluator:
         listing = max(min(SYNC_WAIT, deadline - self._clock.monotonic()), 0)
         if view.pods_at < 0 and not self.feed.wait_pods(namespace, 0, listing):
             raise QuotaUnavailable(f"the Pods of namespace {namespace} have not been listed yet")
+        again = self._reviewed_again(namespace, pod, who, requested)
+        if again:  # the same Pod, reviewed again after another webhook changed it: charged once already
+            return Verdict(reservation=again)
         gang, why = self._gang(namespace, pod)
         ask = Ask(uid, requested, dry_run, gang)
         # a gang member's room may be in its hold, which a denial from the cache counts as taken: the ledger decides
@@ -103,7 +111,37 @@ class QuotaEvaluator:
                 raise ticket.error
             assert ticket.verdict is not None
             verdict = ticket.verdict
+        if verdict.reservation:
+            verdict = replace(verdict, reservation=self._sealed(namespace, verdict.reservation, who, requested))
         return replace(verdict, warning=why) if why and not verdict.denial else verdict
+
+    def _sealed(self, namespace: str, entry: str, who: str, requested: Amounts) -> str:
+        """The reservation the Pod carries: ``entry`` sealed with the namespace's key, which the write that made or
+        holds the entry stored (a ledger written only by the previous version has none: the bare id, which the
+        feed does not count against the entry, so its room holds until it expires)."""
+        found = self.feed.view(namespace, ()).ledger
+        if found is None or not found.key:
+            return entry
+        return seal(found.key, namespace, entry, self._nonce(), who, requested).text()
+
+    def _reviewed_again(self, namespace: str, pod: PodEdit, who: str, requested: Amounts) -> str:
+        """The seal the Pod carries when this is a review of the same admission again (the API server reinvokes the
+        webhook after a later webhook changed the Pod, with a new request uid): sealed by this webhook for this
+        requester, Pod name and demand, its entry still live, and no Pod carrying it counted yet ("" when not:
+        the Pod is charged, and the seal it carried replaced). docs/rules.md#charged-once-per-pod."""
+        written = pod.written_annotations.get(QUOTA_RESERVATION_ANNOTATION)
+        found = parse(written) if isinstance(written, str) and who else None
+        if found is None:
+            return ""
+        view = self.feed.view(namespace, (found.entry,))
+        ledger = view.ledger
+        if ledger is None or not ledger.key or found.entry not in ledger.entries or view.broken_for > 0:
+            return ""
+        if not same_admission(ledger.key, namespace, found, who, requested):
+            return ""
+        if found.entry not in account(self.committer.scene(view, ledger)).live:
+            return ""
+        return "" if self.feed.consumed(namespace, found.entry, found.nonce) else found.text()
 
     def _denied_at_once(self, namespace: str, ask: Ask) -> Verdict | None:
         """A denial from the cached ledger, without waiting for a commit in flight: what does not fit even

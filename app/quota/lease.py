@@ -4,6 +4,7 @@ app/quota/core/encoding.py's)."""
 from __future__ import annotations
 
 import functools
+import secrets
 from collections.abc import Callable
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -13,6 +14,7 @@ from kubernetes import client
 from app.kube import transport
 from app.kube.errors import NOT_FOUND, ApiError
 from app.quota.core.encoding import (
+    KEY_ANNOTATION,
     LEDGER_ANNOTATION,
     LEDGER_PREFIX,
     MANAGED_BY_LABEL,
@@ -88,8 +90,11 @@ class KubeLeases:
     def write(self, found: Ledger, text: str, mark: int, wanted: int, timeout: float) -> Ledger:
         """Replace the entries (``encode``d), mark and wanted count if the Lease is still the one read (create
         it if it was absent); the ledger as now stored. ApiError CONFLICT if someone wrote first (a stale
-        resourceVersion, or created by someone else meanwhile)."""
+        resourceVersion, or created by someone else meanwhile). A Lease without a sealing key gets one (kept
+        ever after: the compare-and-swap makes every writer agree on the first)."""
         annotations = {LEDGER_ANNOTATION: text, MARK_ANNOTATION: str(mark), WANTED_ANNOTATION: str(wanted)}
+        if not found.key:
+            annotations[KEY_ANNOTATION] = secrets.token_urlsafe(32)
         if found.lease is None:
             body: dict[str, Any] = {
                 "apiVersion": "coordination.k8s.io/v1",

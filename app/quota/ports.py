@@ -93,6 +93,11 @@ class FeedPort(Protocol):
         """Whether the first lists are in, within ``timeout`` (0: now)."""
         ...
 
+    def consumed(self, namespace: str, entry: str, nonce: str) -> bool:
+        """Whether a Pod carrying the seal of ``entry`` with ``nonce`` has been counted against it: a review
+        presenting that seal is then of another Pod (app/quota/core/seal.py)."""
+        ...
+
 
 class StreamsPort(Protocol):
     """The feed's streams as QuotaEvaluator runs them (app/quota/feed/life.py's FeedStreams): started and stopped with

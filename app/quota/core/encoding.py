@@ -34,6 +34,9 @@ from app.quota.core.amounts import Amounts
 LEDGER_ANNOTATION = "hami.io/quota-ledger"
 MARK_ANNOTATION = "hami.io/quota-ledger-mark"
 WANTED_ANNOTATION = "hami.io/quota-ledger-wanted"
+# The namespace's sealing key (app/quota/core/seal.py): random, stored by the Lease's first write of this version,
+# never changed; only readers of the webhook's own namespace's Leases can read it.
+KEY_ANNOTATION = "hami.io/quota-ledger-key"
 LEDGER_PREFIX = "hami-quota-"
 MANAGED_BY_LABEL = {"app.kubernetes.io/managed-by": "hami-webhook"}  # on every ledger Lease
 MANAGED_BY = ",".join(f"{k}={v}" for k, v in MANAGED_BY_LABEL.items())  # its selector, for the feed's watch
@@ -87,6 +90,7 @@ class Ledger:
     rv: int = -1  # the Lease's resourceVersion (-1: not created yet)
     mark: int = 0
     wanted: int = 0  # raised by a worker that cannot decide while grants hold room: their holders close them
+    key: str = ""  # the sealing key ("": none stored yet; the next write stores one)
 
 
 def resource_version(text: Any) -> int:
@@ -109,7 +113,8 @@ def decode(namespace: str, lease: Mapping[str, Any]) -> Ledger:
     mark = max(resource_version(annotations.get(MARK_ANNOTATION) or 0), 0)
     wanted = max(resource_version(annotations.get(WANTED_ANNOTATION) or 0), 0)
     rv = resource_version(meta.get("resourceVersion"))
-    return Ledger(namespace, _entries(raw), dict(lease), rv, mark, wanted)
+    key = annotations.get(KEY_ANNOTATION)
+    return Ledger(namespace, _entries(raw), dict(lease), rv, mark, wanted, key if isinstance(key, str) else "")
 
 
 def encode(entries: Mapping[str, Reservation]) -> str:

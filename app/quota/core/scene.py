@@ -29,6 +29,7 @@ class Taken:
     rv: int  # the newest resourceVersion among those Pods when first seen here
     alive: int = 0
     forget_at: float = float("inf")
+    nonces: set[str] = field(default_factory=set)  # the seals counted (app/quota/core/seal.py): each counts once
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ class Feed:
         self.pods = PodTable(devices, forget_after)
         self._ttl = forget_after  # the reservation TTL: what an entry written without one holds, for the gauges
         self.quotas = QuotaTable(devices)
-        self.ledgers = LedgerTable()
+        self.ledgers = LedgerTable(on_key=self.pods.key)
         self.groups = GroupTable()
         self._pods_at: dict[str, int] = {}  # per quota'd namespace: the rv its Pod watch reached (-1: not listed)
         self._quotas_in = False  # the ResourceQuotas have been listed
@@ -64,6 +64,11 @@ class Feed:
         """The Pod's gang from the group objects watched (app/quota/ports.py's Groups)."""
         with self._lock:
             return self.groups.gang(namespace, pod)
+
+    def consumed(self, namespace: str, entry: str, nonce: str) -> bool:
+        """A Pod carrying this seal has been counted (app/quota/ports.py's FeedPort)."""
+        with self._lock:
+            return self.pods.consumed(namespace, entry, nonce)
 
     def offer(self, found: Ledger) -> None:
         """A ledger this process read or wrote: newer than the cache, unless the watch was quicker."""

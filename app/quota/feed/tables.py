@@ -29,6 +29,7 @@ from app.quota.core.encoding import LEDGER_PREFIX, Ledger, Reservation, decode, 
 from app.quota.core.gang import group
 from app.quota.core.limits import hard_limits, quota_factors, tightest
 from app.quota.core.scene import Taken, View
+from app.quota.core.seal import Seal, parse, vouched
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 log = logging.getLogger("hami_webhook.quota")
@@ -62,15 +63,20 @@ def say_found_at_start(found: int) -> None:
 @dataclass(slots=True)
 class _Pod:
     namespace: str
-    reservation: str
+    seal: Seal | None  # the reservation it carries, as written (not yet vouched for)
     amounts: Amounts
     rv: int
     group: str  # the key of the gang it names ("" none)
+    reservation: str = ""  # the entry it is counted against: its seal vouched for (``PodTable._vouch``)
 
 
 class PodTable:
     """Per-Pod demand summaries, the per-namespace sums, and for each reservation (a ledger entry, which several
-    Pods may carry) what its Pods have taken so far: those amounts are usage, not reservation, any more."""
+    Pods may carry) what its Pods have taken so far: those amounts are usage, not reservation, any more.
+
+    A Pod counts against an entry only with a seal the namespace's ledger key verifies, each seal's nonce once
+    (app/quota/core/seal.py): a Pod whose reservation the webhook did not write counts as used, and the entry it
+    names keeps holding its room. A Pod seen before its namespace's key waits for it (``key``), counted as used."""
 
     def __init__(self, devices: Sequence[Device], forget_after: float) -> None:
         self._devices = devices
@@ -83,6 +89,8 @@ class PodTable:
         self._taken: dict[tuple[str, str], Taken] = {}
         self._forget: deque[tuple[float, tuple[str, str]]] = deque()
         self._members: dict[str, dict[str, int]] = {}  # namespace -> gang key -> its Pods
+        self._keys: dict[str, str] = {}  # namespace -> its ledger's sealing key
+        self._unvouched: dict[str, dict[str, _Pod]] = {}  # namespace -> Pods whose seals wait for its key
 
     def replace(self, namespace: str, items: Iterable[Mapping[str, Any]]) -> list[Uncounted]:
         """The namespace's Pods are now exactly ``items`` (a fresh list); returns those it could not count."""
@@ -129,6 +137,22 @@ class PodTable:
         found = ((r, self._taken.get((namespace, r))) for r in entries)
         return {r: Taken(dict(t.amounts), t.rv) for r, t in found if t is not None}
 
+    def consumed(self, namespace: str, entry: str, nonce: str) -> bool:
+        """A Pod carrying this seal of ``entry`` has been counted against it (a review presenting the seal again is
+        of another Pod, not the same one reviewed again)."""
+        taken = self._taken.get((namespace, entry))
+        return taken is not None and nonce in taken.nonces
+
+    def key(self, namespace: str, key: str) -> None:
+        """The namespace's ledger key (app/quota/feed/tables.py's LedgerTable hands it over as it first sees it): the
+        seals that waited for it are checked now."""
+        if not key or self._keys.get(namespace) == key:
+            return
+        self._keys[namespace] = key
+        for uid, pod in (self._unvouched.pop(namespace, None) or {}).items():
+            if self._pods.get(uid) is pod:
+                self._vouch(uid, pod)
+
     def members(self, namespace: str) -> dict[str, int]:
         """Per gang key, the namespace's device Pods that name it."""
         return dict(self._members.get(namespace) or {})
@@ -151,10 +175,10 @@ class PodTable:
             return uid, Uncounted(meta.get("namespace") or "", meta.get("name") or "", str(exc))
         if not amounts:
             return uid, None
-        reservation = (meta.get("annotations") or {}).get(QUOTA_RESERVATION_ANNOTATION) or ""
+        written = (meta.get("annotations") or {}).get(QUOTA_RESERVATION_ANNOTATION)
         namespace = sys.intern(meta.get("namespace") or "")
         rv = resource_version(meta.get("resourceVersion"))
-        return uid, _Pod(namespace, reservation, amounts, rv, group(obj))
+        return uid, _Pod(namespace, parse(written) if isinstance(written, str) else None, amounts, rv, group(obj))
 
     def _add(self, uid: str, pod: _Pod) -> None:
         self._pods[uid] = pod
@@ -162,12 +186,28 @@ class PodTable:
         accumulate(self._used.setdefault(pod.namespace, {}), pod.amounts)
         if pod.group:
             accumulate(self._members.setdefault(pod.namespace, {}), {pod.group: 1})
-        if pod.reservation:
-            taken = self._taken.setdefault((pod.namespace, pod.reservation), Taken({}, -1))
-            accumulate(taken.amounts, pod.amounts)
-            taken.rv = max(taken.rv, pod.rv)
-            taken.alive += 1
-            taken.forget_at = float("inf")
+        if pod.seal is not None:
+            self._vouch(uid, pod)
+
+    def _vouch(self, uid: str, pod: _Pod) -> None:
+        """Count ``pod`` against the entry its seal names, if the seal is the webhook's and its nonce not counted yet;
+        else it stays counted as used only (a copied or forged seal frees no room)."""
+        assert pod.seal is not None
+        key = self._keys.get(pod.namespace)
+        if key is None:
+            self._unvouched.setdefault(pod.namespace, {})[uid] = pod
+            return
+        if not vouched(key, pod.namespace, pod.seal, pod.amounts):
+            return
+        taken = self._taken.setdefault((pod.namespace, pod.seal.entry), Taken({}, -1))
+        if pod.seal.nonce in taken.nonces:
+            return
+        taken.nonces.add(pod.seal.nonce)
+        pod.reservation = pod.seal.entry
+        accumulate(taken.amounts, pod.amounts)
+        taken.rv = max(taken.rv, pod.rv)
+        taken.alive += 1
+        taken.forget_at = float("inf")
 
     def _left(self, pod: _Pod) -> None:
         """A gang's member went: one Pod fewer named by its group."""
@@ -191,9 +231,15 @@ class PodTable:
             del self._used[pod.namespace]
         if pod.group:
             self._left(pod)
+        self._went(uid, pod)
+
+    def _went(self, uid: str, pod: _Pod) -> None:
+        """What a Pod that went took of its reservation stays taken while the ledger entry may outlive it."""
+        if pod.seal is not None and not pod.reservation:
+            (self._unvouched.get(pod.namespace) or {}).pop(uid, None)
         now = time.monotonic()
         taken = self._taken.get((pod.namespace, pod.reservation)) if pod.reservation else None
-        if taken is not None:  # its ledger entry may outlive the Pod: what it took stays taken until then
+        if taken is not None:
             taken.alive -= 1
             if not taken.alive:
                 taken.forget_at = now + self._forget_after
@@ -259,8 +305,11 @@ class LedgerTable(_Relisted):
     monotonic clock: an entry's life counts from there, never from a time another process wrote
     (docs/rules.md#no-clock-but-its-own)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, on_key: Callable[[str, str], None] | None = None
+    ) -> None:
         self._clock = clock
+        self._on_key = on_key  # told each namespace's sealing key as a ledger brings it (PodTable.key)
         self._by_namespace: dict[str, Ledger] = {}
         self._first_seen: dict[str, dict[str, float]] = {}  # namespace -> entry id -> first sight here
         self._listed = False
@@ -295,6 +344,8 @@ class LedgerTable(_Relisted):
             old = self._by_namespace.get(found.namespace)
             old_entries = old.entries if old is not None else {}
             self._by_namespace[found.namespace] = found
+            if found.key and self._on_key is not None and (old is None or old.key != found.key):
+                self._on_key(found.namespace, found.key)
             # a hold lives from its last member's write: a new member seen restarts its life here
             self._first_seen[found.namespace] = {
                 i: now if _joined(old_entries.get(i), e) else before.get(i, now) for i, e in found.entries.items()

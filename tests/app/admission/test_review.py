@@ -31,7 +31,7 @@ class RecordingQuota:
     def governs(self, namespace: str) -> bool:
         return True
 
-    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool) -> Verdict:
+    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool, who: str = "") -> Verdict:
         self.calls.append((namespace, demands(pod, DEFAULT_DEVICES), dry_run))
         return Verdict(self.denial or "")
 
@@ -137,9 +137,10 @@ PRECEDENCE = [
     ),
     pytest.param(pod(container(limits=GPU), nodeName="n1"), "Forbidden:node", id="node-beats-quota"),
     pytest.param(
+        # HAMi's gate beats the vendor error; in a namespace with a device quota the Pod is charged all the same
         pod(container(limits={"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "150"}), scheduler="volcano"),
-        "allowed",
-        id="gate-beats-vendor-error",
+        "quota",
+        id="gate-beats-vendor-error-then-quota",
     ),
 ]
 
@@ -153,6 +154,7 @@ def test_precedence(obj: dict[str, Any], winner: str, settings) -> None:
         "BadRequest": reason == "BadRequest",
         "Forbidden:privileged": message.endswith("is privileged"),
         "Forbidden:node": message == "pod has node assigned",
+        "quota": reason == "GPUQuotaExceeded",
     }
     assert seen[winner], outcome.denial()
 
@@ -359,3 +361,66 @@ def test_review_of_own_output_changes_nothing(obj: dict[str, Any], settings) -> 
     assert first.ops
     again = run(first.patched, settings)
     assert again.response["allowed"] is True and again.ops == []
+
+
+# -- every device Pod is charged, and only the webhook writes a reservation ------------------------------------
+# docs/rules.md#every-device-pod-is-charged, #only-the-webhook-writes-a-reservation
+
+RESERVED = "hami.io/quota-reservation"
+
+
+class ReservingQuota(RecordingQuota):
+    """Reserves every device Pod into entry ``e1``, in a namespace with a device quota (``governs``)."""
+
+    def __init__(self, governs: bool = True) -> None:
+        super().__init__()
+        self._governs = governs
+
+    def governs(self, namespace: str) -> bool:
+        return self._governs
+
+    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool, who: str = "") -> Verdict:
+        super().admit(namespace, pod, uid=uid, dry_run=dry_run, who=who)
+        return Verdict(reservation="e1.sealed") if demands(pod, DEFAULT_DEVICES) else Verdict()
+
+
+@pytest.mark.parametrize(
+    "routed",
+    [
+        pytest.param({"metadata": {"labels": {"hami.io/webhook": "ignore"}}}, id="opted-out"),
+        pytest.param({"scheduler": "volcano"}, id="another-scheduler"),
+        pytest.param(
+            {"metadata": {"labels": {"hami.io/webhook": "ignore"}}, "scheduler": "hami-scheduler"}, id="opted-out-hami"
+        ),
+    ],
+)
+def test_a_device_pod_the_webhook_does_not_mutate_is_charged_unmutated(routed: dict[str, Any], settings) -> None:
+    quota = ReservingQuota()
+    obj = pod(container(limits=GPU), namespace="ai", annotations={RESERVED: "a-gang-s-hold"}, **routed)
+    outcome = run(obj, settings, quota)
+    assert outcome.response["allowed"]
+    path = "/metadata/annotations/hami.io~1quota-reservation"
+    assert outcome.ops == [{"op": "replace", "path": path, "value": "e1.sealed"}]  # nothing else changed
+    assert quota.calls == [("ai", demands(PodEdit(obj), DEFAULT_DEVICES), False)]
+    denied = run(obj, settings, RecordingQuota("exceeding resource quota: full"))
+    assert denied.denial() == (False, 403, "GPUQuotaExceeded", "exceeding resource quota: full")
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        pytest.param(pod(container(limits=GPU), scheduler="volcano"), id="another-scheduler"),
+        pytest.param(pod(container(limits=GPU), metadata={"labels": {"hami.io/webhook": "ignore"}}), id="opted-out"),
+        pytest.param(pod(container()), id="no-device"),
+        pytest.param(pod(container(limits=GPU)), id="device-pod"),
+    ],
+)
+@pytest.mark.parametrize("governs", [True, False], ids=["quota", "no-quota"])
+def test_a_reservation_the_quota_did_not_make_is_removed(obj: dict[str, Any], governs: bool, settings) -> None:
+    obj["metadata"]["annotations"] = {RESERVED: "a-gang-s-hold", "team": "ml"}
+    quota = ReservingQuota(governs)
+    outcome = run(obj, settings, quota)
+    assert outcome.response["allowed"]
+    kept = outcome.patched["metadata"]["annotations"].get(RESERVED)
+    assert kept == ("e1.sealed" if governs and quota.calls and quota.calls[0][1] else None)
+    assert outcome.patched["metadata"]["annotations"]["team"] == "ml"

@@ -419,7 +419,7 @@ class Reserving:
     def governs(self, namespace: str) -> bool:
         return True
 
-    def admit(self, namespace: str, pod: Any, *, uid: str, dry_run: bool) -> Verdict:
+    def admit(self, namespace: str, pod: Any, *, uid: str, dry_run: bool, who: str = "") -> Verdict:
         return Verdict("", reservation=uid)
 
     def status(self) -> dict[str, Any]:

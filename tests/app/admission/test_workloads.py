@@ -80,7 +80,7 @@ class Room:
     def governs(self, namespace: str) -> bool:
         return namespace == "ai-team"
 
-    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool) -> Verdict:
+    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool, who: str = "") -> Verdict:
         raise AssertionError("a template reserves nothing")
 
     def asks(self, pod: PodEdit) -> Amounts:

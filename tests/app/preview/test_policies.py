@@ -10,7 +10,7 @@ import yaml
 
 from app.cli import main
 from app.preview.generated import GeneratedError, expected, spliced, tabled
-from app.preview.policies import GUARD, ROUTED, Inputs, render, scheduler_of
+from app.preview.policies import GUARD, ROUTED, Inputs, mutated, render, scheduler_of
 from app.preview.scope import load_scope
 from app.settings import Settings
 from testbed import ROOT
@@ -168,13 +168,14 @@ def test_the_policies_follow_the_settings(tmp_path: Path) -> None:
 
 
 def test_outside_the_scope_is_the_complement_of_each_requirement() -> None:
-    """The webhook's selectors AND their requirements; the warning bindings cover each one's opposite."""
+    """The webhook's selectors AND their requirements (the Pods it mutates: less those opted out by their label);
+    the warning bindings cover each one's opposite."""
     scope = load_scope().webhook
     objects = list(yaml.safe_load_all(chart_defaults()["routed.yaml"]))
     outside = [o["spec"]["matchResources"] for o in objects if o["metadata"]["name"].startswith(f"{ROUTED}-outside")]
     requirements = [
         *(("namespaceSelector", r) for r in scope["namespaceSelector"]["matchExpressions"]),
-        *(("objectSelector", r) for r in scope["objectSelector"]["matchExpressions"]),
+        *(("objectSelector", r) for r in mutated(scope)["matchExpressions"]),
     ]
     assert len(outside) == len(requirements)
     for match, (field, requirement) in zip(outside, requirements, strict=True):

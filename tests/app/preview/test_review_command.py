@@ -316,15 +316,14 @@ def test_a_forged_allocation_is_denied_whatever_the_scheduler(tmp_path: Path, sc
     assert (run.code, run.lines) == (1, [f"default/p: denied (403 Forbidden): {VGPU_NODE_DENIAL}"])
 
 
-def test_a_forged_allocation_the_webhook_never_sees_is_refused_by_the_guard(tmp_path: Path) -> None:
+def test_a_forged_allocation_on_an_opted_out_pod_is_refused_by_the_webhook(tmp_path: Path) -> None:
+    """The opt-out label no longer keeps a Pod from the webhook (it is only not mutated): its forgery is refused
+    there, before the API server's allocation guard would."""
     labels = {"hami.io/webhook": "ignore"}
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": labels, "annotations": FORGED}}
     run = review(write(tmp_path, "pod.yaml", {**pod, "spec": pod_spec()}))
     assert run.code == 1
-    assert run.lines == [
-        "default/p: not sent to the webhook (the Pod's labels are excluded by the objectSelector: hami.io/webhook "
-        f"NotIn (ignore)): refused by the API server's allocation guard: {VGPU_NODE_DENIAL}"
-    ]
+    assert run.lines == [f"default/p: denied (403 Forbidden): {VGPU_NODE_DENIAL}"]
 
 
 # --- the device config as admins have it --------------------------------------------------------------------
@@ -422,7 +421,9 @@ def test_pods_in_excluded_namespaces_are_created_unchanged(hami_examples: Path) 
     }
 
 
-def test_the_ignore_label_on_the_pod_or_its_namespace_keeps_it_away(tmp_path: Path) -> None:
+def test_the_ignore_label_keeps_a_namespace_away_and_leaves_a_pod_unmutated(tmp_path: Path) -> None:
+    """An administrator's label on a namespace keeps its Pods from the webhook; an author's on a Pod only keeps it
+    unmutated (it is still charged to a namespace device quota: docs/rules.md#the-opt-out-label)."""
     ignore = {"hami.io/webhook": "ignore"}
     labelled = workload("Deployment")
     labelled["spec"]["template"] = template(labels=ignore)
@@ -431,9 +432,8 @@ def test_the_ignore_label_on_the_pod_or_its_namespace_keeps_it_away(tmp_path: Pa
     run = review(write(tmp_path, "all.yaml", [labelled, namespace, in_quiet]))
     assert run.code == 0
     assert run.lines == [
-        "Deployment/ml/train, Pods from spec.template: not sent to the webhook (the Pod's labels are excluded by "
-        "the objectSelector: hami.io/webhook NotIn (ignore)): created unchanged; if it were sent: allowed, 4 patch "
-        "operation(s)",
+        "Deployment/ml/train, Pods from spec.template: allowed, no change",
+        "hint: labelled hami.io/webhook: ignore: not mutated, only charged to its namespace's device quota",
         "Namespace/quiet: creates no Pod (its labels are used for the namespaceSelector)",
         "Job/quiet/train, Pods from spec.template: not sent to the webhook (namespace quiet is excluded by the "
         "namespaceSelector: hami.io/webhook NotIn (ignore)): created unchanged; if it were sent: allowed, 4 patch "

@@ -28,8 +28,10 @@ def admit(port: Any, settings: Any, cluster: Cluster, memory: int, uid: str) -> 
 
 
 def reservation(outcome: Outcome) -> str:
+    """The ledger entry an admitted Pod's seal names."""
     assert outcome.response["allowed"], outcome.response
-    return outcome.patched["metadata"]["annotations"][QUOTA_RESERVATION_ANNOTATION]  # type: ignore[no-any-return]
+    sealed: str = outcome.patched["metadata"]["annotations"][QUOTA_RESERVATION_ANNOTATION]
+    return sealed.partition(".")[0]
 
 
 def writes(cluster: Cluster) -> int:

@@ -80,7 +80,7 @@ def test_reserves_until_full_then_denies_naming_used_requested_and_limit(
     first, second = admit(4000, "u-1"), admit(6000, "u-2")  # 10000: equal fits
     for outcome, uid in ((first, "u-1"), (second, "u-2")):
         assert outcome.response["allowed"]
-        assert outcome.patched["metadata"]["annotations"][QUOTA_RESERVATION_ANNOTATION] == uid
+        assert outcome.patched["metadata"]["annotations"][QUOTA_RESERVATION_ANNOTATION].startswith(f"{uid}.")
     assert denied(admit(1, "u-3")) == (
         f"exceeding resource quota: namespace {cluster.ns} {MEM} used 10000 + requested 1 > limit 10000"
     )
@@ -221,7 +221,7 @@ def test_a_write_without_an_answer_is_read_again_not_sent_again(cluster: Cluster
         cluster.proxy.hold_next("PUT", put, answer=answer)
         outcome = admit(1000, uid)  # admitted: one 2 s request and its re-read fit the admission's budget
         assert outcome.response["allowed"], outcome.response
-        assert outcome.patched["metadata"]["annotations"][QUOTA_RESERVATION_ANNOTATION] == uid
+        assert outcome.patched["metadata"]["annotations"][QUOTA_RESERVATION_ANNOTATION].startswith(f"{uid}.")
         methods = [r.split()[0] for r in cluster.ledger_requests()[before:]]
         assert methods == (["PUT", "GET"] if answer else ["PUT", "GET", "PUT"]), methods
     assert set(cluster.ledger()) == {"u-1", "u-2", "u-3"}
@@ -374,21 +374,23 @@ def test_native_sidecars_count_in_the_usage_of_running_pods(cluster: Cluster, st
     eventually(lambda: in_use(port.feed, cluster.ns, {}) == {MEM: 1500, GPU: 2}, what="the sidecar Pod's usage")
 
 
-def test_a_pod_consumes_only_its_own_namespaces_reservation(cluster: Cluster, start_quota) -> None:
-    """A Pod elsewhere carrying the same reservation id (a copied annotation) does not stand in for this
-    namespace's admitted Pod: its reservation keeps counting here."""
+def test_a_pod_consumes_only_its_own_namespaces_reservation(cluster: Cluster, start_quota, admitter) -> None:
+    """A Pod elsewhere carrying this namespace's seal (a copied annotation) does not stand in for this namespace's
+    admitted Pod: the seal binds its namespace, so its reservation keeps counting here, and none counts there."""
     elsewhere = unique("other")
     cluster.kube.namespace(elsewhere)
     try:
         cluster.quota({f"limits.{MEM}": "100000"})
         cluster.core.create_namespaced_resource_quota(elsewhere, resource_quota({f"limits.{MEM}": "100000"}, elsewhere))
-        port, _ = start_quota()
-        copied = pod(container(limits={GPU: "1", MEM: "1000"}), annotations={QUOTA_RESERVATION_ANNOTATION: "u-1"})
+        port, settings = start_quota()
+        sealed = admitter(port, settings)(1000, "u-1").patched["metadata"]["annotations"][QUOTA_RESERVATION_ANNOTATION]
+        copied = pod(container(limits={GPU: "1", MEM: "1000"}), annotations={QUOTA_RESERVATION_ANNOTATION: sealed})
         copied["metadata"] = {"name": "copied", "annotations": copied["metadata"]["annotations"]}
         cluster.core.create_namespaced_pod(elsewhere, copied)
-        eventually(lambda: port.feed.pods.taken(elsewhere, "u-1") is not None, what="the Pod elsewhere")
+        eventually(lambda: in_use(port.feed, elsewhere, {}) == {MEM: 1000, GPU: 1}, what="the Pod elsewhere")
+        assert port.feed.pods.taken(elsewhere, "u-1") is None
         assert port.feed.pods.taken(cluster.ns, "u-1") is None
-        assert in_use(port.feed, cluster.ns, {"u-1": {MEM: 4000}}) == {MEM: 4000}
+        assert in_use(port.feed, cluster.ns, {"u-1": {MEM: 1000}}) == {MEM: 1000}
     finally:
         cluster.kube.kubectl("delete", "namespace", "--wait=false", elsewhere)
 
@@ -454,3 +456,31 @@ def test_a_served_replica_cut_off_closes_its_kept_alive_connections(cluster: Clu
         wait_ready(port, context, proc, timeout=15)
     finally:
         stop(proc)
+
+
+def test_a_pod_reviewed_again_is_charged_once_and_a_copy_of_its_seal_is_charged(cluster: Cluster, start_quota) -> None:
+    """kube-apiserver reviews a Pod again, with a new request uid, after a later webhook changed it: the seal the
+    first review wrote makes it the same admission, charged once (docs/rules.md#charged-once-per-pod). The same
+    seal presented by another requester, or by the same one once a Pod carrying it is stored, is charged."""
+    cluster.quota({f"limits.{MEM}": "4000"})
+    port, settings = start_quota()
+    obj = gpu_pod(2000, cluster.ns)
+    obj["metadata"]["name"] = "train"
+    first = run(obj, settings, port, uid="call-1")
+    sealed = first.patched["metadata"]["annotations"][QUOTA_RESERVATION_ANNOTATION]
+    injected = json.loads(json.dumps(first.patched))
+    injected["metadata"].setdefault("labels", {})["injected"] = "yes"  # what an injector after us changed
+    injected["spec"]["containers"].append(container("proxy", limits={"cpu": "1"}))
+    again = run(injected, settings, port, uid="call-2")
+    assert again.response["allowed"]
+    assert again.patched["metadata"]["annotations"][QUOTA_RESERVATION_ANNOTATION] == sealed
+    assert {uid: entry["amounts"] for uid, entry in cluster.ledger().items()} == {"call-1": {MEM: 2000, GPU: 1}}
+    stolen = run(injected, settings, port, uid="call-3", user="mallory")  # another requester: charged
+    assert stolen.patched["metadata"]["annotations"][QUOTA_RESERVATION_ANNOTATION].startswith("call-3.")
+    cluster.create_pod(injected)
+    nonce = sealed.split(".")[1]
+    eventually(lambda: port.feed.consumed(cluster.ns, "call-1", nonce), what="the stored Pod's seal counted")
+    # the same requester and name once a Pod carrying the seal is stored: a copy, charged (and the room is full)
+    assert denied(run(injected, settings, port, uid="call-4")) == (
+        f"exceeding resource quota: namespace {cluster.ns} {MEM} used 4000 + requested 2000 > limit 4000"
+    )

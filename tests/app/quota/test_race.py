@@ -129,7 +129,7 @@ def fire(ports: list[int], pki: LocalFiles, namespace: str) -> list[tuple[int, d
 
 
 def reservation(response: dict[str, Any]) -> str:
-    """The ledger entry an admitted Pod's patch names."""
+    """The ledger entry an admitted Pod's patch names (its seal's first part)."""
     ops = json.loads(base64.b64decode(response["patch"]))
     (found,) = [
         op["value"]
@@ -137,7 +137,8 @@ def reservation(response: dict[str, Any]) -> str:
         if op["path"] == "/metadata/annotations/hami.io~1quota-reservation"
         or (op["path"] == "/metadata/annotations" and "hami.io/quota-reservation" in op["value"])
     ]
-    return found if isinstance(found, str) else found["hami.io/quota-reservation"]
+    sealed = found if isinstance(found, str) else found["hami.io/quota-reservation"]
+    return str(sealed).partition(".")[0]
 
 
 def test_exactly_k_admitted_across_three_webhooks(

@@ -10,9 +10,11 @@ import pytest
 
 from app.admission.annotations import QUOTA_RESERVATION_ANNOTATION
 from app.quota.core.decision import denial, free
+from app.quota.core.demand import pod_amounts
 from app.quota.core.encoding import Ledger, Reservation
 from app.quota.core.limits import set_by
 from app.quota.core.scene import Scene
+from app.quota.core.seal import seal
 from app.quota.core.standing import Expiry, Standing, standing
 from app.quota.feed.tables import PodTable, QuotaTable, view
 from app.settings import Settings
@@ -20,13 +22,16 @@ from testbed.pods import container, pod
 
 MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
 NS, NOW, TTL = "ai", 5_000.0, 60.0  # NOW: the reader's monotonic clock
+KEY = "the namespace's ledger key"
+DEVICES = Settings.from_env({}).devices
 
 
 def stored(uid: str, devices: int, memory: int, reservation: str = "") -> dict[str, Any]:
     obj = pod(container(limits={GPU: str(devices), MEM: str(memory)}), name=uid, namespace=NS)
     obj["metadata"] |= {"uid": uid, "resourceVersion": "10"}
-    if reservation:
-        obj["metadata"]["annotations"] = {QUOTA_RESERVATION_ANNOTATION: reservation}
+    if reservation:  # sealed as the webhook seals it (app/quota/core/seal.py)
+        sealed = seal(KEY, NS, reservation, uid, "", pod_amounts(obj, DEVICES)).text()
+        obj["metadata"]["annotations"] = {QUOTA_RESERVATION_ANNOTATION: sealed}
     return obj
 
 
@@ -44,8 +49,8 @@ def stand(
 
 @pytest.fixture
 def tables() -> tuple[QuotaTable, PodTable]:
-    devices = Settings.from_env({}).devices
-    quotas, pods = QuotaTable(devices), PodTable(devices, forget_after=60)
+    quotas, pods = QuotaTable(DEVICES), PodTable(DEVICES, forget_after=60)
+    pods.key(NS, KEY)
     quotas.replace([rq("b-gpu", {f"limits.{MEM}": "10000", GPU: "4"}), rq("a-small", {MEM: "8000"})])
     return quotas, pods
 

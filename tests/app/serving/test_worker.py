@@ -162,7 +162,7 @@ class Governs:
     def governs(self, namespace: str) -> bool:
         return namespace == self.namespace
 
-    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool) -> Verdict:
+    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool, who: str = "") -> Verdict:
         return Verdict()
 
     def status(self) -> dict[str, Any]:
@@ -457,7 +457,7 @@ class Threads(Governs):
         super().__init__(namespace)
         self.threads: list[int] = []
 
-    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool) -> Verdict:
+    def admit(self, namespace: str, pod: PodEdit, *, uid: str, dry_run: bool, who: str = "") -> Verdict:
         self.threads.append(threading.get_ident())
         return super().admit(namespace, pod, uid=uid, dry_run=dry_run)
 
