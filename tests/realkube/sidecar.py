@@ -1,4 +1,5 @@
-"""A stand-in sidecar injector: a mutating webhook whose configuration sorts after ours and adds a GPU container.
+"""A stand-in sidecar injector: a mutating webhook whose configuration sorts after ours and adds a container (a GPU
+one, or a mesh's CPU proxy).
 
 It answers on 127.0.0.1 over TLS (a CA of its own, given to the API server as caBundle) and injects into Pods
 labelled `inject: gpu` only, so nothing else on a shared cluster meets it. kube-apiserver calls mutating
@@ -32,7 +33,7 @@ SIDECAR = {
 class _Injector(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        patch = [{"op": "add", "path": "/spec/containers/-", "value": SIDECAR}]
+        patch = [{"op": "add", "path": "/spec/containers/-", "value": self.server.sidecar}]  # type: ignore[attr-defined]
         answer = {
             "uid": review["request"]["uid"],
             "allowed": True,
@@ -51,10 +52,12 @@ class _Injector(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def sidecar_injector(kube: RealKube, work: Path) -> Iterator[None]:
-    """The injector served and registered for the duration; its configuration deleted after."""
+def sidecar_injector(kube: RealKube, work: Path, sidecar: dict[str, Any] = SIDECAR) -> Iterator[None]:
+    """The injector, adding ``sidecar`` (a GPU one unless told: a mesh's proxy asks for CPU), served and registered
+    for the duration; its configuration deleted after."""
     files = write_local(str(work / "sidecar-pki"), ("127.0.0.1",))
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Injector)
+    server.sidecar = sidecar  # type: ignore[attr-defined]
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(files.cert, files.key)
     server.socket = context.wrap_socket(server.socket, server_side=True)

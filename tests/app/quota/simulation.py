@@ -151,6 +151,10 @@ class ApiServer:
     def delete_pod(self, uid: str) -> None:
         self._stored("pods", self.pods.pop(uid), "DELETED")
 
+    def modify_pod(self, uid: str, annotations: dict[str, str]) -> None:
+        self.pods[uid]["metadata"]["annotations"] = annotations
+        self._stored("pods", self.pods[uid], "MODIFIED")
+
     def create_group(self, name: str, size: int) -> None:
         spec = {"schedulingPolicy": {"gang": {"minCount": size}}}
         self.groups[name] = {"metadata": {"name": name, "namespace": NS}, "spec": spec}
@@ -507,11 +511,27 @@ class Worker:
 
     def admit(self, admission: Admission) -> None:
         obj = self.sim.pod_object(admission)
+        who = f"author\x00{admission.uid}"  # the requester and the Pod's name, as every review of it sees them
         try:
-            admission.result = self.port.admit(NS, PodEdit(obj), uid=admission.uid, dry_run=admission.dry_run)
+            admission.result = self.port.admit(NS, PodEdit(obj), uid=admission.uid, dry_run=admission.dry_run, who=who)
+            result = admission.result
+            if result.reservation and self.sim.authors.random() < self.sim.reinvocations:
+                self.admit_again(obj, admission, who)
         except QuotaUnavailable as exc:
             admission.result = exc
         self.sim.answered(self, admission)
+
+    def admit_again(self, obj: dict[str, Any], admission: Admission, who: str) -> None:
+        """The API server reviews the admitted Pod again (a later webhook changed it), with a new request uid and the
+        seal the first review wrote on it: the same admission, charged nothing more
+        (docs/rules.md#charged-once-per-pod). Undecided now, the Pod is not created: the first charge stays its TTL."""
+        assert isinstance(admission.result, Verdict)
+        sealed = admission.result.reservation
+        obj["metadata"]["annotations"][RESERVATION] = sealed
+        again = self.port.admit(NS, PodEdit(obj), uid=f"{admission.uid}-again", dry_run=False, who=who)
+        self.sim.trace.append(f"{self.sim.now:.3f} worker {self.index} {admission.uid} reviewed again: {again!r}")
+        if again.reservation != sealed:
+            self.sim.problems.append(f"{admission.uid} reviewed again was charged again: {again!r}")
 
 
 @dataclass
@@ -552,6 +572,12 @@ class Simulation:
         self.never_lands = self.rng.choice([0.0, 0.1, 0.3])
         self.partitions_left = self.rng.choice([0, 1, 2])
         self.heal_by_reset = self.rng.random() < 0.5
+        # The authors, on a Random of their own (the schedule's draws stay the seed's): how often a stored Pod's
+        # reservation is rewritten after admission (a copy of another's, an entry's or a hold's bare id), and how
+        # often the API server reviews an admitted Pod again (a later webhook changed it).
+        self.authors = random.Random(seed ^ 0x5EA1)
+        self.rewrites = self.authors.choice([0.0, 0.0, 0.2])
+        self.reinvocations = self.authors.choice([0.0, 0.3])
         self.workers: list[Worker] = []
         for _ in range(workers):
             self.workers.append(Worker(self, len(self.workers)))
@@ -699,6 +725,21 @@ class Simulation:
         _, obj = self.landing.pop(uid)
         self.trace.append(f"{self.now:.3f} {uid} stored")
         self.server.create_pod(obj)
+        if self.authors.random() < self.rewrites:
+            self.rewrite(uid)
+
+    def rewrite(self, uid: str) -> None:
+        """The Pod's author rewrites its reservation once it is stored (what the guard refuses; a feed that trusted
+        the annotation would count it against the named entry and free that entry's room): a copy of another
+        Pod's, or the bare id of a ledger entry, a gang's hold among them."""
+        others = [p["metadata"]["annotations"].get(RESERVATION, "") for u, p in self.server.pods.items() if u != uid]
+        found = self.server.ledger_entries()
+        choices = [a for a in others if a] + (list(found.entries) if found is not None else [])
+        if not choices:
+            return
+        forged = self.authors.choice(sorted(choices))
+        self.trace.append(f"{self.now:.3f} {uid}'s reservation rewritten to {forged}")
+        self.server.modify_pod(uid, {RESERVATION: forged})
 
     def delete_some_pod(self) -> None:
         uid = self.rng.choice(sorted(self.server.pods))

@@ -1,0 +1,136 @@
+"""The quota as a namespace user with `edit` tries to get around it, through the shipped install on each pinned
+version (docs/rules.md#every-device-pod-is-charged, #only-the-webhook-writes-a-reservation, #charged-once-per-pod):
+the opt-out label, another scheduler, a copied or forged reservation, and a later webhook that makes the API server
+review every Pod again. Each time, what is stored never goes over the limit, and nothing that fits is refused."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.admission.quantity import parse
+from testbed.api import pod
+from testbed.install import Installed
+from testbed.replicas import Replicas, start_replicas
+from tests.realkube.quota_replicas import MEM, ONE_GPU, full, quota_namespace, stored
+from tests.realkube.sidecar import LABEL, sidecar_injector
+
+pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
+
+AUTHOR = "alice"  # bound to `edit` in each test's namespace
+RESERVATION = "hami.io/quota-reservation"
+CPU_PROXY = {"name": "proxy", "image": "proxy:1", "resources": {"limits": {"cpu": "100m"}}}
+
+
+@pytest.fixture(scope="module")
+def two_replicas(any_installed: Installed) -> Iterator[Replicas]:
+    """Two webhook replicas behind the ClusterIP, as the shipped Deployment runs them."""
+    replicas = start_replicas(any_installed, 2, any_installed.work / f"attacks-{uuid.uuid4().hex[:6]}")
+    try:
+        yield replicas
+    finally:
+        logs = replicas.stop()
+        if not any_installed.webhook.running:
+            any_installed.webhook.start()
+    for log in logs:
+        assert "Traceback" not in log, log
+
+
+@pytest.fixture
+def ns(any_installed: Installed, two_replicas: Replicas) -> Iterator[str]:
+    """A namespace with room for four one-GPU Pods of 1000 MiB, AUTHOR bound to `edit` in it."""
+    kube = any_installed.kube
+    made = quota_namespace(kube, 4)
+    kube.kubectl("create", "rolebinding", f"{AUTHOR}-edit", "-n", made, "--clusterrole=edit", f"--user={AUTHOR}")
+    kube.wait_for(
+        lambda: (
+            kube.kubectl("auth", "can-i", "create", "pods", "-n", made, f"--as={AUTHOR}", check=False).returncode == 0
+        ),
+        30,
+    )
+    try:
+        yield made
+    finally:
+        kube.kubectl("delete", "namespace", "--wait=false", made)
+
+
+def create(installed: Installed, ns: str, obj: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """``obj`` created in ``ns`` by AUTHOR: the status and the stored Pod or the Status."""
+    return installed.kube.call("POST", f"/api/v1/namespaces/{ns}/pods", obj, as_user=AUTHOR)
+
+
+def device_pod(name: str, **metadata: Any) -> dict[str, Any]:
+    made = pod(name, ONE_GPU)
+    made["metadata"] |= metadata
+    return made
+
+
+def memory(installed: Installed, ns: str) -> int:
+    """What the namespace's stored Pods ask of its GPU memory."""
+    return sum(
+        parse(c["resources"]["limits"].get(MEM, "0")).value  # the API server writes 1000 as "1k"
+        for p in stored(installed.kube, ns)
+        for c in p["spec"]["containers"]
+    )
+
+
+@pytest.mark.parametrize(
+    "routed",
+    [
+        pytest.param({"labels": {"hami.io/webhook": "ignore"}}, id="opt-out-label"),
+        pytest.param({}, id="another-scheduler"),
+    ],
+)
+def test_a_pod_the_webhook_does_not_mutate_is_charged(any_installed: Installed, ns: str, routed: dict) -> None:
+    """Opted out by its label (and naming HAMi's scheduler itself), or bound for another scheduler: created
+    unmutated while it fits, refused by the quota when it does not."""
+    scheduler = "hami-scheduler" if routed else "volcano"
+    answers = []
+    for i in range(6):
+        made = device_pod(f"p{i}", **routed)
+        made["spec"]["schedulerName"] = scheduler
+        answers.append(create(any_installed, ns, made))
+    assert [status for status, _ in answers] == [201] * 4 + [403] * 2
+    assert {answer["message"] for _, answer in answers[4:]} == {
+        f'admission webhook "pods.hami.io" denied the request: {full(ns, 4)}'
+    }
+    for _, created in answers[:4]:
+        assert "hami.io/gpu-type" not in created["metadata"]["annotations"]  # not mutated
+        assert created["spec"]["schedulerName"] == scheduler
+        assert created["metadata"]["annotations"][RESERVATION]  # charged, its seal on it
+    assert memory(any_installed, ns) == 4000
+
+
+def test_a_copied_or_forged_reservation_frees_no_room(any_installed: Installed, ns: str) -> None:
+    """A Pod for another scheduler carrying the seal of an admitted Pod, or a made-up one, has it replaced by its
+    own: it is charged, and the Pod whose seal it copied keeps its room (room for four, four stored)."""
+    status, first = create(any_installed, ns, device_pod("first"))
+    assert status == 201
+    sealed = first["metadata"]["annotations"][RESERVATION]
+    forgeries = [sealed, sealed.split(".")[0], "made.up.seal.AAAAAAAAAAAAAAAAAAAAAA"]
+    answers = []
+    for i, forged in enumerate(forgeries):
+        made = device_pod(f"forged-{i}", annotations={RESERVATION: forged})
+        made["spec"]["schedulerName"] = "volcano"
+        answers.append(create(any_installed, ns, made))
+    assert [status for status, _ in answers] == [201, 201, 201]
+    kept = [created["metadata"]["annotations"][RESERVATION] for _, created in answers]
+    assert all(k not in forgeries for k in kept) and len(set(kept)) == 3
+    assert create(any_installed, ns, device_pod("one-more"))[0] == 403
+    assert memory(any_installed, ns) == 4000
+
+
+def test_behind_a_webhook_that_changes_every_pod_room_for_n_admits_n(
+    any_installed: Installed, ns: str, tmp_path: Path
+) -> None:
+    """An injector after ours adds a CPU proxy to every Pod, so kube-apiserver reviews each again with a new request
+    uid: each is charged once, and room for four admits exactly four."""
+    with sidecar_injector(any_installed.kube, tmp_path, CPU_PROXY):
+        answers = [create(any_installed, ns, device_pod(f"meshed-{i}", labels=dict(LABEL))) for i in range(6)]
+    assert [status for status, _ in answers] == [201] * 4 + [403] * 2, [a.get("message") for _, a in answers]
+    assert all([c["name"] for c in created["spec"]["containers"]][-1] == "proxy" for _, created in answers[:4])
+    assert memory(any_installed, ns) == 4000
