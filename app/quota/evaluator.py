@@ -24,7 +24,7 @@ from app.quota.core.amounts import Amounts
 from app.quota.core.decision import denial, free
 from app.quota.core.demand import amounts, demands
 from app.quota.core.encoding import Ledger
-from app.quota.core.gang import Gang
+from app.quota.core.gang import Gang, GroupRefused
 from app.quota.core.limits import limited
 from app.quota.core.scene import Ask, View
 from app.quota.ports import SYSTEM_CLOCK, Clock, FeedPort, Groups, StreamsPort
@@ -92,7 +92,10 @@ class QuotaEvaluator:
         listing = max(min(SYNC_WAIT, deadline - self._clock.monotonic()), 0)
         if view.pods_at < 0 and not self.feed.wait_pods(namespace, 0, listing):
             raise QuotaUnavailable(f"the Pods of namespace {namespace} have not been listed yet")
-        gang, why = self._gang(namespace, pod)
+        try:
+            gang, why = self._gang(namespace, pod)
+        except GroupRefused as refused:
+            return Verdict(str(refused), gang=True)
         ask = Ask(uid, requested, dry_run, gang)
         # a gang member's room may be in its hold, which a denial from the cache counts as taken: the ledger decides
         verdict = self.committer.alone(namespace, ask) or (None if gang else self._denied_at_once(namespace, ask))
@@ -125,8 +128,12 @@ class QuotaEvaluator:
         return free(self.committer.scene(view, found))
 
     def gang(self, namespace: str, pod: PodEdit) -> int:
-        """The size of the Pod's gang from the group objects watched (0: none, or gang holds off)."""
-        gang = self._gang(namespace, pod)[0]
+        """The size of the Pod's gang from the group objects watched (0: none, gang holds off, or a size its admission
+        refuses, which says why)."""
+        try:
+            gang = self._gang(namespace, pod)[0]
+        except GroupRefused:
+            return 0
         return gang.size if gang is not None else 0
 
     # --- helpers ---------------------------------------------------------------------------------

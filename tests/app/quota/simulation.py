@@ -342,7 +342,7 @@ class Worker:
         self.offset = sim.rng.uniform(0, 1000)  # monotonic clocks start anywhere
         self.feed = SimFeed(self, sim.server, sim.limit)
         ledger = KubeLeases(self._send, HOME)
-        committer = Committer(self.feed, ledger, ttl=TTL, clock=self, new_id=sim.new_id, hold_ttl=HOLD)
+        committer = Committer(self.feed, ledger, ttl=TTL, clock=self, new_id=sim.new_id, hold_ttl=sim.hold)
         # its own shedding: this process's worker is not the simulated one's
         streams = SimStreams()
         contact = Contact(ledger.probe, streams.quota_in_play, streams.nudge, self, threading.Event())
@@ -355,7 +355,7 @@ class Worker:
             stale_after=30,
             clock=self,
             groups=self.feed,
-            gang_hold=HOLD,
+            gang_hold=sim.hold,
         )
         self.killed = False
         self.cut = False  # cut off from the API server: its requests and watches hang
@@ -524,9 +524,11 @@ class Simulation:
     """One seeded schedule: ``run()`` raises Violation (with the seed and the step) when an invariant breaks."""
 
     def __init__(
-        self, seed: int, *, workers: int = 3, room: int = 8, admissions: int = 30, kills: int = 1, gangs: int = 0
+        self, seed: int, *, workers: int = 3, room: int = 8, admissions: int = 30, kills: int = 1, gangs: int = 0,
+        hold: float = HOLD,
     ) -> None:  # fmt: skip
         self.seed = seed
+        self.hold = hold  # HAMI_QUOTA_GANG_HOLD
         self.rng = random.Random(seed)
         self.now = 0.0
         self.epoch = 0  # bumped whenever time passes
@@ -735,7 +737,7 @@ class Simulation:
             return
         self.checked_rv, stored = found.rv, set(found.entries)
         for entry_id, entry in found.entries.items():
-            life = max(HOLD, TTL) if entry.hold is not None else TTL + WINDOW
+            life = max(self.hold, TTL) if entry.hold is not None else TTL + WINDOW
             latest = 1.7e9 + self.now + SKEW + life + 0.05  # for the previous version's readers; rounded to 0.1 s
             if entry.ttl is None or entry.ttl > life or entry.expires > latest:
                 raise self.violation(f"entry {entry_id} holds room past its TTL: {entry}")
@@ -763,7 +765,7 @@ class Simulation:
             group = entry.hold.group if entry.hold is not None else entry.gang
             if group.partition("/")[2] not in self.server.groups:
                 continue
-            if entry.hold is not None and self.now < stored + max(HOLD, TTL):
+            if entry.hold is not None and self.now < stored + max(self.hold, TTL):
                 unfilled += entry.hold.unfilled().get(MEM, 0)
             elif entry.hold is None and self.now < stored + TTL + WINDOW:  # a gang's grant: its places not taken
                 unfilled += max(entry.amounts.get(MEM, 0) - self.charged.get(entry_id, 0), 0)
@@ -818,7 +820,7 @@ class Simulation:
             if worker.cut:
                 self.heal(worker)
         self.deliver_all()
-        self.advance(max(TTL, HOLD) + WINDOW + 1)  # every hold not filled is given back by now
+        self.advance(max(TTL, self.hold) + WINDOW + 1)  # every hold not filled is given back by now
         self.deliver_all()
         used = sum(memory(o) for o in self.server.pods.values())
         free = (self.limit - used) // 1000
@@ -837,3 +839,96 @@ class Simulation:
             if (landing := self.landing.pop(admission.uid, None)) is not None:
                 self.committed -= memory(landing[1])
         return free
+
+
+class Hand:
+    """A schedule chosen by hand, not drawn: workers of a Simulation with no faults of their own, admissions run to
+    their end, admitted Pods stored at once with their reservation, every watch delivered promptly unless held back
+    (``paused``). What a test reproduces with it is one interleaving the API server may produce, named step by
+    step; the shipped HAMI_QUOTA_GANG_HOLD (300 s) unless said."""
+
+    def __init__(self, room: int, workers: int = 1, hold: float = 300.0) -> None:
+        self.sim = Simulation(seed=7, workers=workers, room=room, admissions=0, kills=0, gangs=0, hold=hold)
+        sim = self.sim
+        sim.lost_answers, sim.never_lands, sim.partitions_left = 0.0, 0.0, 0
+        sim.deliver_all()
+        self.paused: set[tuple[int, str]] = set()  # (worker, watch kind) whose events are held back
+
+    def deliver(self) -> None:
+        for worker in self.sim.workers:
+            for kind, watch in worker.feed.watches.items():
+                while (worker.index, kind) not in self.paused and watch.pending:
+                    worker.feed.deliver(kind)
+
+    def obj(
+        self, uid: str, mem: int, *, group: str = "", labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None, device: bool = True,
+    ) -> dict[str, Any]:  # fmt: skip
+        """A Pod asking ``mem`` of GPU memory (none but CPU: ``device`` false), a member of PodGroup ``group``."""
+        made = pod(container(limits={GPU: "1", MEM: str(mem)} if device else {"cpu": "1"}), namespace=NS)
+        made["metadata"] |= {"uid": uid, "name": uid, "annotations": dict(annotations or {}), "labels": labels or {}}
+        if group:
+            made["spec"]["schedulingGroup"] = {"podGroupName": group}
+        return made
+
+    def group(self, name: str, size: int) -> None:
+        self.sim.server.create_group(name, size)
+        self.deliver()
+
+    def admit(self, objs: Iterable[dict[str, Any]], worker: int = 0, land: bool = True) -> dict[str, Any]:
+        """These admissions, at once on ``worker``, run to their end (time passing 2 ms a step); the admitted ones
+        stored unless ``land`` is false. Returns uid -> Verdict or QuotaUnavailable."""
+        objs = list(objs)
+        results: dict[str, Any] = {}
+        at = self.sim.workers[worker]
+
+        def admit(obj: dict[str, Any]) -> None:
+            uid = obj["metadata"]["uid"]
+            try:
+                results[uid] = at.port.admit(NS, PodEdit(obj), uid=uid, dry_run=False)
+            except QuotaUnavailable as exc:
+                results[uid] = exc
+
+        self.run(worker, [at.spawn("admission", lambda o=obj: admit(o)) for obj in objs])
+        for obj in objs if land else ():
+            verdict = results[obj["metadata"]["uid"]]
+            if isinstance(verdict, Verdict) and not verdict.denial:
+                self.store(obj, verdict.reservation)
+        return results
+
+    def run(self, worker: int, tasks: list[Task]) -> None:
+        """``tasks`` of ``worker`` run to their end, its other threads as they can, watches delivered."""
+        at = self.sim.workers[worker]
+        for _ in range(20_000):
+            if all(t.done for t in tasks):
+                break
+            self.deliver()
+            for other in [t for t in at.tasks if not t.done and not t.dead and t.is_ready()]:
+                self.sim.resume(other)
+            self.sim.advance(0.002)
+        assert all(t.done for t in tasks), "the admissions did not end"
+        self.deliver()
+
+    def store(self, obj: dict[str, Any], reservation: str = "") -> None:
+        if reservation:
+            obj["metadata"]["annotations"][RESERVATION] = reservation
+        self.sim.server.create_pod(obj)
+        self.deliver()
+
+    def delete(self, uid: str) -> None:
+        self.sim.server.delete_pod(uid)
+        self.deliver()
+
+    def stored(self) -> int:
+        """The GPU memory of the Pods stored."""
+        return sum(
+            int(o["spec"]["containers"][0]["resources"]["limits"].get(MEM, 0)) for o in self.sim.server.pods.values()
+        )
+
+    def ledger(self) -> dict[str, Reservation]:
+        found = self.sim.server.ledger_entries()
+        return dict(found.entries) if found is not None else {}
+
+    def wait(self, seconds: float) -> None:
+        self.sim.advance(seconds)
+        self.deliver()

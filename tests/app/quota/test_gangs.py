@@ -63,7 +63,7 @@ def test_a_gang_that_does_not_fit_is_refused_on_its_first_member_with_its_figure
     assert made.verdicts == (
         Verdict(
             "exceeding resource quota: namespace ai nvidia.com/gpu: gang scheduling.k8s.io/other of 4 Pods "
-            "needs 4 for 4 Pods together, 2 free of limit 6",
+            "needs 4 for 4 Pods together, 2 free of limit 6 (each Pod not seen yet counted as large as this one)",
             gang=True,  # counted as the gang's denial (the metric's cause)
         ),
     )

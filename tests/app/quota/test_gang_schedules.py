@@ -1,0 +1,74 @@
+"""Gangs end to end through the real QuotaEvaluator, Committer, decision and feed tables of one or two workers, on
+schedules chosen by hand against the simulation's model of the API server (tests/app/quota/simulation.py's Hand):
+each test names the interleaving it reproduces, and the figure a user would see."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.admission.ports import Verdict
+from app.quota.core.gang import KUEUE_LABEL, KUEUE_TOTAL
+from tests.app.quota.simulation import Hand
+
+pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
+
+NS = "ai"
+
+
+def admitted(result: Any) -> bool:
+    return isinstance(result, Verdict) and not result.denial
+
+
+def denial(result: Any) -> str:
+    return result.denial if isinstance(result, Verdict) else repr(result)
+
+
+@pytest.mark.parametrize("count", ["\u00b2", "9" * 4299, "1234567", "-3"])
+def test_a_kueue_total_count_that_is_no_short_count_refuses_its_pod_alone_with_one_line(count: str) -> None:
+    """The count is the author's word: "²" passes str.isdigit and fails int(); 4299 digits made a figure Python will
+    not print, which failed the whole batch, another user's Pod included. Now it refuses its own Pod, in one line."""
+    hand = Hand(room=8)
+    bomb = hand.obj("bomb", 1000, labels={KUEUE_LABEL: "k"}, annotations={KUEUE_TOTAL: count})
+    results = hand.admit([bomb, hand.obj("victim", 1000)])
+    assert admitted(results["victim"]), results
+    shown = count if len(count) <= 12 else f"{count[:12]}..."
+    assert denial(results["bomb"]) == (
+        f"exceeding resource quota: namespace {NS}: gang kueue.x-k8s.io/k: {KUEUE_TOTAL} {shown!r} is not a count "
+        "of at most 6 ASCII digits"
+    )
+    assert results["bomb"].gang and hand.stored() == 1000
+
+
+def test_a_gang_of_mixed_sizes_is_refused_on_a_figure_that_says_it_counts_each_as_large_as_this_one() -> None:
+    """A 2-Pod gang of 4000 + 1000 in room for 5000: its big member first holds 2 x 4000 and is refused, and the
+    denial says why the figure is bigger than the gang; its small member first, both are admitted."""
+    hand = Hand(room=5)
+    hand.group("g", 2)
+    big = hand.admit([hand.obj("big", 4000, group="g")])["big"]
+    assert denial(big) == (
+        f"exceeding resource quota: namespace {NS} nvidia.com/gpumem: gang scheduling.k8s.io/g of 2 Pods needs 8000 "
+        "for 2 Pods together, 5000 free of limit 5000 (each Pod not seen yet counted as large as this one)"
+    )
+    small = hand.admit([hand.obj("small", 1000, group="g")])["small"]
+    big = hand.admit([hand.obj("big", 4000, group="g")])["big"]
+    assert admitted(small) and admitted(big) and hand.stored() == 5000
+
+
+def test_a_replacement_member_takes_a_place_of_the_hold_and_the_last_member_is_charged_alone() -> None:
+    """docs/rules.md said a member replacing a deleted one is charged alone; it takes a place of the hold while one is
+    left, and the gang's last member is the one charged alone: the totals agree."""
+    hand = Hand(room=4)
+    hand.group("g", 4)
+    for uid in ("m1", "m2"):
+        hand.wait(1.1)  # one at a time: outside a burst, no places go into a grant
+        hand.admit([hand.obj(uid, 1000, group="g")])
+    hand.delete("m2")  # crashed; its controller makes m2b
+    hand.wait(1.1)
+    assert hand.admit([hand.obj("m2b", 1000, group="g")])["m2b"].reservation == "m1"
+    hand.wait(1.1)
+    assert hand.admit([hand.obj("m3", 1000, group="g")])["m3"].reservation == "m1"
+    hand.wait(1.1)
+    last = hand.admit([hand.obj("m4", 1000, group="g")])["m4"]
+    assert last.reservation == "m4" and hand.stored() == 4000
