@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from app.admission.ports import FITS, Verdict
 from app.quota.core.amounts import Amounts, plus
-from app.quota.core.encoding import Hold, Reservation
+from app.quota.core.encoding import JOINERS, Hold, Reservation
 from app.quota.core.limits import gang_overflow, overflow
 from app.quota.core.scene import SLACK, WINDOW, Account, Ask, Scene
 
@@ -26,18 +26,21 @@ def join(
     it is charged alone (its gang's hold is full, or all but it are there). The first member holds room for every
     member missing (``size`` less its Pods seen); a later one takes its room from the hold, and only what it asks
     beyond the first member's charge from free room. (None, {}): it must wait for others' grants to close (a full
-    hold whose places another worker's grant may still give back waits for them too)."""
+    hold whose places another worker's grant may still give back waits for them too); a member the hold lists as
+    joined already gets its verdict again and adds nothing."""
     assert one.gang is not None
     key = one.gang.key
     found = held(keep, key)
     if found is not None:
         entry = keep[found]
         assert entry.hold is not None
+        if one.uid in entry.hold.joined:  # decided again (a lost answer, a request sent again): it joined already
+            return Verdict(reservation=found), {}
         if entry.hold.members >= entry.hold.size:
             return (None, {}) if granted_elsewhere(scene, counted, key) else None
         need = {name: max(amount - entry.hold.each.get(name, 0), 0) for name, amount in one.requested.items()}
-        members = entry.hold.members + 1
-        hold_id, hold, denied = found, replace(entry.hold, members=members), ""
+        members, joined = entry.hold.members + 1, (*entry.hold.joined, one.uid)[-JOINERS:]
+        hold_id, hold, denied = found, replace(entry.hold, members=members, joined=joined), ""
         amounts = {name: entry.amounts.get(name, 0) - entry.hold.each.get(name, 0) for name in entry.amounts}
         amounts = plus(amounts, one.requested)
     else:

@@ -496,7 +496,8 @@ class Worker:
             self._pause(lambda: True)
             return {"kind": "LeaseList", "items": []}
         answer = self.sim.server.request(method, path, body)
-        if method != "GET" and self.sim.rng.random() < self.sim.lost_answers:
+        if method != "GET" and (self.sim.lose_next or self.sim.rng.random() < self.sim.lost_answers):
+            self.sim.lose_next = max(self.sim.lose_next - 1, 0)
             raise OSError("connection reset by peer (simulated: the write was applied, its answer lost)")
         self._pause(lambda: True)
         return answer
@@ -545,6 +546,7 @@ class Simulation:
         self.reads = 0  # clock reads since the running task was resumed
         self.ids = 0
         self.lost_answers = self.rng.choice([0.0, 0.0, 0.05])
+        self.lose_next = 0  # the answers of this many next writes lost, whatever lost_answers draws (a Hand's)
         self.admissions_left = admissions
         self.kills_left = kills
         self.never_lands = self.rng.choice([0.0, 0.1, 0.3])

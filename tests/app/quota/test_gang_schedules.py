@@ -72,3 +72,37 @@ def test_a_replacement_member_takes_a_place_of_the_hold_and_the_last_member_is_c
     hand.wait(1.1)
     last = hand.admit([hand.obj("m4", 1000, group="g")])["m4"]
     assert last.reservation == "m4" and hand.stored() == 4000
+
+
+def test_a_join_whose_answer_was_lost_is_recognised_on_the_re_read_and_joins_once() -> None:
+    """The PUT that joins m2 into the hold is applied and its answer lost. The re-read finds m2 among the hold's
+    joiners: the write landed. Before, a join added no entry, so the batch was decided again and m2 joined twice
+    (and the lost round, counted as a burst, moved a place into a grant): the gang's last member was refused in
+    room it fits exactly ("used 4000 + requested 1000 > limit 4000")."""
+    hand = Hand(room=4)
+    hand.group("g", 4)
+    hand.admit([hand.obj("m1", 1000, group="g")])
+    hand.wait(1.1)
+    hand.sim.lose_next = 1
+    assert hand.admit([hand.obj("m2", 1000, group="g")])["m2"].reservation == "m1"
+    held = hand.ledger()["m1"].hold
+    assert held is not None and (held.members, held.joined) == (2, ("m2",))
+    for uid in ("m3", "m4"):
+        hand.wait(1.1)
+        assert admitted(hand.admit([hand.obj(uid, 1000, group="g")])[uid])
+    assert hand.stored() == 4000
+
+
+def test_a_join_the_api_server_sends_again_to_another_replica_joins_once() -> None:
+    """The API server retries a call (the same request uid) that reached replica 0 at replica 1, which never saw it:
+    the hold lists the uid, so the member gets its reservation again and takes no second place."""
+    hand = Hand(room=4, workers=2)
+    hand.group("g", 4)
+    hand.admit([hand.obj("m1", 1000, group="g")])
+    hand.wait(1.1)
+    m2 = hand.obj("m2", 1000, group="g")
+    assert hand.admit([m2], worker=0, land=False)["m2"].reservation == "m1"
+    again = hand.admit([m2], worker=1)["m2"]
+    assert again == Verdict(reservation="m1")
+    held = hand.ledger()["m1"].hold
+    assert held is not None and held.members == 2
