@@ -72,9 +72,12 @@ class PodTable:
     """Per-Pod demand summaries, the per-namespace sums, and for each reservation (a ledger entry, which several
     Pods may carry) what its Pods have taken so far: those amounts are usage, not reservation, any more."""
 
-    def __init__(self, devices: Sequence[Device], forget_after: float) -> None:
+    def __init__(
+        self, devices: Sequence[Device], forget_after: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._devices = devices
         self._forget_after = forget_after
+        self._clock = clock  # the feed's monotonic clock, the one its ledgers' first sights are on
         self._pods: dict[str, _Pod] = {}
         self._by_namespace: dict[str, set[str]] = {}
         self._used: dict[str, Amounts] = {}
@@ -191,7 +194,7 @@ class PodTable:
             del self._used[pod.namespace]
         if pod.group:
             self._left(pod)
-        now = time.monotonic()
+        now = self._clock()
         taken = self._taken.get((pod.namespace, pod.reservation)) if pod.reservation else None
         if taken is not None:  # its ledger entry may outlive the Pod: what it took stays taken until then
             taken.alive -= 1

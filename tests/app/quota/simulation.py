@@ -172,10 +172,11 @@ class SimFeed:
 
     def __init__(self, worker: Worker, server: ApiServer, limit: int) -> None:
         self.worker = worker
-        self.pods = PodTable(DEVICES, forget_after=TTL)
+        clock = lambda: worker.sim.now + worker.offset  # noqa: E731 (the worker's monotonic clock, never counted)
+        self.pods = PodTable(DEVICES, forget_after=TTL, clock=clock)
         self.quotas = QuotaTable(DEVICES)
         self.quotas.replace([{"metadata": {"namespace": NS, "name": "gpu"}, "spec": {"hard": {MEM: str(limit)}}}])
-        self.ledgers = LedgerTable(lambda: worker.sim.now + worker.offset)  # the worker's monotonic clock
+        self.ledgers = LedgerTable(clock)
         self.groups = GroupTable()
         self.watches = {"pods": Watch(), "leases": Watch(), "podgroups": Watch()}
         self.pod_rv = 0
