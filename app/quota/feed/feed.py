@@ -45,10 +45,10 @@ class Feed:
         # Waiters wake only for what they wait on: a Pod stream moving on, or a ledger changing.
         self._pods_moved = threading.Condition(self._lock)
         self._ledgers_moved = threading.Condition(self._lock)
-        self.pods = PodTable(devices, forget_after, monotonic)
+        self.ledgers = LedgerTable(monotonic)
+        self.pods = PodTable(devices, forget_after, monotonic, self.ledgers.names)
         self._ttl = forget_after  # the reservation TTL: what an entry written without one holds, for the gauges
         self.quotas = QuotaTable(devices)
-        self.ledgers = LedgerTable(monotonic)
         self.groups = GroupTable()
         self._pods_at: dict[str, int] = {}  # per quota'd namespace: the rv its Pod watch reached (-1: not listed)
         self._quotas_in = False  # the ResourceQuotas have been listed

@@ -73,16 +73,22 @@ class PodTable:
     Pods may carry) what its Pods have taken so far: those amounts are usage, not reservation, any more."""
 
     def __init__(
-        self, devices: Sequence[Device], forget_after: float, clock: Callable[[], float] = time.monotonic
+        self,
+        devices: Sequence[Device],
+        forget_after: float,
+        clock: Callable[[], float] = time.monotonic,
+        named: Callable[[str, str], bool] = lambda namespace, reservation: False,
     ) -> None:
         self._devices = devices
         self._forget_after = forget_after
         self._clock = clock  # the feed's monotonic clock, the one its ledgers' first sights are on
+        self._named = named  # whether the feed's newest ledger of a namespace still has an entry of this id
         self._pods: dict[str, _Pod] = {}
         self._by_namespace: dict[str, set[str]] = {}
         self._used: dict[str, Amounts] = {}
         # (namespace, reservation) -> what its Pods took: a Pod consumes only its own namespace's reservations.
-        # Kept while a ledger entry may still name it (``forget_after`` past its last Pod).
+        # Kept while a ledger entry names it, and ``forget_after`` past its last Pod: forgotten while its entry
+        # lives (a gang's hold lives minutes after its members went), the entry would hold their room again.
         self._taken: dict[tuple[str, str], Taken] = {}
         self._forget: deque[tuple[float, tuple[str, str]]] = deque()
         self._members: dict[str, dict[str, int]] = {}  # namespace -> gang key -> its Pods
@@ -201,11 +207,22 @@ class PodTable:
             if not taken.alive:
                 taken.forget_at = now + self._forget_after
                 self._forget.append((taken.forget_at, (pod.namespace, pod.reservation)))
+        self._sweep(now)
+
+    def _sweep(self, now: float) -> None:
+        """Forget what the Pods of reservations due took, unless the ledger still has their entry."""
+        named = []
         while self._forget and self._forget[0][0] <= now:
             _, key = self._forget.popleft()
             gone = self._taken.get(key)
-            if gone is not None and gone.forget_at <= now:
+            if gone is None or gone.forget_at > now:
+                continue
+            if self._named(*key):  # its entry is in the ledger still: looked at again ``forget_after`` on
+                gone.forget_at = now + self._forget_after
+                named.append((gone.forget_at, key))
+            else:
                 del self._taken[key]
+        self._forget.extend(named)
 
 
 class _Relisted(abc.ABC):
@@ -309,6 +326,11 @@ class LedgerTable(_Relisted):
 
     def get(self, namespace: str) -> Ledger | None:
         return self._by_namespace.get(namespace)
+
+    def names(self, namespace: str, entry: str) -> bool:
+        """The namespace's newest ledger has an entry of this id (its Pods' takings are kept: PodTable)."""
+        found = self._by_namespace.get(namespace)
+        return found is not None and entry in found.entries
 
     def first_seen(self, namespace: str) -> Mapping[str, float]:
         """When this process first saw each entry of the namespace's newest ledger (monotonic seconds). Read-only:

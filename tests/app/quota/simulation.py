@@ -173,10 +173,10 @@ class SimFeed:
     def __init__(self, worker: Worker, server: ApiServer, limit: int) -> None:
         self.worker = worker
         clock = lambda: worker.sim.now + worker.offset  # noqa: E731 (the worker's monotonic clock, never counted)
-        self.pods = PodTable(DEVICES, forget_after=TTL, clock=clock)
+        self.ledgers = LedgerTable(clock)
+        self.pods = PodTable(DEVICES, forget_after=TTL, clock=clock, named=self.ledgers.names)
         self.quotas = QuotaTable(DEVICES)
         self.quotas.replace([{"metadata": {"namespace": NS, "name": "gpu"}, "spec": {"hard": {MEM: str(limit)}}}])
-        self.ledgers = LedgerTable(clock)
         self.groups = GroupTable()
         self.watches = {"pods": Watch(), "leases": Watch(), "podgroups": Watch()}
         self.pod_rv = 0

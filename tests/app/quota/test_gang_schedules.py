@@ -106,3 +106,41 @@ def test_a_join_the_api_server_sends_again_to_another_replica_joins_once() -> No
     assert again == Verdict(reservation="m1")
     held = hand.ledger()["m1"].hold
     assert held is not None and held.members == 2
+
+
+def test_a_hold_never_counts_its_finished_members_room_again() -> None:
+    """Three members of four run and finish; a hold lives HAMI_QUOTA_GANG_HOLD (300 s) after its last member, while
+    the feed forgot what a reservation's Pods took 60 s after they went: from then the hold counted their 3000
+    again, and an empty namespace with room for 5000 refused 2000 ("used 4000 + requested 2000 > limit 5000")."""
+    hand = Hand(room=5)
+    hand.group("g", 4)
+    hand.admit([hand.obj("y", 1000)])  # someone else's Pod
+    for uid in ("m1", "m2", "m3"):
+        hand.wait(1.1)
+        hand.admit([hand.obj(uid, 1000, group="g")])
+    for uid in ("m1", "m2", "m3"):
+        hand.delete(uid)
+    hand.wait(70.0)
+    hand.delete("y")  # a removal: the feed sweeps what it forgets
+    late = hand.admit([hand.obj("x", 3000)], land=False)["x"]
+    assert admitted(late), late  # the hold's one unfilled place, 1000, is all it holds
+    assert "used 4000" in denial(hand.admit([hand.obj("x2", 2000)], land=False)["x2"])  # x's 3000 + that place
+
+
+def test_a_gang_run_again_under_its_group_is_held_again_in_a_quiet_namespace() -> None:
+    """A filled hold is dropped by a write made while its Pods are seen; in a quiet namespace none is made. Its gang
+    ran and finished; 65 s later the feed had forgotten its Pods, the hold counted 4000 full, and the gang's re-run
+    under the same group was charged alone, its second member refused in an empty namespace."""
+    hand = Hand(room=5)
+    hand.group("g", 4)
+    hand.admit([hand.obj("y", 1000)])  # someone else's Pod
+    for uid in ("m1", "m2", "m3", "m4"):
+        hand.wait(1.1)
+        assert admitted(hand.admit([hand.obj(uid, 1000, group="g")])[uid])
+    hand.wait(10.0)
+    for uid in ("m1", "m2", "m3", "m4"):
+        hand.delete(uid)
+    hand.wait(65.0)
+    hand.delete("y")  # a removal: the feed sweeps what it forgets
+    runs = [hand.admit([hand.obj(f"r{i}", 1000, group="g")])[f"r{i}"] for i in (1, 2, 3, 4)]
+    assert [r.reservation for r in runs] == ["r1"] * 4 and hand.stored() == 4000  # a hold of its own again

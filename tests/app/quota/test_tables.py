@@ -111,3 +111,20 @@ def test_what_a_reservation_s_pods_took_is_forgotten_on_the_feed_s_own_clock() -
     table.apply("ADDED", gpu_pod("c"))
     table.apply("DELETED", gpu_pod("c"))
     assert table.taken("ai", "r") is None
+
+
+def test_what_a_reservation_s_pods_took_is_kept_while_the_ledger_has_its_entry() -> None:
+    """Forgotten while its entry lives (a gang's hold, minutes after its members went), the entry would hold their
+    room again: kept while the ledger names it, forgotten a TTL after it left."""
+    now, named = [0.0], {"r"}
+    table = PodTable(Settings.from_env({}).devices, 60.0, lambda: now[0], lambda ns, r: r in named)
+    table.replace("ai", [gpu_pod("a", "r"), gpu_pod("b"), gpu_pod("c"), gpu_pod("d")])
+    table.apply("DELETED", gpu_pod("a", "r"))
+    for uid in ("b", "c"):  # removals sweep what is due
+        now[0] += 61.0
+        table.apply("DELETED", gpu_pod(uid))
+        assert table.taken("ai", "r") is not None
+    named.clear()  # a write dropped the entry
+    now[0] += 61.0
+    table.apply("DELETED", gpu_pod("d"))
+    assert table.taken("ai", "r") is None
