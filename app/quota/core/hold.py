@@ -15,6 +15,7 @@ from dataclasses import replace
 from app.admission.ports import FITS, Verdict
 from app.quota.core.amounts import Amounts, plus
 from app.quota.core.encoding import JOINERS, Hold, Reservation
+from app.quota.core.gang import KUEUE, KUEUE_TOTAL
 from app.quota.core.limits import gang_overflow, overflow
 from app.quota.core.scene import SLACK, WINDOW, Account, Ask, Scene
 
@@ -36,6 +37,8 @@ def join(
         assert entry.hold is not None
         if one.uid in entry.hold.joined:  # decided again (a lost answer, a request sent again): it joined already
             return Verdict(reservation=found), {}
+        if entry.hold.declared and one.gang.size != entry.hold.declared:
+            return Verdict(disagrees(scene.namespace, entry.hold, one.gang.size), gang=True), {}
         if entry.hold.members >= entry.hold.size:
             return (None, {}) if granted_elsewhere(scene, counted, key) else None
         need = {name: max(amount - entry.hold.each.get(name, 0), 0) for name, amount in one.requested.items()}
@@ -48,7 +51,8 @@ def join(
         if missing <= 1:
             return None
         need = {name: amount * missing for name, amount in one.requested.items()}
-        hold_id, hold, amounts = one.uid, Hold(key, missing, 1, dict(one.requested)), need
+        declared = one.gang.size if key.startswith(f"{KUEUE}/") else 0  # the author's word: every member's too
+        hold_id, hold, amounts = one.uid, Hold(key, missing, 1, dict(one.requested), declared=declared), need
         denied = gang_overflow(scene.namespace, scene.limits, plus(counted.lower, taking), one.gang, missing, need)
     if denied or (denied := overflow(scene.namespace, scene.limits, plus(counted.lower, taking), need)):
         return Verdict(denied, gang=True), {}
@@ -79,6 +83,15 @@ def grant_places(scene: Scene, keep: dict[str, Reservation], key: str, most: int
     ttl = scene.ttl + WINDOW  # a member admitted into it as its window ends may appear a TTL later
     keep[grant_id] = Reservation(round(scene.wall + ttl, 1), room, True, ttl, gang=key)
     return found, places
+
+
+def disagrees(namespace: str, hold: Hold, size: int) -> str:
+    """The denial of a member whose declared size is not its hold's: a size that is its author's word binds the
+    whole gang, or one Pod declaring a huge one would hold the namespace for the others to renew."""
+    return (
+        f"exceeding resource quota: namespace {namespace}: gang {hold.group} holds room for {hold.declared} Pods; "
+        f"this Pod's {KUEUE_TOTAL} says {size}"
+    )
 
 
 def held(entries: dict[str, Reservation], key: str) -> str | None:

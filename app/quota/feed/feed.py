@@ -238,4 +238,5 @@ class Feed:
         members = self.pods.members(namespace)
         holds = [e.hold.group for e in (ledger.entries.values() if ledger else ()) if e.hold is not None]
         gone = self.groups.gone(namespace, holds) if holds else frozenset()
-        return View(namespace, limits, ledger, first_seen, used, taken, pods_at, synced, broken, members, gone)
+        renewed = self.ledgers.renewed(namespace)
+        return View(namespace, limits, ledger, first_seen, used, taken, pods_at, synced, broken, members, gone, renewed)

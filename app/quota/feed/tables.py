@@ -136,7 +136,7 @@ class PodTable:
     def seen(self, namespace: str, entries: Iterable[str]) -> dict[str, Taken]:
         """``taken`` for each of ``entries`` its Pods took from, copied: a View's, read apart from this table."""
         found = ((r, self._taken.get((namespace, r))) for r in entries)
-        return {r: Taken(dict(t.amounts), t.rv) for r, t in found if t is not None}
+        return {r: Taken(dict(t.amounts), t.rv, since=t.since) for r, t in found if t is not None}
 
     def members(self, namespace: str) -> dict[str, int]:
         """Per gang key, the namespace's device Pods that name it."""
@@ -177,6 +177,7 @@ class PodTable:
             taken.rv = max(taken.rv, pod.rv)
             taken.alive += 1
             taken.forget_at = float("inf")
+            taken.since = self._clock()
 
     def _left(self, pod: _Pod) -> None:
         """A gang's member went: one Pod fewer named by its group."""
@@ -273,52 +274,69 @@ class QuotaTable(_Relisted):
         return set(self._by_namespace)
 
 
-class LedgerTable(_Relisted):
+class LedgerTable:
     """The newest ledger Lease seen per quota'd namespace: from the watch, and from this process's own
     reads and writes (whichever is newer wins); and when this process first saw each of its entries, on its own
     monotonic clock: an entry's life counts from there, never from a time another process wrote
-    (docs/rules.md#no-clock-but-its-own)."""
+    (docs/rules.md#no-clock-but-its-own). For a gang's hold also when it last saw a member join it (``renewed``)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._by_namespace: dict[str, Ledger] = {}
         self._first_seen: dict[str, dict[str, float]] = {}  # namespace -> entry id -> first sight here
+        self._renewed: dict[str, dict[str, float]] = {}  # namespace -> hold id -> last sight of a member joining
         self._listed = False
 
     def replace(self, items: Iterable[Mapping[str, Any]]) -> int:
-        """A fresh list: first sights of entries still there stand. What the first list of a process finds
-        counts as new (its room held up to one TTL longer than its writer meant): returns how many entries that
-        is, on the first list only (``say_found_at_start``), else 0."""
-        self._rebuild(items)
+        """A fresh list: first sights of entries still there stand, and each is compared with the ledger seen
+        before it, as a watch event is (a member that joined while the watch was down is a join seen now). What
+        the first list of a process finds counts as new (its room held up to one TTL longer than its writer
+        meant): returns how many entries that is, on the first list only (``say_found_at_start``), else 0."""
+        before, self._by_namespace = self._by_namespace, {}
+        for obj in items:
+            found = _ledger(obj)
+            if found is not None:
+                self._take(found, before.get(found.namespace))
         self._first_seen = {ns: seen for ns, seen in self._first_seen.items() if ns in self._by_namespace}
+        self._renewed = {ns: seen for ns, seen in self._renewed.items() if ns in self._by_namespace}
         if self._listed:
             return 0
         self._listed = True
         return sum(len(s.entries) for s in self._by_namespace.values())
 
     def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        name = meta.get("name") or ""
+        name = (obj.get("metadata") or {}).get("name") or ""
         if not name.startswith(LEDGER_PREFIX):
             return
         namespace = name[len(LEDGER_PREFIX) :]
         if kind == "DELETED":
             self._by_namespace.pop(namespace, None)
             self._first_seen.pop(namespace, None)
-        elif self._newer(namespace, resource_version(meta.get("resourceVersion"))):
+            self._renewed.pop(namespace, None)
+        elif self._newer(namespace, resource_version((obj.get("metadata") or {}).get("resourceVersion"))):
             # parsed only when newer: the writer's own write comes back by the watch after it offered it
             self.offer(decode(namespace, obj))
 
     def offer(self, found: Ledger) -> None:
         if self._newer(found.namespace, found.rv):
-            before, now = self._first_seen.get(found.namespace, {}), self._clock()
-            old = self._by_namespace.get(found.namespace)
-            old_entries = old.entries if old is not None else {}
-            self._by_namespace[found.namespace] = found
-            # a hold lives from its last member's write: a new member seen restarts its life here
-            self._first_seen[found.namespace] = {
-                i: now if _joined(old_entries.get(i), e) else before.get(i, now) for i, e in found.entries.items()
-            }
+            self._take(found, self._by_namespace.get(found.namespace))
+
+    def _take(self, found: Ledger, old: Ledger | None) -> None:
+        """``found`` is the namespace's newest ledger, ``old`` the one this process saw before it (None: none)."""
+        namespace, now = found.namespace, self._clock()
+        first, renewed = self._first_seen.get(namespace, {}), self._renewed.get(namespace, {})
+        old_entries = old.entries if old is not None else {}
+        self._by_namespace[namespace] = found
+        # a hold released (its group gone, its places' life over) is a new sight: its members' room lives a TTL from
+        # here on every reader, whichever versions it skipped; a member joining is a renewal (scene.py's until)
+        self._first_seen[namespace] = {
+            i: now if _released(old_entries.get(i), e) else first.get(i, now) for i, e in found.entries.items()
+        }
+        self._renewed[namespace] = {
+            i: now if _joined(old_entries.get(i), e) else renewed.get(i, self._first_seen[namespace][i])
+            for i, e in found.entries.items()
+            if e.hold is not None
+        }
 
     def _newer(self, namespace: str, rv: int) -> bool:
         current = self._by_namespace.get(namespace)
@@ -337,6 +355,17 @@ class LedgerTable(_Relisted):
         ``offer`` replaces a namespace's mapping whole, never changes one in place, so a reader may keep it."""
         return MappingProxyType(self._first_seen.get(namespace) or {})
 
+    def renewed(self, namespace: str) -> Mapping[str, float]:
+        """When this process last saw a member join each hold of the namespace's newest ledger (or first saw it);
+        read-only, as ``first_seen``."""
+        return MappingProxyType(self._renewed.get(namespace) or {})
+
+
+def _ledger(obj: Mapping[str, Any]) -> Ledger | None:
+    """A listed Lease as a ledger (None: another Lease of the webhook's namespace)."""
+    name = (obj.get("metadata") or {}).get("name") or ""
+    return decode(name[len(LEDGER_PREFIX) :], obj) if name.startswith(LEDGER_PREFIX) else None
+
 
 def _joined(before: Reservation | None, after: Reservation) -> bool:
     """A gang's hold took a new member (or handed places to a grant) between two sights of it; places given back
@@ -347,6 +376,11 @@ def _joined(before: Reservation | None, after: Reservation) -> bool:
         and after.hold is not None
         and after.hold.members > before.hold.members
     )
+
+
+def _released(before: Reservation | None, after: Reservation) -> bool:
+    """A gang's hold became an ordinary entry (app/quota/core/scene.py's released) between two sights of it."""
+    return before is not None and before.hold is not None and after.hold is None
 
 
 def view(namespace: str, quotas: QuotaTable, pods: PodTable, ledger: Ledger | None) -> View:

@@ -57,7 +57,7 @@ from app.quota.committer import COMMIT_FAILED, Committer
 from app.quota.contact import Contact
 from app.quota.core.encoding import Ledger, Reservation, decode
 from app.quota.core.gang import UPSTREAM, Gang
-from app.quota.core.scene import WINDOW, Taken, View
+from app.quota.core.scene import CAP, WINDOW, View
 from app.quota.evaluator import QuotaEvaluator
 from app.quota.feed.groups import GroupTable
 from app.quota.feed.tables import LedgerTable, PodTable, QuotaTable
@@ -217,13 +217,12 @@ class SimFeed:
     def view(self, namespace: str, entries: Iterable[str] | None = None) -> View:
         ledger = self.ledgers.get(namespace)
         wanted = entries if entries is not None else (ledger.entries if ledger is not None else ())
-        found = {r: self.pods.taken(namespace, r) for r in wanted}
-        taken = {r: Taken(dict(h.amounts), h.rv) for r, h in found.items() if h is not None}
-        first_seen = self.ledgers.first_seen(namespace)
+        taken = self.pods.seen(namespace, wanted)
+        first_seen, renewed = self.ledgers.first_seen(namespace), self.ledgers.renewed(namespace)
         holds = [e.hold.group for e in (ledger.entries.values() if ledger else ()) if e.hold is not None]
         limits, used, members = self.quotas.limits(namespace), self.pods.used(namespace), self.pods.members(namespace)
         gone = self.groups.gone(namespace, holds)
-        return View(namespace, limits, ledger, first_seen, used, taken, self.pod_rv, True, 0.0, members, gone)
+        return View(namespace, limits, ledger, first_seen, used, taken, self.pod_rv, True, 0.0, members, gone, renewed)
 
     def gang(self, namespace: str, pod: dict[str, Any]) -> tuple[Gang | None, str]:
         return self.groups.gang(namespace, pod)
@@ -539,7 +538,8 @@ class Simulation:
         for index in range(gangs):  # before the workers start: their first list finds them
             self.server.create_group(f"gang-{index}", self.rng.choice([2, 3, 4]))
         self.gangs = sorted(self.server.groups)
-        self.hold_stored: dict[tuple[str, int], float] = {}  # (hold id, members) -> when the server first had it
+        self.hold_stored: dict[str, float] = {}  # hold or gang grant id -> when the server first had it
+        self.carried: dict[str, float] = {}  # reservation -> when a Pod carrying it was last stored
         self.holds_of: Ledger | None = None  # the stored ledger whose holds ``holds`` lists
         self.holds: list[tuple[float, str, Reservation]] = []
         self.charged: dict[str, int] = {}  # per reservation: the memory of every Pod admitted into it
@@ -698,6 +698,7 @@ class Simulation:
     def land(self, uid: str) -> None:
         _, obj = self.landing.pop(uid)
         self.trace.append(f"{self.now:.3f} {uid} stored")
+        self.carried[obj["metadata"]["annotations"][RESERVATION]] = self.now
         self.server.create_pod(obj)
 
     def delete_some_pod(self) -> None:
@@ -752,13 +753,14 @@ class Simulation:
     def check_holds(self, found: Ledger, committed: int) -> None:
         """Every hold each reader still counts is real room: the Pods stored or landing plus those holds' unfilled
         room, and the room of the places their grants hold that no member was admitted into, fit the limit (two
-        gangs never each hold part of it, and a hold can always be filled)."""
+        gangs never each hold part of it, and a hold can always be filled). Every reader counts a hold's places
+        until at least its life past the later of its first write and its last member's Pod stored (each reader's
+        sights of them come later), CAP lives from that write at most."""
         if found is not self.holds_of:  # a new ledger: its holds and gangs' grants, with when the server first had it
             self.holds_of, self.holds = (
                 found,
                 [
-                    (self.hold_stored.setdefault((entry_id, entry.hold.members if entry.hold else -1), self.now),
-                     entry_id, entry)
+                    (self.hold_stored.setdefault(entry_id, self.now), entry_id, entry)
                     for entry_id, entry in found.entries.items()
                     if entry.hold is not None or (entry.open and entry.gang)
                 ],
@@ -768,7 +770,11 @@ class Simulation:
             group = entry.hold.group if entry.hold is not None else entry.gang
             if group.partition("/")[2] not in self.server.groups:
                 continue
-            if entry.hold is not None and self.now < stored + max(self.hold, TTL):
+            life = max(self.hold, TTL)  # its places: from the last Pod with its id stored, CAP lives at most
+            if (
+                entry.hold is not None
+                and self.now < min(max(stored, self.carried.get(entry_id, 0.0)), stored + (CAP - 1) * life) + life
+            ):
                 unfilled += entry.hold.unfilled().get(MEM, 0)
             elif entry.hold is None and self.now < stored + TTL + WINDOW:  # a gang's grant: its places not taken
                 unfilled += max(entry.amounts.get(MEM, 0) - self.charged.get(entry_id, 0), 0)

@@ -9,12 +9,16 @@ from typing import Any
 import pytest
 
 from app.admission.ports import Verdict
+from app.quota.core.decision import Burst, decide
+from app.quota.core.encoding import LEDGER_ANNOTATION, LEDGER_PREFIX, Hold, Reservation, decode, encode
 from app.quota.core.gang import KUEUE_LABEL, KUEUE_TOTAL
+from app.quota.core.scene import Ask, Scene, Taken, account
+from app.quota.feed.tables import LedgerTable
 from tests.app.quota.simulation import Hand
 
 pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
 
-NS = "ai"
+NS, GPU = "ai", "nvidia.com/gpu"
 
 
 def admitted(result: Any) -> bool:
@@ -144,3 +148,95 @@ def test_a_gang_run_again_under_its_group_is_held_again_in_a_quiet_namespace() -
     hand.delete("y")  # a removal: the feed sweeps what it forgets
     runs = [hand.admit([hand.obj(f"r{i}", 1000, group="g")])[f"r{i}"] for i in (1, 2, 3, 4)]
     assert [r.reservation for r in runs] == ["r1"] * 4 and hand.stored() == 4000  # a hold of its own again
+
+
+def test_a_relisted_worker_keeps_the_room_of_a_member_that_joined_while_its_watch_was_down() -> None:
+    """Room for 4000, a gang of 3. m2 joins through worker 0 at t=299.9, near the end of the hold's life; worker 1's
+    Lease watch was down and it lists again (410 Gone) at t=300.05. A relist compared nothing with the ledger seen
+    before, so worker 1 never saw the join: at t=300.1 it found the hold expired, dropped it and admitted 3000
+    while m2 was on its way, 5000 stored in room for 4000. Now the relist is a sight of the join: m2's room lives
+    a TTL from it."""
+    hand = Hand(room=4, workers=2)
+    hand.group("g", 3)
+    assert admitted(hand.admit([hand.obj("m1", 1000, group="g")], worker=0)["m1"])
+    hand.wait(299.0)
+    hand.paused.add((1, "leases"))  # worker 1's ledger watch is down
+    hand.wait(0.9)
+    m2 = hand.obj("m2", 1000, group="g")
+    assert admitted(hand.admit([m2], worker=0, land=False)["m2"])
+    hand.paused.discard((1, "leases"))
+    hand.sim.workers[1].feed.relist(hand.sim.server, "leases")
+    hand.paused.add((1, "pods"))  # m2 not stored yet: worker 1 sees it a moment later
+    hand.sim.advance(0.1)
+    x = hand.admit([hand.obj("x", 3000)], worker=1)["x"]
+    assert (
+        denial(x)
+        == f"exceeding resource quota: namespace {NS} nvidia.com/gpumem used 2000 + requested 3000 > limit 4000"
+    )
+    hand.paused.discard((1, "pods"))
+    hand.store(m2, "m1")
+    assert admitted(hand.admit([hand.obj("m3", 1000, group="g")], worker=0)["m3"]) and hand.stored() == 3000
+
+
+def test_one_pod_s_kueue_count_holds_the_namespace_no_longer_than_its_hold_and_members_must_agree() -> None:
+    """A Kueue total count is its author's word: one Pod of 1 MiB declaring 8000 held the whole room, and every
+    member admitted and never stored (a later admission stage refused it) renewed the hold's 300 s: after 1160 s,
+    no Pod in the namespace and every other Pod refused. Now only a member's Pod seen renews the hold, a join holds
+    just that member's room for a TTL, and a member declaring another size is refused."""
+    hand = Hand(room=8)
+    kueue = {KUEUE_LABEL: "k"}
+    assert admitted(hand.admit([hand.obj("k1", 1, labels=kueue, annotations={KUEUE_TOTAL: "8000"})])["k1"])
+    other = hand.admit([hand.obj("k2", 1, labels=kueue, annotations={KUEUE_TOTAL: "7"})])["k2"]
+    assert denial(other) == (
+        f"exceeding resource quota: namespace {NS}: gang kueue.x-k8s.io/k holds room for 8000 Pods; this Pod's "
+        f"{KUEUE_TOTAL} says 7"
+    )
+    hand.delete("k1")
+    hand.wait(290.0)
+    assert "> limit 8000" in denial(hand.admit([hand.obj("v0", 1000)], land=False)["v0"])
+    renew = hand.admit([hand.obj("r0", 1, labels=kueue, annotations={KUEUE_TOTAL: "8000"})], land=False)["r0"]
+    assert admitted(renew)  # joined, never stored
+    hand.wait(11.0)  # 301 s after k1 was seen: the places' life is over, r0's 1 MiB lives a TTL from its join
+    assert admitted(hand.admit([hand.obj("v1", 7000)])["v1"])
+    assert hand.stored() == 7000
+
+
+def test_a_hold_released_by_its_group_s_deletion_is_a_new_sight_on_a_reader_that_skipped_the_join() -> None:
+    """Version one: hold w0, one member. Two (t=250): w1 joins. Three (t=250.1): a worker that saw the PodGroup
+    deleted writes the hold released (its members' room, an ordinary entry of a TTL). A reader that got three by a
+    read before its watch brought two saw no join: the released entry lived 60 s from its first sight 250 s ago,
+    expired at once, and w1's room, on its way, was counted nowhere: a fifth GPU into room for 4."""
+    each, key = {GPU: 1}, "scheduling.k8s.io/g"
+    one = {"w0": Reservation(0.0, {GPU: 4}, ttl=300.0, hold=Hold(key, 4, 1, each))}
+    two = {"w0": Reservation(0.0, {GPU: 4}, ttl=300.0, hold=Hold(key, 4, 2, each, ("w1",)))}
+    let_go = {"w0": Reservation(0.0, {GPU: 2}, ttl=60.0)}
+    now = [0.0]
+    watched, skipped = LedgerTable(clock=lambda: now[0]), LedgerTable(clock=lambda: now[0])
+    for table in (watched, skipped):
+        table.apply("ADDED", lease(one, 1))
+    now[0] = 250.0
+    watched.apply("MODIFIED", lease(two, 2))
+    now[0] = 250.1
+    for table in (watched, skipped):
+        table.offer(decode(NS, lease(let_go, 3)))
+    skipped.apply("MODIFIED", lease(two, 2))  # the watch's older event, arriving late: ignored
+    taken = {"w0": Taken({GPU: 1}, rv=5)}  # w0's Pod seen
+    for table in (watched, skipped):
+        found = table.get(NS)
+        assert found is not None
+        at = Scene(NS, {GPU: 4}, found.entries, 0, {GPU: 3}, taken, 1.7e9, 250.2, 60.0,
+                   first_seen=table.first_seen(NS), hold_ttl=300.0, renewed=table.renewed(NS))  # fmt: skip
+        assert account(at).upper == {GPU: 4}  # two others + w0 seen + w1 on its way
+        made = decide(at, [Ask("x", {GPU: 1})], wanted=0, ask=True, burst=Burst(), new_id="b")
+        assert made.verdicts == (
+            Verdict("exceeding resource quota: namespace ai nvidia.com/gpu used 4 + requested 1 > limit 4"),
+        )
+
+
+def lease(entries: dict[str, Reservation], rv: int) -> dict[str, Any]:
+    meta = {
+        "name": f"{LEDGER_PREFIX}{NS}",
+        "resourceVersion": str(rv),
+        "annotations": {LEDGER_ANNOTATION: encode(entries)},
+    }
+    return {"metadata": meta}

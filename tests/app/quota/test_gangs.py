@@ -15,7 +15,7 @@ from app.quota.command import render
 from app.quota.core.decision import BURST, Burst, Ruling, Write, decide
 from app.quota.core.encoding import JOINERS, LEDGER_ANNOTATION, Hold, Reservation, decode, encode
 from app.quota.core.gang import Gang, group
-from app.quota.core.scene import SLACK, WINDOW, Ask, Grant, Scene, Taken, View, account
+from app.quota.core.scene import CAP, SLACK, WINDOW, Ask, Grant, Scene, Taken, View, account
 from app.quota.core.standing import standing
 from app.quota.feed.groups import GroupTable
 from app.quota.feed.tables import LedgerTable
@@ -214,18 +214,30 @@ def test_a_hold_whose_group_is_gone_keeps_only_its_members_room() -> None:
     assert made.write is not None and made.write.entries["w0"] == released
 
 
-def test_a_hold_expires_its_ttl_after_the_last_member_was_seen_joining() -> None:
-    entries = {"w0": hold(1)}
+def test_a_hold_s_places_live_from_its_last_member_s_pod_seen_a_join_renews_only_that_member_s_room() -> None:
+    entries = {"w0": hold(2)}
     assert free(scene(entries=entries, first_seen={"w0": NOW - HOLD + 1})) == 2
-    assert free(scene(entries=entries, first_seen={"w0": NOW - HOLD})) == 6
+    assert free(scene(entries=entries, first_seen={"w0": NOW - HOLD})) == 6  # no member since: gone
+    member_seen = {"w0": Taken({GPU: 1}, rv=3, since=NOW - 1)}
+    assert free(scene(entries=entries, first_seen={"w0": NOW - HOLD}, taken=member_seen, used=1)) == 2
+    # a join seen (its member's Pod not yet): that member's room for a TTL from the sight, no places
+    joined = scene(entries=entries, first_seen={"w0": NOW - HOLD}, renewed={"w0": NOW - TTL + 1})
+    assert free(joined) == 4
+    made = decided(joined, ask("a", gpus=4, gang=None))
+    released = Reservation(round(WALL + TTL, 1), {GPU: 2}, ttl=TTL)  # written as its members' room only
+    assert made.verdicts == (Verdict(reservation="a"),) and made.write is not None
+    assert made.write.entries["w0"] == released
+    # however often its members' Pods are seen, CAP lives from its first sight at most
+    capped = scene(entries=entries, first_seen={"w0": NOW - CAP * HOLD}, taken=member_seen, used=1)
+    assert free(capped) == 5  # its Pod seen only
     table = LedgerTable(clock=iter([0.0, 200.0, 400.0, 600.0]).__next__)
     for members, rv in ((1, 1), (2, 2), (2, 3)):
         table.offer(decode("ai", lease({"w0": hold(members)}, rv)))
         if rv == 2:
-            assert table.first_seen("ai") == {"w0": 200.0}  # a new member: its life starts again
-    assert table.first_seen("ai") == {"w0": 200.0}  # rewritten without a new member: it does not
+            assert table.renewed("ai") == {"w0": 200.0}  # a new member joined: seen here now
+    assert (table.first_seen("ai"), table.renewed("ai")) == ({"w0": 0.0}, {"w0": 200.0})  # no new member: same
     table.offer(decode("ai", lease({"w0": hold(1)}, 4)))  # places a grant gave back: no member's arrival
-    assert table.first_seen("ai") == {"w0": 200.0}
+    assert (table.first_seen("ai"), table.renewed("ai")) == ({"w0": 0.0}, {"w0": 200.0})
 
 
 def test_a_hold_lasts_at_least_the_reservation_ttl() -> None:
