@@ -91,7 +91,8 @@ class PodTable:
         # lives (a gang's hold lives minutes after its members went), the entry would hold their room again.
         self._taken: dict[tuple[str, str], Taken] = {}
         self._forget: deque[tuple[float, tuple[str, str]]] = deque()
-        self._members: dict[str, dict[str, int]] = {}  # namespace -> gang key -> its Pods
+        self._members: dict[str, dict[str, int]] = {}  # namespace -> gang key -> its Pods, device or not
+        self._bare: dict[str, int] = {}  # namespace -> its gangs' Pods that ask for no device (no quota held)
 
     def replace(self, namespace: str, items: Iterable[Mapping[str, Any]]) -> list[Uncounted]:
         """The namespace's Pods are now exactly ``items`` (a fresh list); returns those it could not count."""
@@ -139,12 +140,13 @@ class PodTable:
         return {r: Taken(dict(t.amounts), t.rv, since=t.since) for r, t in found if t is not None}
 
     def members(self, namespace: str) -> dict[str, int]:
-        """Per gang key, the namespace's device Pods that name it."""
+        """Per gang key, the namespace's Pods that name it: its device Pods, and those that ask for none (a
+        launcher, a driver), which the group's size counts too and which never reach the webhook."""
         return dict(self._members.get(namespace) or {})
 
     def count(self, namespace: str) -> int:
         """The namespace's Pods that hold some of its quota."""
-        return len(self._by_namespace.get(namespace) or ())
+        return len(self._by_namespace.get(namespace) or ()) - self._bare.get(namespace, 0)
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -158,11 +160,12 @@ class PodTable:
             amounts = pod_amounts(obj, self._devices)
         except Exception as exc:  # a stored Pod the arithmetic refuses counts nothing; the caller says which
             return uid, Uncounted(meta.get("namespace") or "", meta.get("name") or "", str(exc))
-        if not amounts:
-            return uid, None
-        reservation = (meta.get("annotations") or {}).get(QUOTA_RESERVATION_ANNOTATION) or ""
         namespace = sys.intern(meta.get("namespace") or "")
         rv = resource_version(meta.get("resourceVersion"))
+        if not amounts:  # a gang's member that asks for no device (an MPI launcher) fills a place all the same
+            key = group(obj)
+            return uid, _Pod(namespace, "", {}, rv, key) if key else None
+        reservation = (meta.get("annotations") or {}).get(QUOTA_RESERVATION_ANNOTATION) or ""
         return uid, _Pod(namespace, reservation, amounts, rv, group(obj))
 
     def _add(self, uid: str, pod: _Pod) -> None:
@@ -171,6 +174,8 @@ class PodTable:
         accumulate(self._used.setdefault(pod.namespace, {}), pod.amounts)
         if pod.group:
             accumulate(self._members.setdefault(pod.namespace, {}), {pod.group: 1})
+        if not pod.amounts:
+            accumulate(self._bare, {pod.namespace: 1})
         if pod.reservation:
             taken = self._taken.setdefault((pod.namespace, pod.reservation), Taken({}, -1))
             accumulate(taken.amounts, pod.amounts)
@@ -185,6 +190,10 @@ class PodTable:
         members[pod.group] -= 1
         if not members[pod.group]:
             del members[pod.group]
+        if not pod.amounts:
+            self._bare[pod.namespace] -= 1
+            if not self._bare[pod.namespace]:
+                del self._bare[pod.namespace]
 
     def _remove(self, uid: str) -> None:
         pod = self._pods.pop(uid, None)
@@ -194,11 +203,11 @@ class PodTable:
         uids.discard(uid)
         if not uids:
             del self._by_namespace[pod.namespace]
-        used = self._used[pod.namespace]
+        used = self._used.get(pod.namespace, {})
         for name, amount in pod.amounts.items():
             used[name] = max(used.get(name, 0) - amount, 0)
         if not any(used.values()):
-            del self._used[pod.namespace]
+            self._used.pop(pod.namespace, None)
         if pod.group:
             self._left(pod)
         now = self._clock()

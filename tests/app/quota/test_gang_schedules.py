@@ -240,3 +240,21 @@ def lease(entries: dict[str, Reservation], rv: int) -> dict[str, Any]:
         "annotations": {LEDGER_ANNOTATION: encode(entries)},
     }
     return {"metadata": meta}
+
+
+def test_a_gang_s_launcher_that_asks_for_no_device_is_a_member_and_holds_no_place() -> None:
+    """1 CPU launcher + 3 workers of 2000 (a group of 4) in room for 6000. The launcher never reaches the webhook
+    and did not count as a member: the first worker held 4 x 2000 and was refused on every try. Seen first, it fills
+    its place; seen after the first worker, its place was already held at the worker's size, which the denial says."""
+    hand = Hand(room=6)
+    hand.group("mpi", 4)
+    hand.store(hand.obj("launcher", 0, group="mpi", device=False))
+    workers = [hand.admit([hand.obj(f"w{i}", 2000, group="mpi")])[f"w{i}"] for i in (1, 2, 3)]
+    assert [w.reservation for w in workers] == ["w1"] * 3 and hand.stored() == 6000
+    later = Hand(room=6)
+    later.group("mpi", 4)
+    refused = later.admit([later.obj("w1", 2000, group="mpi")])["w1"]
+    assert denial(refused).endswith(
+        "gang scheduling.k8s.io/mpi of 4 Pods needs 8000 for 4 Pods together, 6000 free of limit 6000 (each Pod not "
+        "seen yet counted as large as this one)"
+    )

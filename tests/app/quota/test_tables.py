@@ -128,3 +128,15 @@ def test_what_a_reservation_s_pods_took_is_kept_while_the_ledger_has_its_entry()
     now[0] += 61.0
     table.apply("DELETED", gpu_pod("d"))
     assert table.taken("ai", "r") is None
+
+
+def test_a_gang_s_pods_that_ask_for_no_device_are_its_members_and_hold_no_quota() -> None:
+    """An MPI launcher, a Ray head, a Spark driver: the group's size counts them, the webhook never sees them."""
+    table = PodTable(Settings.from_env({}).devices, forget_after=60.0)
+    table.replace("ai", [gpu_pod("w1", "w1", group="mpi"), gpu_pod("l", group="mpi", device=False)])
+    table.apply("ADDED", gpu_pod("cpu", device=False))  # no group: nothing to count
+    assert table.members("ai") == {"scheduling.k8s.io/mpi": 2}
+    assert table.used("ai") == {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000} and table.count("ai") == 1
+    table.apply("DELETED", gpu_pod("w1", "w1", group="mpi"))
+    table.apply("MODIFIED", {**gpu_pod("l", group="mpi", device=False), "status": {"phase": "Succeeded"}})
+    assert (table.members("ai"), table.used("ai"), table.count("ai")) == ({}, {}, 0)
