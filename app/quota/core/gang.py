@@ -62,8 +62,8 @@ def kueue_size(namespace: str, pod: Mapping[str, Any]) -> int:
     if not (text.isascii() and text.isdigit() and len(text) <= KUEUE_DIGITS):
         shown = text if len(text) <= 12 else f"{text[:12]}..."
         raise GroupRefused(
-            f"exceeding resource quota: namespace {namespace}: gang {group(pod)}: {KUEUE_TOTAL} {shown!r} is not "
-            f"a count of at most {KUEUE_DIGITS} ASCII digits"
+            f"exceeding resource quota: namespace {namespace} {KUEUE_TOTAL}: gang {group(pod)}: {shown!r} is not a "
+            f"count of at most {KUEUE_DIGITS} ASCII digits"
         )
     return int(text)
 

@@ -89,8 +89,8 @@ def disagrees(namespace: str, hold: Hold, size: int) -> str:
     """The denial of a member whose declared size is not its hold's: a size that is its author's word binds the
     whole gang, or one Pod declaring a huge one would hold the namespace for the others to renew."""
     return (
-        f"exceeding resource quota: namespace {namespace}: gang {hold.group} holds room for {hold.declared} Pods; "
-        f"this Pod's {KUEUE_TOTAL} says {size}"
+        f"exceeding resource quota: namespace {namespace} {KUEUE_TOTAL}: gang {hold.group} holds room for "
+        f"{hold.declared} Pods, this Pod says {size}"
     )
 
 

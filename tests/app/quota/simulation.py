@@ -56,7 +56,7 @@ from app.kube.errors import ApiError
 from app.quota.committer import COMMIT_FAILED, Committer
 from app.quota.contact import Contact
 from app.quota.core.encoding import Ledger, Reservation, decode
-from app.quota.core.gang import UPSTREAM, Gang
+from app.quota.core.gang import KUEUE, KUEUE_LABEL, KUEUE_TOTAL, UPSTREAM, Gang
 from app.quota.core.scene import CAP, WINDOW, View
 from app.quota.evaluator import QuotaEvaluator
 from app.quota.feed.groups import GroupTable
@@ -83,8 +83,8 @@ def _copy(obj: Any) -> Any:
 
 
 def memory(obj: dict[str, Any]) -> int:
-    """The GPU memory a simulated Pod asks for (its one container's limit)."""
-    return int(obj["spec"]["containers"][0]["resources"]["limits"][MEM])
+    """The GPU memory a simulated Pod asks for (its one container's limit; a gang's launcher: none)."""
+    return int(obj["spec"]["containers"][0]["resources"]["limits"].get(MEM, 0))
 
 
 class Killed(BaseException):
@@ -276,7 +276,8 @@ class Admission:
     uid: str
     memory: int
     dry_run: bool
-    group: str = ""  # the PodGroup it is a member of
+    group: str = ""  # the PodGroup it is a member of, or Kueue's plain-Pod group (``declares`` its size)
+    declares: int = 0  # Kueue's: the total count on the Pod (now and then not its group's: its author's word)
     result: Verdict | QuotaUnavailable | None = None
 
 
@@ -535,9 +536,17 @@ class Simulation:
         self.epoch = 0  # bumped whenever time passes
         self.limit = room * 1000
         self.server = ApiServer()
+        self.kueue: dict[str, int] = {}  # Kueue's plain-Pod groups (no object: each Pod declares the size)
         for index in range(gangs):  # before the workers start: their first list finds them
-            self.server.create_group(f"gang-{index}", self.rng.choice([2, 3, 4]))
-        self.gangs = sorted(self.server.groups)
+            if self.rng.random() < 0.3:
+                self.kueue[f"kueue-{index}"] = self.rng.choice([2, 3, 4])
+            else:
+                self.server.create_group(f"gang-{index}", self.rng.choice([2, 3, 4]))
+        self.gangs = sorted([*self.server.groups, *self.kueue])
+        self.launched: set[str] = set()  # groups whose Pod that asks for no device (a launcher) was created
+        self.started: dict[str, list[Admission]] = {}  # per group: its members' admissions, in order
+        self.answered_at: dict[str, float] = {}  # per admission uid: when its answer came
+        self.placed: dict[str, tuple[str, int]] = {}  # per gang grant id: its gang, the places it was written with
         self.hold_stored: dict[str, float] = {}  # hold or gang grant id -> when the server first had it
         self.carried: dict[str, float] = {}  # reservation -> when a Pod carrying it was last stored
         self.holds_of: Ledger | None = None  # the stored ledger whose holds ``holds`` lists
@@ -572,9 +581,13 @@ class Simulation:
         return f"grant-{self.ids}"
 
     def pod_object(self, admission: Admission) -> dict[str, Any]:
-        obj = pod(container(limits={GPU: "1", MEM: str(admission.memory)}), namespace=NS)
+        limits = {GPU: "1", MEM: str(admission.memory)} if admission.memory else {"cpu": "1"}
+        obj = pod(container(limits=limits), namespace=NS)
         obj["metadata"] |= {"uid": admission.uid, "name": admission.uid, "annotations": {}}
-        if admission.group:
+        if admission.group in self.kueue:
+            obj["metadata"]["labels"] = {KUEUE_LABEL: admission.group}
+            obj["metadata"]["annotations"][KUEUE_TOTAL] = str(admission.declares)
+        elif admission.group:
             obj["spec"]["schedulingGroup"] = {"podGroupName": admission.group}
         return obj
 
@@ -583,6 +596,7 @@ class Simulation:
     def answered(self, worker: Worker, admission: Admission) -> None:
         """The API server got the webhook's answer: an admitted Pod is stored soon (unless it never lands)."""
         result = admission.result
+        self.answered_at[admission.uid] = self.now
         self.trace.append(f"{self.now:.3f} worker {worker.index} {admission.uid} ({admission.memory}): {result!r}")
         if isinstance(result, QuotaUnavailable):
             reason = str(result)
@@ -651,8 +665,13 @@ class Simulation:
         if self.server.groups:
             weights.append(0.02)
             actions.append((self.delete_some_group,))
+        if len(self.launched) < len(self.gangs):
+            weights.append(0.05)
+            actions.append((self.launch,))
         weights.append(1)
         actions.append((self.advance,))
+        weights.append(0.02)
+        actions.append((self.advance, 25.0))  # toward the end of a hold's life
         return weights, actions
 
     def pick(self, weights: list[float], actions: list[tuple[Any, ...]]) -> tuple[Any, ...]:
@@ -693,7 +712,22 @@ class Simulation:
         admission = Admission(
             f"pod-{self.admissions_left}", self.rng.choice([1000, 1000, 2000]), self.rng.random() < 0.1, group
         )
+        if group and self.rng.random() < 0.2:  # a gang of mixed sizes
+            admission.memory = 4000
+        if group in self.kueue:  # now and then a member declares another size than its group's
+            admission.declares = self.kueue[group] + (1 if self.rng.random() < 0.1 else 0)
+        if group and not admission.dry_run:
+            self.started.setdefault(group, []).append(admission)
         worker.spawn("admission", lambda: worker.admit(admission))
+
+    def launch(self) -> None:
+        """A gang's Pod that asks for no device (an MPI launcher, a Spark driver): created by its controller, never
+        sent to the webhook; the group's size counts it."""
+        group = self.rng.choice(sorted(set(self.gangs) - self.launched))
+        self.launched.add(group)
+        uid = f"launcher-{group}"
+        self.trace.append(f"{self.now:.3f} {uid} stored")
+        self.server.create_pod(self.pod_object(Admission(uid, 0, False, group, self.kueue.get(group, 0))))
 
     def land(self, uid: str) -> None:
         _, obj = self.landing.pop(uid)
@@ -739,6 +773,7 @@ class Simulation:
         self.check_holds(found, committed)
         if found.rv == self.checked_rv:
             return
+        self.check_members(found)
         self.checked_rv, stored = found.rv, set(found.entries)
         for entry_id, entry in found.entries.items():
             life = max(self.hold, TTL) if entry.hold is not None else TTL + WINDOW
@@ -768,7 +803,8 @@ class Simulation:
         unfilled = 0
         for stored, entry_id, entry in self.holds:
             group = entry.hold.group if entry.hold is not None else entry.gang
-            if group.partition("/")[2] not in self.server.groups:
+            api, _, name = group.partition("/")
+            if api != KUEUE and name not in self.server.groups:
                 continue
             life = max(self.hold, TTL)  # its places: from the last Pod with its id stored, CAP lives at most
             if (
@@ -782,6 +818,28 @@ class Simulation:
             raise self.violation(
                 f"holds are not real room: Pods {committed} + unfilled holds {unfilled} > {self.limit}"
             )
+
+    def check_members(self, found: Ledger) -> None:
+        """No member takes two places: a hold counts no more members than the admissions of its group that were
+        still undecided when it was written (each joins once, a join decided again included), plus the places ever
+        moved into its gang's grants (a dead worker's are lost, counted)."""
+        holds = {e.hold.group: e.hold for e in found.entries.values() if e.hold is not None}
+        for entry_id, entry in found.entries.items():
+            hold = holds.get(entry.gang)
+            if entry.open and hold is not None and entry_id not in self.placed:
+                self.placed[entry_id] = (entry.gang, entry.amounts.get(MEM, 0) // max(hold.each.get(MEM, 0), 1))
+        for entry_id, entry in found.entries.items():
+            if entry.hold is None:
+                continue
+            created = self.hold_stored.get(entry_id, self.now)
+            name = entry.hold.group.partition("/")[2]
+            undecided = sum(self.answered_at.get(a.uid, math.inf) >= created for a in self.started.get(name, ()))
+            grants = sum(n for gang, n in self.placed.values() if gang == entry.hold.group)
+            if entry.hold.members > undecided + grants:
+                raise self.violation(
+                    f"hold {entry_id} counts {entry.hold.members} members: {undecided} of its group's admissions could "
+                    f"join it, and its grants took {grants} places"
+                )
 
     def run(self) -> Outcome:
         before = random.getstate()

@@ -39,7 +39,7 @@ def test_a_kueue_total_count_that_is_no_short_count_refuses_its_pod_alone_with_o
     assert admitted(results["victim"]), results
     shown = count if len(count) <= 12 else f"{count[:12]}..."
     assert denial(results["bomb"]) == (
-        f"exceeding resource quota: namespace {NS}: gang kueue.x-k8s.io/k: {KUEUE_TOTAL} {shown!r} is not a count "
+        f"exceeding resource quota: namespace {NS} {KUEUE_TOTAL}: gang kueue.x-k8s.io/k: {shown!r} is not a count "
         "of at most 6 ASCII digits"
     )
     assert results["bomb"].gang and hand.stored() == 1000
@@ -188,8 +188,8 @@ def test_one_pod_s_kueue_count_holds_the_namespace_no_longer_than_its_hold_and_m
     assert admitted(hand.admit([hand.obj("k1", 1, labels=kueue, annotations={KUEUE_TOTAL: "8000"})])["k1"])
     other = hand.admit([hand.obj("k2", 1, labels=kueue, annotations={KUEUE_TOTAL: "7"})])["k2"]
     assert denial(other) == (
-        f"exceeding resource quota: namespace {NS}: gang kueue.x-k8s.io/k holds room for 8000 Pods; this Pod's "
-        f"{KUEUE_TOTAL} says 7"
+        f"exceeding resource quota: namespace {NS} {KUEUE_TOTAL}: gang kueue.x-k8s.io/k holds room for 8000 Pods, "
+        "this Pod says 7"
     )
     hand.delete("k1")
     hand.wait(290.0)
