@@ -87,6 +87,11 @@ def memory(obj: dict[str, Any]) -> int:
     return int(obj["spec"]["containers"][0]["resources"]["limits"].get(MEM, 0))
 
 
+def placed(found: Ledger) -> dict[str, str]:
+    """The gangs' grants of ``found`` (grants of a hold's places), and the gang of each."""
+    return {grant_id: e.gang for grant_id, e in found.entries.items() if e.open and e.gang}
+
+
 class Killed(BaseException):
     """The worker's process was SIGKILLed: unwinds its thread (not an Exception: nothing in the port catches it)."""
 
@@ -546,7 +551,8 @@ class Simulation:
         self.launched: set[str] = set()  # groups whose Pod that asks for no device (a launcher) was created
         self.started: dict[str, list[Admission]] = {}  # per group: its members' admissions, in order
         self.answered_at: dict[str, float] = {}  # per admission uid: when its answer came
-        self.placed: dict[str, tuple[str, int]] = {}  # per gang grant id: its gang, the places it was written with
+        self.placed: dict[str, str] = {}  # per gang grant id ever stored: its gang
+        self.killed = False  # a worker was killed
         self.hold_stored: dict[str, float] = {}  # hold or gang grant id -> when the server first had it
         self.carried: dict[str, float] = {}  # reservation -> when a Pod carrying it was last stored
         self.holds_of: Ledger | None = None  # the stored ledger whose holds ``holds`` lists
@@ -636,6 +642,7 @@ class Simulation:
         """SIGKILL: wherever it is, the process is gone (a write it sent may have landed); a new one starts."""
         self.trace.append(f"{self.now:.3f} worker {worker.index} killed")
         self.kills_left -= 1
+        self.killed = True
         self.stop(worker)
         for kind, watch in worker.feed.watches.items():
             self.server.watches[kind].remove(watch)
@@ -773,7 +780,7 @@ class Simulation:
         self.check_holds(found, committed)
         if found.rv == self.checked_rv:
             return
-        self.check_members(found)
+        self.placed.update(placed(found))
         self.checked_rv, stored = found.rv, set(found.entries)
         for entry_id, entry in found.entries.items():
             life = max(self.hold, TTL) if entry.hold is not None else TTL + WINDOW
@@ -819,26 +826,25 @@ class Simulation:
                 f"holds are not real room: Pods {committed} + unfilled holds {unfilled} > {self.limit}"
             )
 
-    def check_members(self, found: Ledger) -> None:
-        """No member takes two places: a hold counts no more members than the admissions of its group that were
-        still undecided when it was written (each joins once, a join decided again included), plus the places ever
-        moved into its gang's grants (a dead worker's are lost, counted)."""
-        holds = {e.hold.group: e.hold for e in found.entries.values() if e.hold is not None}
-        for entry_id, entry in found.entries.items():
-            hold = holds.get(entry.gang)
-            if entry.open and hold is not None and entry_id not in self.placed:
-                self.placed[entry_id] = (entry.gang, entry.amounts.get(MEM, 0) // max(hold.each.get(MEM, 0), 1))
-        for entry_id, entry in found.entries.items():
-            if entry.hold is None:
+    def check_members(self) -> None:
+        """No member takes two places: once every admission is answered, a hold whose gang has no grant open counts
+        no more members than the admissions answered into it or into its gang's grants (a join decided again, its
+        answer lost, included). Not where a worker was killed (the places of its grants are lost, counted) or a
+        member's admission failed (its join may have landed, unanswered)."""
+        found = self.server.ledger_entries()
+        if found is None or self.killed:
+            return
+        for hold_id, entry in found.entries.items():
+            if entry.hold is None or any(e.open and e.gang == entry.hold.group for e in found.entries.values()):
                 continue
-            created = self.hold_stored.get(entry_id, self.now)
-            name = entry.hold.group.partition("/")[2]
-            undecided = sum(self.answered_at.get(a.uid, math.inf) >= created for a in self.started.get(name, ()))
-            grants = sum(n for gang, n in self.placed.values() if gang == entry.hold.group)
-            if entry.hold.members > undecided + grants:
+            admissions = self.started.get(entry.hold.group.partition("/")[2], [])
+            if any(isinstance(a.result, QuotaUnavailable) for a in admissions):
+                continue
+            into = {hold_id} | {g for g, gang in self.placed.items() if gang == entry.hold.group}
+            admitted = sum(isinstance(a.result, Verdict) and a.result.reservation in into for a in admissions)
+            if entry.hold.members > admitted:
                 raise self.violation(
-                    f"hold {entry_id} counts {entry.hold.members} members: {undecided} of its group's admissions could "
-                    f"join it, and its grants took {grants} places"
+                    f"hold {hold_id} counts {entry.hold.members} members, {admitted} were admitted into it"
                 )
 
     def run(self) -> Outcome:
@@ -850,6 +856,7 @@ class Simulation:
                 action, *arguments = self.pick(*self.choices())
                 action(*arguments)
                 self.check()
+            self.check_members()
             free = self.settle()
             recounted = sum(memory(o) for o in [*self.server.pods.values(), *(o for _, o in self.landing.values())])
             if recounted != self.committed:
