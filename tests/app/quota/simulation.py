@@ -282,7 +282,9 @@ class Admission:
     memory: int
     dry_run: bool
     group: str = ""  # the PodGroup it is a member of, or Kueue's plain-Pod group (``declares`` its size)
-    declares: int = 0  # Kueue's: the total count on the Pod (now and then not its group's: its author's word)
+    declares: str = (
+        ""  # Kueue's: the total count on the Pod (its author's word: now and then not its group's, or no count)
+    )
     result: Verdict | QuotaUnavailable | None = None
 
 
@@ -592,7 +594,7 @@ class Simulation:
         obj["metadata"] |= {"uid": admission.uid, "name": admission.uid, "annotations": {}}
         if admission.group in self.kueue:
             obj["metadata"]["labels"] = {KUEUE_LABEL: admission.group}
-            obj["metadata"]["annotations"][KUEUE_TOTAL] = str(admission.declares)
+            obj["metadata"]["annotations"][KUEUE_TOTAL] = admission.declares
         elif admission.group:
             obj["spec"]["schedulingGroup"] = {"podGroupName": admission.group}
         return obj
@@ -677,7 +679,7 @@ class Simulation:
             actions.append((self.launch,))
         weights.append(1)
         actions.append((self.advance,))
-        weights.append(0.02)
+        weights.append(0.2)
         actions.append((self.advance, 25.0))  # toward the end of a hold's life
         return weights, actions
 
@@ -721,8 +723,8 @@ class Simulation:
         )
         if group and self.rng.random() < 0.2:  # a gang of mixed sizes
             admission.memory = 4000
-        if group in self.kueue:  # now and then a member declares another size than its group's
-            admission.declares = self.kueue[group] + (1 if self.rng.random() < 0.1 else 0)
+        if group in self.kueue:  # now and then a member declares another size than its group's, or no number
+            admission.declares = self.rng.choice([str(self.kueue[group])] * 16 + [str(self.kueue[group] + 1), "\u00b2"])
         if group and not admission.dry_run:
             self.started.setdefault(group, []).append(admission)
         worker.spawn("admission", lambda: worker.admit(admission))
@@ -734,7 +736,7 @@ class Simulation:
         self.launched.add(group)
         uid = f"launcher-{group}"
         self.trace.append(f"{self.now:.3f} {uid} stored")
-        self.server.create_pod(self.pod_object(Admission(uid, 0, False, group, self.kueue.get(group, 0))))
+        self.server.create_pod(self.pod_object(Admission(uid, 0, False, group, str(self.kueue.get(group, "")))))
 
     def land(self, uid: str) -> None:
         _, obj = self.landing.pop(uid)
@@ -879,6 +881,17 @@ class Simulation:
                 self.resume(other)
         raise self.violation(f"worker {worker.index}'s {kind} did not end")
 
+    def drain(self) -> None:
+        """Every thread that can run runs, until none can without time passing: a request in flight reaches the
+        server before the quiet time, not after it (in a run cut short it can still be on its way)."""
+        for _ in range(10_000):
+            ready = [t for w in self.workers for t in w.tasks if not t.done and not t.dead and t.is_ready()]
+            if not ready:
+                return
+            for task in ready:
+                self.resume(task)
+            self.deliver_all()
+
     def deliver_all(self) -> None:
         for worker in self.workers:
             while any(w.pending for w in worker.feed.watches.values()):
@@ -894,6 +907,7 @@ class Simulation:
             if worker.cut:
                 self.heal(worker)
         self.deliver_all()
+        self.drain()
         self.advance(max(TTL, self.hold) + WINDOW + 1)  # every hold not filled is given back by now
         self.deliver_all()
         used = sum(memory(o) for o in self.server.pods.values())
