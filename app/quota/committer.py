@@ -329,7 +329,7 @@ class Committer:
     def _store(self, found: Ledger, write: Write, timeout: float, tries: _Tries) -> Ledger:
         """``write`` stored with compare-and-swap; the ledger as stored. Raises _Lost when another writer won,
         or when the answer was lost and a re-read shows the write did not land: a write is never sent twice
-        blindly (the re-read says whether it landed; only a write that added an entry can tell)."""
+        blindly (the re-read says whether it landed: a write that added an entry or joined a hold can tell)."""
         try:
             return tries.call(lambda: self.leases.write(found, write.text(), write.mark, write.wanted, timeout))
         except QuotaUnavailable as exc:
@@ -341,7 +341,7 @@ class Committer:
             fresh = self._read(found.namespace, min(left, REQUEST_TIMEOUT), tries)
         except QuotaUnavailable:
             raise unanswered_write from None
-        if any(added not in found.entries and added in fresh.entries for added in write.added()):
+        if write.landed(found.entries, fresh.entries):
             return fresh  # it landed; only its answer was lost
         raise _Lost(fresh)
 

@@ -26,7 +26,7 @@ from app.quota.core.amounts import Amounts
 from app.quota.core.decision import denial, free
 from app.quota.core.demand import amounts, demands
 from app.quota.core.encoding import Ledger
-from app.quota.core.gang import Gang
+from app.quota.core.gang import Gang, GroupRefused
 from app.quota.core.limits import limited
 from app.quota.core.scene import Ask, View, account
 from app.quota.core.seal import parse, same_admission, seal
@@ -100,8 +100,15 @@ class QuotaEvaluator:
         again = self._reviewed_again(namespace, pod, who, requested)
         if again:  # the same Pod, reviewed again after another webhook changed it: charged once already
             return Verdict(reservation=again)
-        gang, why = self._gang(namespace, pod)
-        ask = Ask(uid, requested, dry_run, gang)
+        return self._charge(namespace, pod, Ask(uid, requested, dry_run), who, deadline)
+
+    def _charge(self, namespace: str, pod: PodEdit, ask: Ask, who: str, deadline: float) -> Verdict:
+        """The ledger's verdict on ``ask`` (without the API server where it can), its reservation sealed."""
+        try:
+            gang, why = self._gang(namespace, pod)
+        except GroupRefused as refused:
+            return Verdict(str(refused), gang=True)
+        ask = replace(ask, gang=gang)
         # a gang member's room may be in its hold, which a denial from the cache counts as taken: the ledger decides
         verdict = self.committer.alone(namespace, ask) or (None if gang else self._denied_at_once(namespace, ask))
         if verdict is None:
@@ -112,7 +119,7 @@ class QuotaEvaluator:
             assert ticket.verdict is not None
             verdict = ticket.verdict
         if verdict.reservation:
-            verdict = replace(verdict, reservation=self._sealed(namespace, verdict.reservation, who, requested))
+            verdict = replace(verdict, reservation=self._sealed(namespace, verdict.reservation, who, ask.requested))
         return replace(verdict, warning=why) if why and not verdict.denial else verdict
 
     def _sealed(self, namespace: str, entry: str, who: str, requested: Amounts) -> str:
@@ -163,8 +170,12 @@ class QuotaEvaluator:
         return free(self.committer.scene(view, found))
 
     def gang(self, namespace: str, pod: PodEdit) -> int:
-        """The size of the Pod's gang from the group objects watched (0: none, or gang holds off)."""
-        gang = self._gang(namespace, pod)[0]
+        """The size of the Pod's gang from the group objects watched (0: none, gang holds off, or a size its admission
+        refuses, which says why)."""
+        try:
+            gang = self._gang(namespace, pod)[0]
+        except GroupRefused:
+            return 0
         return gang.size if gang is not None else 0
 
     # --- helpers ---------------------------------------------------------------------------------

@@ -88,7 +88,7 @@ def open_quota(settings: QuotaSettings, readiness: Readiness) -> QuotaPort:
         _probe(configuration)
     ttl = settings.quota_reservation_ttl
     home, hold = settings.home_namespace, settings.quota_gang_hold
-    feed = Feed(settings.devices, forget_after=ttl)
+    feed = Feed(settings.devices, forget_after=ttl, monotonic=SYSTEM_CLOCK.monotonic)
     streams = FeedStreams(client.ApiClient(configuration), feed, home=home, gangs=hold > 0)
     published = (feed.standings, feed.wait_synced, streams.stopping)
     publisher = threading.Thread(target=gauges.publish, args=published, name="quota gauges", daemon=True)

@@ -222,7 +222,8 @@ class TestGangs:
         assert done.stderr.strip() == (
             'Error from server (GPUQuotaExceeded): error when creating "STDIN": admission webhook "pods.hami.io" '
             f"denied the request: exceeding resource quota: namespace {ns} nvidia.com/gpumem: gang "
-            "scheduling.k8s.io/big of 8 Pods needs 8000 for 8 Pods together, 6000 free of limit 6000"
+            "scheduling.k8s.io/big of 8 Pods needs 8000 for 8 Pods together, 6000 free of limit 6000 (each Pod not "
+            "seen yet counted as large as this one)"
         )
 
     def test_a_pod_whose_group_does_not_exist_is_charged_alone_with_a_warning(

@@ -63,13 +63,19 @@ class Write:
     places: int = 0  # places of a gang's hold (``hold``) taken into a grant of this worker's (``gang_grant``)
     hold: str = ""
     gang_grant: str = ""
+    joined: tuple[str, ...] = ()  # the request uids this write joins into gangs' holds
 
     def text(self) -> str:
         return encode(self.entries)
 
-    def added(self) -> tuple[str, ...]:
-        """The entries this write adds (its batch's, its gang grant): a re-read holding one tells that it landed."""
-        return tuple(entry for entry in (self.entry, self.gang_grant) if entry)
+    def landed(self, before: Mapping[str, Reservation], after: Mapping[str, Reservation]) -> bool:
+        """Whether ``after``, the ledger read once this write's answer was lost, holds it where ``before`` (the ledger
+        it was decided on) did not: an entry it adds (its batch's, its gang grant), or a member it joins into a hold
+        (each hold lists its last joiners). A write that lands twice would charge its asks twice."""
+        if any(entry and entry not in before and entry in after for entry in (self.entry, self.gang_grant)):
+            return True
+        listed, listed_before = _joiners(after), _joiners(before)
+        return any(uid in listed and uid not in listed_before for uid in self.joined)
 
 
 @dataclass(frozen=True)
@@ -131,7 +137,8 @@ def decide(scene: Scene, asks: Sequence[Ask], *, wanted: int, ask: bool, burst: 
         return replace(decided, verdicts=refused, full=full, write=Write(dict(counted.keep), counted.mark, raised))
     for index in reserve:
         verdicts[index] = Verdict(reservation=entry)
-    write = Write(keep, counted.mark, raised, entry, extra, places, hold, gang_grant)
+    joins = tuple(asks[i].uid for i in joined)
+    write = Write(keep, counted.mark, raised, entry, extra, places, hold, gang_grant, joins)
     return replace(decided, verdicts=tuple(verdicts), reserved=tuple(sorted(reserve + joined)), write=write)
 
 
@@ -229,3 +236,8 @@ def pace(burst: Burst, count: int, alike: int) -> int:
 
 def _size(entries: Mapping[str, Reservation]) -> int:
     return len(encode(entries))
+
+
+def _joiners(entries: Mapping[str, Reservation]) -> set[str]:
+    """The request uids every hold of ``entries`` lists as joined."""
+    return {uid for entry in entries.values() if entry.hold is not None for uid in entry.hold.joined}

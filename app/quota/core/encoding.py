@@ -2,7 +2,8 @@
 
 The Lease ``hami-quota-<namespace>`` lives in the webhook's own namespace, so the webhook's write access
 stays inside it. Its annotation ``hami.io/quota-ledger`` holds
-``{id: {"ttl": s, "expires": unix s, "amounts": {resource: amount}, "open": true?, "hold": {...}?, "gang": key?}}``:
+``{id: {"ttl": s, "expires": unix s, "amounts": {resource: amount}, "open": true?, "hold": {...}?, "gang": key?}}``
+(a hold: ``{"group", "size", "members", "each", "joined"?, "declared"?}``):
 room set aside for Pods admitted (or, while open, about to be admitted) that some worker may not have seen yet; the
 Pods carry the id in their ``hami.io/quota-reservation`` annotation. An entry with a ``hold`` is a gang's: its
 first member wrote it with room for the whole gang, and its later members take their room from it (Hold); an open
@@ -44,17 +45,25 @@ MANAGED_BY = ",".join(f"{k}={v}" for k, v in MANAGED_BY_LABEL.items())  # its se
 MAX_LEDGER_BYTES = 250_000
 
 
+JOINERS = 16  # request uids a hold lists of its last joiners: a join decided again within seconds is one of them
+
+
 @dataclass(frozen=True)
 class Hold:
     """A gang's room in its entry: ``size`` members of ``group`` (a key of app/quota/core/gang.py), ``members`` of
     them admitted so far or handed to a grant of its places, ``each`` the first member's charge. The entry's amounts
     are what its members were charged plus ``each`` for every member still to come (``unfilled``); a place handed to
-    a grant takes its room along."""
+    a grant takes its room along. ``joined``: the request uids of its last JOINERS members to join it through the
+    ledger, so a join decided again (its write's answer lost and read again, or the API server sending the request
+    again, to any replica) finds itself there and is not joined twice. ``declared``: the size its first member
+    declared on itself (Kueue's total count; 0: a group object's), which every later member must declare too."""
 
     group: str
     size: int
     members: int
     each: Amounts
+    joined: tuple[str, ...] = ()
+    declared: int = 0
 
     def unfilled(self) -> Amounts:
         missing = max(self.size - self.members, 0)
@@ -132,6 +141,10 @@ def _encoded(entry: Reservation) -> dict[str, Any]:
     if entry.hold is not None:
         hold = entry.hold
         out["hold"] = {"group": hold.group, "size": hold.size, "members": hold.members, "each": hold.each}
+        if hold.joined:
+            out["hold"]["joined"] = list(hold.joined)
+        if hold.declared:
+            out["hold"]["declared"] = hold.declared
     return out
 
 
@@ -157,7 +170,8 @@ def _hold(entry: Mapping[str, Any]) -> Hold | None:
     if raw is None:
         return None
     each = {str(k): int(v) for k, v in raw["each"].items()}
-    return Hold(str(raw["group"]), int(raw["size"]), int(raw["members"]), each)
+    joined = tuple(str(uid) for uid in raw.get("joined") or ())[-JOINERS:]
+    return Hold(str(raw["group"]), int(raw["size"]), int(raw["members"]), each, joined, int(raw.get("declared") or 0))
 
 
 def _ttl(entry: Mapping[str, Any]) -> float | None:

@@ -20,6 +20,9 @@ COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
 KUEUE_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
+KUEUE_DIGITS = (
+    6  # a Kueue total count is at most this many ASCII digits (999,999 Pods): what any figure made of it fits
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +48,24 @@ def group(pod: Mapping[str, Any]) -> str:
     return f"{KUEUE}/{labels[KUEUE_LABEL]}" if labels.get(KUEUE_LABEL) else ""
 
 
-def kueue_size(pod: Mapping[str, Any]) -> int:
-    """The size a Kueue plain-Pod group's member declares on itself (0: none, or not a number)."""
+class GroupRefused(ValueError):
+    """A Pod whose group size is its author's word and cannot be read: the Pod is refused with this one line."""
+
+
+def kueue_size(namespace: str, pod: Mapping[str, Any]) -> int:
+    """The size a Kueue plain-Pod group's member declares on itself (0: none). Raises GroupRefused unless it is
+    ASCII digits, KUEUE_DIGITS at most: ``str.isdigit`` also takes "²", which ``int`` refuses, and a count of
+    thousands of digits makes figures Python will not print; the author's word must not fail a review."""
     text = ((pod.get("metadata") or {}).get("annotations") or {}).get(KUEUE_TOTAL) or ""
-    return int(text) if text.isdigit() else 0
+    if not text:
+        return 0
+    if not (text.isascii() and text.isdigit() and len(text) <= KUEUE_DIGITS):
+        shown = text if len(text) <= 12 else f"{text[:12]}..."
+        raise GroupRefused(
+            f"exceeding resource quota: namespace {namespace} {KUEUE_TOTAL}: gang {group(pod)}: {shown!r} is not a "
+            f"count of at most {KUEUE_DIGITS} ASCII digits"
+        )
+    return int(text)
 
 
 def object_size(api: str, obj: Mapping[str, Any]) -> int:

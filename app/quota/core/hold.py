@@ -14,7 +14,8 @@ from dataclasses import replace
 
 from app.admission.ports import FITS, Verdict
 from app.quota.core.amounts import Amounts, plus
-from app.quota.core.encoding import Hold, Reservation
+from app.quota.core.encoding import JOINERS, Hold, Reservation
+from app.quota.core.gang import KUEUE, KUEUE_TOTAL
 from app.quota.core.limits import gang_overflow, overflow
 from app.quota.core.scene import SLACK, WINDOW, Account, Ask, Scene
 
@@ -26,18 +27,23 @@ def join(
     it is charged alone (its gang's hold is full, or all but it are there). The first member holds room for every
     member missing (``size`` less its Pods seen); a later one takes its room from the hold, and only what it asks
     beyond the first member's charge from free room. (None, {}): it must wait for others' grants to close (a full
-    hold whose places another worker's grant may still give back waits for them too)."""
+    hold whose places another worker's grant may still give back waits for them too); a member the hold lists as
+    joined already gets its verdict again and adds nothing."""
     assert one.gang is not None
     key = one.gang.key
     found = held(keep, key)
     if found is not None:
         entry = keep[found]
         assert entry.hold is not None
+        if one.uid in entry.hold.joined:  # decided again (a lost answer, a request sent again): it joined already
+            return Verdict(reservation=found), {}
+        if entry.hold.declared and one.gang.size != entry.hold.declared:
+            return Verdict(disagrees(scene.namespace, entry.hold, one.gang.size), gang=True), {}
         if entry.hold.members >= entry.hold.size:
             return (None, {}) if granted_elsewhere(scene, counted, key) else None
         need = {name: max(amount - entry.hold.each.get(name, 0), 0) for name, amount in one.requested.items()}
-        members = entry.hold.members + 1
-        hold_id, hold, denied = found, replace(entry.hold, members=members), ""
+        members, joined = entry.hold.members + 1, (*entry.hold.joined, one.uid)[-JOINERS:]
+        hold_id, hold, denied = found, replace(entry.hold, members=members, joined=joined), ""
         amounts = {name: entry.amounts.get(name, 0) - entry.hold.each.get(name, 0) for name in entry.amounts}
         amounts = plus(amounts, one.requested)
     else:
@@ -45,7 +51,8 @@ def join(
         if missing <= 1:
             return None
         need = {name: amount * missing for name, amount in one.requested.items()}
-        hold_id, hold, amounts = one.uid, Hold(key, missing, 1, dict(one.requested)), need
+        declared = one.gang.size if key.startswith(f"{KUEUE}/") else 0  # the author's word: every member's too
+        hold_id, hold, amounts = one.uid, Hold(key, missing, 1, dict(one.requested), declared=declared), need
         denied = gang_overflow(scene.namespace, scene.limits, plus(counted.lower, taking), one.gang, missing, need)
     if denied or (denied := overflow(scene.namespace, scene.limits, plus(counted.lower, taking), need)):
         return Verdict(denied, gang=True), {}
@@ -76,6 +83,15 @@ def grant_places(scene: Scene, keep: dict[str, Reservation], key: str, most: int
     ttl = scene.ttl + WINDOW  # a member admitted into it as its window ends may appear a TTL later
     keep[grant_id] = Reservation(round(scene.wall + ttl, 1), room, True, ttl, gang=key)
     return found, places
+
+
+def disagrees(namespace: str, hold: Hold, size: int) -> str:
+    """The denial of a member whose declared size is not its hold's: a size that is its author's word binds the
+    whole gang, or one Pod declaring a huge one would hold the namespace for the others to renew."""
+    return (
+        f"exceeding resource quota: namespace {namespace} {KUEUE_TOTAL}: gang {hold.group} holds room for "
+        f"{hold.declared} Pods, this Pod says {size}"
+    )
 
 
 def held(entries: dict[str, Reservation], key: str) -> str | None:

@@ -95,12 +95,15 @@ def gang_overflow(
     namespace: str, limits: Mapping[str, int], used: Mapping[str, int], gang: Gang, missing: int, need: Amounts
 ) -> str:  # fmt: skip
     """The denial of a gang's first member when the room its ``missing`` members ``need`` together does not fit:
-    the group, its size, what it needs and what is free; "" when it fits."""
+    the group, its size, what it needs and what is free; "" when it fits. It says that every member not seen yet is
+    counted as large as this one: a gang of mixed sizes, or whose members that ask for no device come later, is
+    refused on a figure bigger than its own (docs/rules.md#a-gang-is-admitted-whole-or-not-at-all)."""
     name, amount, limit = over(limits, used, need)
     if not name:
         return ""
     free = max(limit - used.get(name, 0), 0)
     return (
         f"exceeding resource quota: namespace {namespace} {name}: gang {gang.key} of {gang.size} Pods "
-        f"needs {amount} for {missing} Pods together, {free} free of limit {limit}"
+        f"needs {amount} for {missing} Pods together, {free} free of limit {limit} "
+        f"(each Pod not seen yet counted as large as this one)"
     )

@@ -9,6 +9,7 @@ of it, another's grant is certain from WINDOW + SLACK after that sight (docs/rul
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -18,6 +19,7 @@ from app.quota.core.gang import Gang
 
 WINDOW = 1.0  # seconds a worker admits into a grant it wrote, counted from before the write
 SLACK = 0.25  # others count a grant as possibly free this much longer, on their own clocks, from first sight
+CAP = 2  # a hold holds its places this many lives at most from its first sight, however often its members renew it
 
 
 @dataclass(slots=True)
@@ -29,6 +31,7 @@ class Taken:
     rv: int  # the newest resourceVersion among those Pods when first seen here
     alive: int = 0
     forget_at: float = float("inf")
+    since: float = -math.inf  # monotonic: when the last of those Pods was first seen here (a hold's renewal)
     nonces: set[str] = field(default_factory=set)  # the seals counted (app/quota/core/seal.py): each counts once
 
 
@@ -115,6 +118,7 @@ class Scene:
     members: Mapping[str, int] = field(default_factory=dict)  # per gang key: its Pods in the namespace, as seen
     gone: frozenset[str] = frozenset()  # gangs whose group object was deleted: their holds keep members' room only
     hold_ttl: float = 0.0  # a hold's life after its last member's write (this worker's setting)
+    renewed: Mapping[str, float] = field(default_factory=dict)  # a hold's last sight of a member joining (or first)
 
 
 @dataclass(slots=True)
@@ -134,6 +138,7 @@ class View:
     broken_for: float = 0.0  # seconds the longest-broken ResourceQuota or Pod stream has been broken
     members: Mapping[str, int] = field(default_factory=dict)  # per gang key: its Pods in the namespace, as seen
     gone: frozenset[str] = frozenset()  # gangs of the ledger's holds whose group object was deleted
+    renewed: Mapping[str, float] = field(default_factory=dict)  # per hold: the last sight of a member joining it
 
     def scene(
         self, found: Ledger, *, wall: float, now: float, ttl: float, mine: Mapping[str, Grant], hold_ttl: float = 0.0
@@ -142,7 +147,7 @@ class View:
         entries, mark, used, taken = found.entries, found.mark, self.used, self.taken
         return Scene(
             self.namespace, self.limits, entries, mark, used, taken, wall, now, ttl, mine, self.first_seen,
-            self.members, self.gone, hold_ttl,
+            self.members, self.gone, hold_ttl, self.renewed,
         )  # fmt: skip
 
 
@@ -161,7 +166,7 @@ class Account:
 def account(scene: Scene) -> Account:
     """The live entries; what is taken at least and at most (Pods as seen, plus what entries hold beyond what
     their Pods were seen to take); the entries a write keeps, and the mark that dropping the others needs."""
-    live = {i: e for i, e in scene.entries.items() if scene.now < scene.first_seen.get(i, scene.now) + life(scene, e)}
+    live = {i: e for i, e in scene.entries.items() if scene.now < until(scene, i, e)}
     first_seen = {i: scene.first_seen.get(i, scene.now) for i, e in live.items() if e.open and i not in scene.mine}
     certain_until = scene.now - WINDOW - SLACK  # others' grants first seen before this can take nothing more
     granted = {e.gang for e in live.values() if e.open and e.gang}  # gangs some of whose places a grant holds
@@ -171,7 +176,7 @@ def account(scene: Scene) -> Account:
     mark = scene.mark
     for entry_id, held in live.items():
         held = back.get(entry_id, held)
-        entry = released(scene, held) if held.hold is not None and held.hold.group in scene.gone else held
+        entry = released(scene, held) if held.hold is not None and not whole(scene, entry_id, held) else held
         grant = scene.mine.get(entry_id)
         taken = scene.taken.get(entry_id)
         closing = grant is not None and grant.closing
@@ -212,8 +217,8 @@ def given_back(scene: Scene, live: Mapping[str, Reservation]) -> dict[str, Reser
 
 
 def released(scene: Scene, entry: Reservation) -> Reservation:
-    """A hold whose group object is gone: its members' room only, an ordinary entry that lives the reservation TTL
-    from its last member's write (its Pods drop it sooner)."""
+    """A hold whose group object is gone, or whose places' life is over: its members' room only, an ordinary entry
+    that lives the reservation TTL from each reader's sight of it as such (its Pods drop it sooner)."""
     assert entry.hold is not None
     unfilled = entry.hold.unfilled()
     amounts = {name: amount - unfilled.get(name, 0) for name, amount in entry.amounts.items()}
@@ -224,3 +229,30 @@ def life(scene: Scene, entry: Reservation) -> float:
     """How long ``entry`` holds room from this worker's first sight: its ``ttl``; one written by the previous
     version has none, and holds the longest any of ours would (a grant's)."""
     return entry.ttl if entry.ttl is not None else scene.ttl + WINDOW
+
+
+def until(scene: Scene, entry_id: str, entry: Reservation) -> float:
+    """When ``entry`` stops holding room here (this worker's monotonic clock): its life from first sight; a hold
+    also the reservation TTL from its last member's join seen here, for that member's room while it is on its way
+    (places or not: a join renews no place, ``places_until``)."""
+    first = scene.first_seen.get(entry_id, scene.now)
+    if entry.hold is None:
+        return first + life(scene, entry)
+    return max(places_until(scene, entry_id, entry), scene.renewed.get(entry_id, first) + scene.ttl)
+
+
+def places_until(scene: Scene, entry_id: str, entry: Reservation) -> float:
+    """When a hold stops holding room for the members still to come: its life from the last sight of a Pod that
+    carries its id (or of the hold), CAP lives from its first sight at most. A member's Pod seen renews it, never a
+    join alone: a member admitted and never stored (a later admission stage refused it) renews nothing, and no run of
+    members holds the namespace's room longer than CAP lives (docs/quota.md, "Gangs")."""
+    first = scene.first_seen.get(entry_id, scene.now)
+    taken = scene.taken.get(entry_id)
+    seen = max(first, taken.since) if taken is not None else first
+    return min(seen, first + (CAP - 1) * life(scene, entry)) + life(scene, entry)
+
+
+def whole(scene: Scene, entry_id: str, entry: Reservation) -> bool:
+    """A hold still holds its places: its group object is there, and their life is not over."""
+    assert entry.hold is not None
+    return entry.hold.group not in scene.gone and scene.now < places_until(scene, entry_id, entry)

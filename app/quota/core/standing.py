@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from app.quota.core.amounts import Amounts, accumulate, unseen
 from app.quota.core.encoding import Hold, Ledger
 from app.quota.core.limits import set_by
-from app.quota.core.scene import View, account, life
+from app.quota.core.scene import View, account, until
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def standing(view: View, quotas: Mapping[str, Amounts], pods: int, *, now: float
     counted = account(scene)
     taken = counted.upper  # no grant is this reader's: each counts at its full amounts
     holds = [
-        Expiry(i, scene.first_seen.get(i, now) + life(scene, e) - now)
+        Expiry(i, until(scene, i, e) - now)
         for i, e in counted.live.items()
         if any(unseen(e.amounts, seen[i].amounts if i in seen else None).values())
     ]

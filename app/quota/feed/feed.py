@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from app.admission.devices.base import Device
@@ -37,15 +37,19 @@ class Feed:
     method takes it once (a wait lets it go while it waits); nothing else is locked or called out (metrics set, lines
     logged) while it is held, so FeedStreams may call in while holding its own lock."""
 
-    def __init__(self, devices: Sequence[Device], *, forget_after: float) -> None:
+    def __init__(
+        self, devices: Sequence[Device], *, forget_after: float, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:  # fmt: skip
+        self._clock = monotonic  # every time the feed keeps or waits by: the Committer's clock (app/quota/ports.py)
         self._lock = threading.Lock()
         # Waiters wake only for what they wait on: a Pod stream moving on, or a ledger changing.
         self._pods_moved = threading.Condition(self._lock)
         self._ledgers_moved = threading.Condition(self._lock)
-        self.pods = PodTable(devices, forget_after)
+        # each holds the other's reader: the Pods' seals are checked with the key a ledger brings (PodTable.key)
+        self.ledgers = LedgerTable(monotonic, on_key=lambda namespace, key: self.pods.key(namespace, key))
+        self.pods = PodTable(devices, forget_after, monotonic, self.ledgers.names)
         self._ttl = forget_after  # the reservation TTL: what an entry written without one holds, for the gauges
         self.quotas = QuotaTable(devices)
-        self.ledgers = LedgerTable(on_key=self.pods.key)
         self.groups = GroupTable()
         self._pods_at: dict[str, int] = {}  # per quota'd namespace: the rv its Pod watch reached (-1: not listed)
         self._quotas_in = False  # the ResourceQuotas have been listed
@@ -78,23 +82,23 @@ class Feed:
 
     def wait_ledger(self, namespace: str, rv: int, timeout: float) -> Ledger | None:
         """The cached ledger once it is newer than ``rv`` (None if it does not get newer within ``timeout``)."""
-        deadline = time.monotonic() + timeout
+        deadline = self._clock() + timeout
         with self._lock:
             while True:
                 found = self.ledgers.get(namespace)
                 if found is not None and found.rv > rv:
                     return found
-                remaining = deadline - time.monotonic()
+                remaining = deadline - self._clock()
                 if remaining <= 0 or not self._ledgers_moved.wait(remaining):
                     return None
 
     def wait_pods(self, namespace: str, rv: int, timeout: float) -> bool:
         """This process has listed the namespace's Pods and seen every Pod event up to resourceVersion ``rv`` (waits
         up to ``timeout``): Pods whose reservations another process dropped at ``rv`` are counted here too."""
-        deadline = time.monotonic() + timeout
+        deadline = self._clock() + timeout
         with self._lock:
             while self._pods_at.get(namespace, -1) < max(rv, 0):
-                remaining = deadline - time.monotonic()
+                remaining = deadline - self._clock()
                 if remaining <= 0 or not self._pods_moved.wait(remaining):
                     return False
             return True
@@ -230,7 +234,7 @@ class Feed:
     def _view(self, namespace: str, entries: Iterable[str] | None) -> View:
         limits, pods_at = self.quotas.limits(namespace), self._pods_at.get(namespace, -1)
         synced = self._synced.is_set()
-        broken = time.monotonic() - self._broken_since if self._broken_since is not None else 0.0
+        broken = self._clock() - self._broken_since if self._broken_since is not None else 0.0
         if not limits:  # no device quota: nothing else of it counts (the common case, asked on every review)
             return View(namespace, limits, None, {}, {}, {}, pods_at, synced, broken)
         ledger = self.ledgers.get(namespace)
@@ -240,4 +244,5 @@ class Feed:
         members = self.pods.members(namespace)
         holds = [e.hold.group for e in (ledger.entries.values() if ledger else ()) if e.hold is not None]
         gone = self.groups.gone(namespace, holds) if holds else frozenset()
-        return View(namespace, limits, ledger, first_seen, used, taken, pods_at, synced, broken, members, gone)
+        renewed = self.ledgers.renewed(namespace)
+        return View(namespace, limits, ledger, first_seen, used, taken, pods_at, synced, broken, members, gone, renewed)

@@ -46,13 +46,13 @@ class GroupTable:
 
     def gang(self, namespace: str, pod: Mapping[str, Any]) -> tuple[Gang | None, str]:
         """The Pod's gang, or None when it is charged alone, with the reason to tell its author ("" none: no group,
-        or a group that is no gang)."""
+        or a group that is no gang). Raises GroupRefused for a Kueue size that cannot be read."""
         key = group(pod)
         if not key:
             return None, ""
         api, _, name = key.partition("/")
         if api == KUEUE:
-            size = kueue_size(pod)
+            size = kueue_size(namespace, pod)
             return (Gang(key, size), "") if size > 1 else (None, "")
         if api not in self._listed:
             return None, f"pod group {name}: the {api} PodGroup API is not served here; the Pod is charged alone"

@@ -78,17 +78,27 @@ class PodTable:
     (app/quota/core/seal.py): a Pod whose reservation the webhook did not write counts as used, and the entry it
     names keeps holding its room. A Pod seen before its namespace's key waits for it (``key``), counted as used."""
 
-    def __init__(self, devices: Sequence[Device], forget_after: float) -> None:
+    def __init__(
+        self,
+        devices: Sequence[Device],
+        forget_after: float,
+        clock: Callable[[], float] = time.monotonic,
+        named: Callable[[str, str], bool] = lambda namespace, reservation: False,
+    ) -> None:
         self._devices = devices
         self._forget_after = forget_after
+        self._clock = clock  # the feed's monotonic clock, the one its ledgers' first sights are on
+        self._named = named  # whether the feed's newest ledger of a namespace still has an entry of this id
         self._pods: dict[str, _Pod] = {}
         self._by_namespace: dict[str, set[str]] = {}
         self._used: dict[str, Amounts] = {}
         # (namespace, reservation) -> what its Pods took: a Pod consumes only its own namespace's reservations.
-        # Kept while a ledger entry may still name it (``forget_after`` past its last Pod).
+        # Kept while a ledger entry names it, and ``forget_after`` past its last Pod: forgotten while its entry
+        # lives (a gang's hold lives minutes after its members went), the entry would hold their room again.
         self._taken: dict[tuple[str, str], Taken] = {}
         self._forget: deque[tuple[float, tuple[str, str]]] = deque()
-        self._members: dict[str, dict[str, int]] = {}  # namespace -> gang key -> its Pods
+        self._members: dict[str, dict[str, int]] = {}  # namespace -> gang key -> its Pods, device or not
+        self._bare: dict[str, int] = {}  # namespace -> its gangs' Pods that ask for no device (no quota held)
         self._keys: dict[str, str] = {}  # namespace -> its ledger's sealing key
         self._unvouched: dict[str, dict[str, _Pod]] = {}  # namespace -> Pods whose seals wait for its key
 
@@ -135,7 +145,7 @@ class PodTable:
     def seen(self, namespace: str, entries: Iterable[str]) -> dict[str, Taken]:
         """``taken`` for each of ``entries`` its Pods took from, copied: a View's, read apart from this table."""
         found = ((r, self._taken.get((namespace, r))) for r in entries)
-        return {r: Taken(dict(t.amounts), t.rv) for r, t in found if t is not None}
+        return {r: Taken(dict(t.amounts), t.rv, since=t.since) for r, t in found if t is not None}
 
     def consumed(self, namespace: str, entry: str, nonce: str) -> bool:
         """A Pod carrying this seal of ``entry`` has been counted against it (a review presenting the seal again is
@@ -154,12 +164,13 @@ class PodTable:
                 self._vouch(uid, pod)
 
     def members(self, namespace: str) -> dict[str, int]:
-        """Per gang key, the namespace's device Pods that name it."""
+        """Per gang key, the namespace's Pods that name it: its device Pods, and those that ask for none (a
+        launcher, a driver), which the group's size counts too and which never reach the webhook."""
         return dict(self._members.get(namespace) or {})
 
     def count(self, namespace: str) -> int:
         """The namespace's Pods that hold some of its quota."""
-        return len(self._by_namespace.get(namespace) or ())
+        return len(self._by_namespace.get(namespace) or ()) - self._bare.get(namespace, 0)
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -173,11 +184,12 @@ class PodTable:
             amounts = pod_amounts(obj, self._devices)
         except Exception as exc:  # a stored Pod the arithmetic refuses counts nothing; the caller says which
             return uid, Uncounted(meta.get("namespace") or "", meta.get("name") or "", str(exc))
-        if not amounts:
-            return uid, None
-        written = (meta.get("annotations") or {}).get(QUOTA_RESERVATION_ANNOTATION)
         namespace = sys.intern(meta.get("namespace") or "")
         rv = resource_version(meta.get("resourceVersion"))
+        if not amounts:  # a gang's member that asks for no device (an MPI launcher) fills a place all the same
+            key = group(obj)
+            return uid, _Pod(namespace, None, {}, rv, key) if key else None
+        written = (meta.get("annotations") or {}).get(QUOTA_RESERVATION_ANNOTATION)
         return uid, _Pod(namespace, parse(written) if isinstance(written, str) else None, amounts, rv, group(obj))
 
     def _add(self, uid: str, pod: _Pod) -> None:
@@ -186,6 +198,8 @@ class PodTable:
         accumulate(self._used.setdefault(pod.namespace, {}), pod.amounts)
         if pod.group:
             accumulate(self._members.setdefault(pod.namespace, {}), {pod.group: 1})
+        if not pod.amounts:
+            accumulate(self._bare, {pod.namespace: 1})
         if pod.seal is not None:
             self._vouch(uid, pod)
 
@@ -208,6 +222,7 @@ class PodTable:
         taken.rv = max(taken.rv, pod.rv)
         taken.alive += 1
         taken.forget_at = float("inf")
+        taken.since = self._clock()
 
     def _left(self, pod: _Pod) -> None:
         """A gang's member went: one Pod fewer named by its group."""
@@ -215,6 +230,10 @@ class PodTable:
         members[pod.group] -= 1
         if not members[pod.group]:
             del members[pod.group]
+        if not pod.amounts:
+            self._bare[pod.namespace] -= 1
+            if not self._bare[pod.namespace]:
+                del self._bare[pod.namespace]
 
     def _remove(self, uid: str) -> None:
         pod = self._pods.pop(uid, None)
@@ -224,11 +243,11 @@ class PodTable:
         uids.discard(uid)
         if not uids:
             del self._by_namespace[pod.namespace]
-        used = self._used[pod.namespace]
+        used = self._used.get(pod.namespace, {})
         for name, amount in pod.amounts.items():
             used[name] = max(used.get(name, 0) - amount, 0)
         if not any(used.values()):
-            del self._used[pod.namespace]
+            self._used.pop(pod.namespace, None)
         if pod.group:
             self._left(pod)
         self._went(uid, pod)
@@ -237,18 +256,29 @@ class PodTable:
         """What a Pod that went took of its reservation stays taken while the ledger entry may outlive it."""
         if pod.seal is not None and not pod.reservation:
             (self._unvouched.get(pod.namespace) or {}).pop(uid, None)
-        now = time.monotonic()
+        now = self._clock()
         taken = self._taken.get((pod.namespace, pod.reservation)) if pod.reservation else None
         if taken is not None:
             taken.alive -= 1
             if not taken.alive:
                 taken.forget_at = now + self._forget_after
                 self._forget.append((taken.forget_at, (pod.namespace, pod.reservation)))
+        self._sweep(now)
+
+    def _sweep(self, now: float) -> None:
+        """Forget what the Pods of reservations due took, unless the ledger still has their entry."""
+        named = []
         while self._forget and self._forget[0][0] <= now:
             _, key = self._forget.popleft()
             gone = self._taken.get(key)
-            if gone is not None and gone.forget_at <= now:
+            if gone is None or gone.forget_at > now:
+                continue
+            if self._named(*key):  # its entry is in the ledger still: looked at again ``forget_after`` on
+                gone.forget_at = now + self._forget_after
+                named.append((gone.forget_at, key))
+            else:
                 del self._taken[key]
+        self._forget.extend(named)
 
 
 class _Relisted(abc.ABC):
@@ -299,11 +329,11 @@ class QuotaTable(_Relisted):
         return set(self._by_namespace)
 
 
-class LedgerTable(_Relisted):
+class LedgerTable:
     """The newest ledger Lease seen per quota'd namespace: from the watch, and from this process's own
     reads and writes (whichever is newer wins); and when this process first saw each of its entries, on its own
     monotonic clock: an entry's life counts from there, never from a time another process wrote
-    (docs/rules.md#no-clock-but-its-own)."""
+    (docs/rules.md#no-clock-but-its-own). For a gang's hold also when it last saw a member join it (``renewed``)."""
 
     def __init__(
         self, clock: Callable[[], float] = time.monotonic, on_key: Callable[[str, str], None] | None = None
@@ -312,44 +342,61 @@ class LedgerTable(_Relisted):
         self._on_key = on_key  # told each namespace's sealing key as a ledger brings it (PodTable.key)
         self._by_namespace: dict[str, Ledger] = {}
         self._first_seen: dict[str, dict[str, float]] = {}  # namespace -> entry id -> first sight here
+        self._renewed: dict[str, dict[str, float]] = {}  # namespace -> hold id -> last sight of a member joining
         self._listed = False
 
     def replace(self, items: Iterable[Mapping[str, Any]]) -> int:
-        """A fresh list: first sights of entries still there stand. What the first list of a process finds
-        counts as new (its room held up to one TTL longer than its writer meant): returns how many entries that
-        is, on the first list only (``say_found_at_start``), else 0."""
-        self._rebuild(items)
+        """A fresh list: first sights of entries still there stand, and each is compared with the ledger seen
+        before it, as a watch event is (a member that joined while the watch was down is a join seen now). What
+        the first list of a process finds counts as new (its room held up to one TTL longer than its writer
+        meant): returns how many entries that is, on the first list only (``say_found_at_start``), else 0."""
+        before, self._by_namespace = self._by_namespace, {}
+        for obj in items:
+            found = _ledger(obj)
+            if found is not None:
+                self._take(found, before.get(found.namespace))
         self._first_seen = {ns: seen for ns, seen in self._first_seen.items() if ns in self._by_namespace}
+        self._renewed = {ns: seen for ns, seen in self._renewed.items() if ns in self._by_namespace}
         if self._listed:
             return 0
         self._listed = True
         return sum(len(s.entries) for s in self._by_namespace.values())
 
     def apply(self, kind: str, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        name = meta.get("name") or ""
+        name = (obj.get("metadata") or {}).get("name") or ""
         if not name.startswith(LEDGER_PREFIX):
             return
         namespace = name[len(LEDGER_PREFIX) :]
         if kind == "DELETED":
             self._by_namespace.pop(namespace, None)
             self._first_seen.pop(namespace, None)
-        elif self._newer(namespace, resource_version(meta.get("resourceVersion"))):
+            self._renewed.pop(namespace, None)
+        elif self._newer(namespace, resource_version((obj.get("metadata") or {}).get("resourceVersion"))):
             # parsed only when newer: the writer's own write comes back by the watch after it offered it
             self.offer(decode(namespace, obj))
 
     def offer(self, found: Ledger) -> None:
         if self._newer(found.namespace, found.rv):
-            before, now = self._first_seen.get(found.namespace, {}), self._clock()
-            old = self._by_namespace.get(found.namespace)
-            old_entries = old.entries if old is not None else {}
-            self._by_namespace[found.namespace] = found
-            if found.key and self._on_key is not None and (old is None or old.key != found.key):
-                self._on_key(found.namespace, found.key)
-            # a hold lives from its last member's write: a new member seen restarts its life here
-            self._first_seen[found.namespace] = {
-                i: now if _joined(old_entries.get(i), e) else before.get(i, now) for i, e in found.entries.items()
-            }
+            self._take(found, self._by_namespace.get(found.namespace))
+
+    def _take(self, found: Ledger, old: Ledger | None) -> None:
+        """``found`` is the namespace's newest ledger, ``old`` the one this process saw before it (None: none)."""
+        namespace, now = found.namespace, self._clock()
+        first, renewed = self._first_seen.get(namespace, {}), self._renewed.get(namespace, {})
+        old_entries = old.entries if old is not None else {}
+        self._by_namespace[namespace] = found
+        if found.key and self._on_key is not None and (old is None or old.key != found.key):
+            self._on_key(namespace, found.key)
+        # a hold released (its group gone, its places' life over) is a new sight: its members' room lives a TTL from
+        # here on every reader, whichever versions it skipped; a member joining is a renewal (scene.py's until)
+        self._first_seen[namespace] = {
+            i: now if _released(old_entries.get(i), e) else first.get(i, now) for i, e in found.entries.items()
+        }
+        self._renewed[namespace] = {
+            i: now if _joined(old_entries.get(i), e) else renewed.get(i, self._first_seen[namespace][i])
+            for i, e in found.entries.items()
+            if e.hold is not None
+        }
 
     def _newer(self, namespace: str, rv: int) -> bool:
         current = self._by_namespace.get(namespace)
@@ -358,10 +405,26 @@ class LedgerTable(_Relisted):
     def get(self, namespace: str) -> Ledger | None:
         return self._by_namespace.get(namespace)
 
+    def names(self, namespace: str, entry: str) -> bool:
+        """The namespace's newest ledger has an entry of this id (its Pods' takings are kept: PodTable)."""
+        found = self._by_namespace.get(namespace)
+        return found is not None and entry in found.entries
+
     def first_seen(self, namespace: str) -> Mapping[str, float]:
         """When this process first saw each entry of the namespace's newest ledger (monotonic seconds). Read-only:
         ``offer`` replaces a namespace's mapping whole, never changes one in place, so a reader may keep it."""
         return MappingProxyType(self._first_seen.get(namespace) or {})
+
+    def renewed(self, namespace: str) -> Mapping[str, float]:
+        """When this process last saw a member join each hold of the namespace's newest ledger (or first saw it);
+        read-only, as ``first_seen``."""
+        return MappingProxyType(self._renewed.get(namespace) or {})
+
+
+def _ledger(obj: Mapping[str, Any]) -> Ledger | None:
+    """A listed Lease as a ledger (None: another Lease of the webhook's namespace)."""
+    name = (obj.get("metadata") or {}).get("name") or ""
+    return decode(name[len(LEDGER_PREFIX) :], obj) if name.startswith(LEDGER_PREFIX) else None
 
 
 def _joined(before: Reservation | None, after: Reservation) -> bool:
@@ -373,6 +436,11 @@ def _joined(before: Reservation | None, after: Reservation) -> bool:
         and after.hold is not None
         and after.hold.members > before.hold.members
     )
+
+
+def _released(before: Reservation | None, after: Reservation) -> bool:
+    """A gang's hold became an ordinary entry (app/quota/core/scene.py's released) between two sights of it."""
+    return before is not None and before.hold is not None and after.hold is None
 
 
 def view(namespace: str, quotas: QuotaTable, pods: PodTable, ledger: Ledger | None) -> View:

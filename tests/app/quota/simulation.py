@@ -56,8 +56,8 @@ from app.kube.errors import ApiError
 from app.quota.committer import COMMIT_FAILED, Committer
 from app.quota.contact import Contact
 from app.quota.core.encoding import Ledger, Reservation, decode
-from app.quota.core.gang import UPSTREAM, Gang
-from app.quota.core.scene import WINDOW, Taken, View
+from app.quota.core.gang import KUEUE, KUEUE_LABEL, KUEUE_TOTAL, UPSTREAM, Gang
+from app.quota.core.scene import CAP, WINDOW, View
 from app.quota.evaluator import QuotaEvaluator
 from app.quota.feed.groups import GroupTable
 from app.quota.feed.tables import LedgerTable, PodTable, QuotaTable
@@ -82,9 +82,19 @@ def _copy(obj: Any) -> Any:
     return orjson.loads(orjson.dumps(obj))
 
 
+def entry_of(verdict: Verdict) -> str:
+    """The ledger entry an admission's seal names (app/quota/core/seal.py)."""
+    return verdict.reservation.partition(".")[0]
+
+
 def memory(obj: dict[str, Any]) -> int:
-    """The GPU memory a simulated Pod asks for (its one container's limit)."""
-    return int(obj["spec"]["containers"][0]["resources"]["limits"][MEM])
+    """The GPU memory a simulated Pod asks for (its one container's limit; a gang's launcher: none)."""
+    return int(obj["spec"]["containers"][0]["resources"]["limits"].get(MEM, 0))
+
+
+def placed(found: Ledger) -> dict[str, str]:
+    """The gangs' grants of ``found`` (grants of a hold's places), and the gang of each."""
+    return {grant_id: e.gang for grant_id, e in found.entries.items() if e.open and e.gang}
 
 
 class Killed(BaseException):
@@ -176,11 +186,12 @@ class SimFeed:
 
     def __init__(self, worker: Worker, server: ApiServer, limit: int) -> None:
         self.worker = worker
-        self.pods = PodTable(DEVICES, forget_after=TTL)
+        clock = lambda: worker.sim.now + worker.offset  # noqa: E731 (the worker's monotonic clock, never counted)
+        # the seals of Pods seen are checked with the ledger's key once it brings it
+        self.ledgers = LedgerTable(clock, on_key=lambda namespace, key: self.pods.key(namespace, key))
+        self.pods = PodTable(DEVICES, forget_after=TTL, clock=clock, named=self.ledgers.names)
         self.quotas = QuotaTable(DEVICES)
         self.quotas.replace([{"metadata": {"namespace": NS, "name": "gpu"}, "spec": {"hard": {MEM: str(limit)}}}])
-        # the worker's monotonic clock; the seals of Pods seen are checked with the ledger's key once it brings it
-        self.ledgers = LedgerTable(lambda: worker.sim.now + worker.offset, on_key=self.pods.key)
         self.groups = GroupTable()
         self.watches = {"pods": Watch(), "leases": Watch(), "podgroups": Watch()}
         self.pod_rv = 0
@@ -221,13 +232,12 @@ class SimFeed:
     def view(self, namespace: str, entries: Iterable[str] | None = None) -> View:
         ledger = self.ledgers.get(namespace)
         wanted = entries if entries is not None else (ledger.entries if ledger is not None else ())
-        found = {r: self.pods.taken(namespace, r) for r in wanted}
-        taken = {r: Taken(dict(h.amounts), h.rv) for r, h in found.items() if h is not None}
-        first_seen = self.ledgers.first_seen(namespace)
+        taken = self.pods.seen(namespace, wanted)
+        first_seen, renewed = self.ledgers.first_seen(namespace), self.ledgers.renewed(namespace)
         holds = [e.hold.group for e in (ledger.entries.values() if ledger else ()) if e.hold is not None]
         limits, used, members = self.quotas.limits(namespace), self.pods.used(namespace), self.pods.members(namespace)
         gone = self.groups.gone(namespace, holds)
-        return View(namespace, limits, ledger, first_seen, used, taken, self.pod_rv, True, 0.0, members, gone)
+        return View(namespace, limits, ledger, first_seen, used, taken, self.pod_rv, True, 0.0, members, gone, renewed)
 
     def gang(self, namespace: str, pod: dict[str, Any]) -> tuple[Gang | None, str]:
         return self.groups.gang(namespace, pod)
@@ -284,7 +294,10 @@ class Admission:
     uid: str
     memory: int
     dry_run: bool
-    group: str = ""  # the PodGroup it is a member of
+    group: str = ""  # the PodGroup it is a member of, or Kueue's plain-Pod group (``declares`` its size)
+    declares: str = (
+        ""  # Kueue's: the total count on the Pod (its author's word: now and then not its group's, or no count)
+    )
     result: Verdict | QuotaUnavailable | None = None
 
 
@@ -350,7 +363,7 @@ class Worker:
         self.offset = sim.rng.uniform(0, 1000)  # monotonic clocks start anywhere
         self.feed = SimFeed(self, sim.server, sim.limit)
         ledger = KubeLeases(self._send, HOME)
-        committer = Committer(self.feed, ledger, ttl=TTL, clock=self, new_id=sim.new_id, hold_ttl=HOLD)
+        committer = Committer(self.feed, ledger, ttl=TTL, clock=self, new_id=sim.new_id, hold_ttl=sim.hold)
         # its own shedding: this process's worker is not the simulated one's
         streams = SimStreams()
         contact = Contact(ledger.probe, streams.quota_in_play, streams.nudge, self, threading.Event())
@@ -363,7 +376,7 @@ class Worker:
             stale_after=30,
             clock=self,
             groups=self.feed,
-            gang_hold=HOLD,
+            gang_hold=sim.hold,
         )
         self.killed = False
         self.cut = False  # cut off from the API server: its requests and watches hang
@@ -504,7 +517,8 @@ class Worker:
             self._pause(lambda: True)
             return {"kind": "LeaseList", "items": []}
         answer = self.sim.server.request(method, path, body)
-        if method != "GET" and self.sim.rng.random() < self.sim.lost_answers:
+        if method != "GET" and (self.sim.lose_next or self.sim.rng.random() < self.sim.lost_answers):
+            self.sim.lose_next = max(self.sim.lose_next - 1, 0)
             raise OSError("connection reset by peer (simulated: the write was applied, its answer lost)")
         self._pause(lambda: True)
         return answer
@@ -548,18 +562,30 @@ class Simulation:
     """One seeded schedule: ``run()`` raises Violation (with the seed and the step) when an invariant breaks."""
 
     def __init__(
-        self, seed: int, *, workers: int = 3, room: int = 8, admissions: int = 30, kills: int = 1, gangs: int = 0
+        self, seed: int, *, workers: int = 3, room: int = 8, admissions: int = 30, kills: int = 1, gangs: int = 0,
+        hold: float = HOLD,
     ) -> None:  # fmt: skip
         self.seed = seed
+        self.hold = hold  # HAMI_QUOTA_GANG_HOLD
         self.rng = random.Random(seed)
         self.now = 0.0
         self.epoch = 0  # bumped whenever time passes
         self.limit = room * 1000
         self.server = ApiServer()
+        self.kueue: dict[str, int] = {}  # Kueue's plain-Pod groups (no object: each Pod declares the size)
         for index in range(gangs):  # before the workers start: their first list finds them
-            self.server.create_group(f"gang-{index}", self.rng.choice([2, 3, 4]))
-        self.gangs = sorted(self.server.groups)
-        self.hold_stored: dict[tuple[str, int], float] = {}  # (hold id, members) -> when the server first had it
+            if self.rng.random() < 0.3:
+                self.kueue[f"kueue-{index}"] = self.rng.choice([2, 3, 4])
+            else:
+                self.server.create_group(f"gang-{index}", self.rng.choice([2, 3, 4]))
+        self.gangs = sorted([*self.server.groups, *self.kueue])
+        self.launched: set[str] = set()  # groups whose Pod that asks for no device (a launcher) was created
+        self.started: dict[str, list[Admission]] = {}  # per group: its members' admissions, in order
+        self.answered_at: dict[str, float] = {}  # per admission uid: when its answer came
+        self.placed: dict[str, str] = {}  # per gang grant id ever stored: its gang
+        self.killed = False  # a worker was killed
+        self.hold_stored: dict[str, float] = {}  # hold or gang grant id -> when the server first had it
+        self.carried: dict[str, float] = {}  # reservation -> when a Pod carrying it was last stored
         self.holds_of: Ledger | None = None  # the stored ledger whose holds ``holds`` lists
         self.holds: list[tuple[float, str, Reservation]] = []
         self.charged: dict[str, int] = {}  # per reservation: the memory of every Pod admitted into it
@@ -567,6 +593,7 @@ class Simulation:
         self.reads = 0  # clock reads since the running task was resumed
         self.ids = 0
         self.lost_answers = self.rng.choice([0.0, 0.0, 0.05])
+        self.lose_next = 0  # the answers of this many next writes lost, whatever lost_answers draws (a Hand's)
         self.admissions_left = admissions
         self.kills_left = kills
         self.never_lands = self.rng.choice([0.0, 0.1, 0.3])
@@ -597,9 +624,13 @@ class Simulation:
         return f"grant-{self.ids}"
 
     def pod_object(self, admission: Admission) -> dict[str, Any]:
-        obj = pod(container(limits={GPU: "1", MEM: str(admission.memory)}), namespace=NS)
+        limits = {GPU: "1", MEM: str(admission.memory)} if admission.memory else {"cpu": "1"}
+        obj = pod(container(limits=limits), namespace=NS)
         obj["metadata"] |= {"uid": admission.uid, "name": admission.uid, "annotations": {}}
-        if admission.group:
+        if admission.group in self.kueue:
+            obj["metadata"]["labels"] = {KUEUE_LABEL: admission.group}
+            obj["metadata"]["annotations"][KUEUE_TOTAL] = admission.declares
+        elif admission.group:
             obj["spec"]["schedulingGroup"] = {"podGroupName": admission.group}
         return obj
 
@@ -608,6 +639,7 @@ class Simulation:
     def answered(self, worker: Worker, admission: Admission) -> None:
         """The API server got the webhook's answer: an admitted Pod is stored soon (unless it never lands)."""
         result = admission.result
+        self.answered_at[admission.uid] = self.now
         self.trace.append(f"{self.now:.3f} worker {worker.index} {admission.uid} ({admission.memory}): {result!r}")
         if isinstance(result, QuotaUnavailable):
             reason = str(result)
@@ -626,7 +658,7 @@ class Simulation:
         if admission.dry_run:
             return
         self.admitted += 1
-        entry = result.reservation.partition(".")[0]  # the entry its seal names (app/quota/core/seal.py)
+        entry = entry_of(result)
         self.charged[entry] = self.charged.get(entry, 0) + admission.memory
         if not result.reservation:
             self.problems.append(f"{admission.uid} admitted without a reservation")
@@ -648,6 +680,7 @@ class Simulation:
         """SIGKILL: wherever it is, the process is gone (a write it sent may have landed); a new one starts."""
         self.trace.append(f"{self.now:.3f} worker {worker.index} killed")
         self.kills_left -= 1
+        self.killed = True
         self.stop(worker)
         for kind, watch in worker.feed.watches.items():
             self.server.watches[kind].remove(watch)
@@ -677,8 +710,13 @@ class Simulation:
         if self.server.groups:
             weights.append(0.02)
             actions.append((self.delete_some_group,))
+        if len(self.launched) < len(self.gangs):
+            weights.append(0.05)
+            actions.append((self.launch,))
         weights.append(1)
         actions.append((self.advance,))
+        weights.append(0.2)
+        actions.append((self.advance, 25.0))  # toward the end of a hold's life
         return weights, actions
 
     def pick(self, weights: list[float], actions: list[tuple[Any, ...]]) -> tuple[Any, ...]:
@@ -719,11 +757,27 @@ class Simulation:
         admission = Admission(
             f"pod-{self.admissions_left}", self.rng.choice([1000, 1000, 2000]), self.rng.random() < 0.1, group
         )
+        if group and self.rng.random() < 0.2:  # a gang of mixed sizes
+            admission.memory = 4000
+        if group in self.kueue:  # now and then a member declares another size than its group's, or no number
+            admission.declares = self.rng.choice([str(self.kueue[group])] * 16 + [str(self.kueue[group] + 1), "\u00b2"])
+        if group and not admission.dry_run:
+            self.started.setdefault(group, []).append(admission)
         worker.spawn("admission", lambda: worker.admit(admission))
+
+    def launch(self) -> None:
+        """A gang's Pod that asks for no device (an MPI launcher, a Spark driver): created by its controller, never
+        sent to the webhook; the group's size counts it."""
+        group = self.rng.choice(sorted(set(self.gangs) - self.launched))
+        self.launched.add(group)
+        uid = f"launcher-{group}"
+        self.trace.append(f"{self.now:.3f} {uid} stored")
+        self.server.create_pod(self.pod_object(Admission(uid, 0, False, group, str(self.kueue.get(group, "")))))
 
     def land(self, uid: str) -> None:
         _, obj = self.landing.pop(uid)
         self.trace.append(f"{self.now:.3f} {uid} stored")
+        self.carried[obj["metadata"]["annotations"][RESERVATION]] = self.now
         self.server.create_pod(obj)
         if self.authors.random() < self.rewrites:
             self.rewrite(uid)
@@ -779,9 +833,10 @@ class Simulation:
         self.check_holds(found, committed)
         if found.rv == self.checked_rv:
             return
+        self.placed.update(placed(found))
         self.checked_rv, stored = found.rv, set(found.entries)
         for entry_id, entry in found.entries.items():
-            life = max(HOLD, TTL) if entry.hold is not None else TTL + WINDOW
+            life = max(self.hold, TTL) if entry.hold is not None else TTL + WINDOW
             latest = 1.7e9 + self.now + SKEW + life + 0.05  # for the previous version's readers; rounded to 0.1 s
             if entry.ttl is None or entry.ttl > life or entry.expires > latest:
                 raise self.violation(f"entry {entry_id} holds room past its TTL: {entry}")
@@ -793,13 +848,14 @@ class Simulation:
     def check_holds(self, found: Ledger, committed: int) -> None:
         """Every hold each reader still counts is real room: the Pods stored or landing plus those holds' unfilled
         room, and the room of the places their grants hold that no member was admitted into, fit the limit (two
-        gangs never each hold part of it, and a hold can always be filled)."""
+        gangs never each hold part of it, and a hold can always be filled). Every reader counts a hold's places
+        until at least its life past the later of its first write and its last member's Pod stored (each reader's
+        sights of them come later), CAP lives from that write at most."""
         if found is not self.holds_of:  # a new ledger: its holds and gangs' grants, with when the server first had it
             self.holds_of, self.holds = (
                 found,
                 [
-                    (self.hold_stored.setdefault((entry_id, entry.hold.members if entry.hold else -1), self.now),
-                     entry_id, entry)
+                    (self.hold_stored.setdefault(entry_id, self.now), entry_id, entry)
                     for entry_id, entry in found.entries.items()
                     if entry.hold is not None or (entry.open and entry.gang)
                 ],
@@ -807,9 +863,14 @@ class Simulation:
         unfilled = 0
         for stored, entry_id, entry in self.holds:
             group = entry.hold.group if entry.hold is not None else entry.gang
-            if group.partition("/")[2] not in self.server.groups:
+            api, _, name = group.partition("/")
+            if api != KUEUE and name not in self.server.groups:
                 continue
-            if entry.hold is not None and self.now < stored + max(HOLD, TTL):
+            life = max(self.hold, TTL)  # its places: from the last Pod with its id stored, CAP lives at most
+            if (
+                entry.hold is not None
+                and self.now < min(max(stored, self.carried.get(entry_id, 0.0)), stored + (CAP - 1) * life) + life
+            ):
                 unfilled += entry.hold.unfilled().get(MEM, 0)
             elif entry.hold is None and self.now < stored + TTL + WINDOW:  # a gang's grant: its places not taken
                 unfilled += max(entry.amounts.get(MEM, 0) - self.charged.get(entry_id, 0), 0)
@@ -817,6 +878,27 @@ class Simulation:
             raise self.violation(
                 f"holds are not real room: Pods {committed} + unfilled holds {unfilled} > {self.limit}"
             )
+
+    def check_members(self) -> None:
+        """No member takes two places: once every admission is answered, a hold whose gang has no grant open counts
+        no more members than the admissions answered into it or into its gang's grants (a join decided again, its
+        answer lost, included). Not where a worker was killed (the places of its grants are lost, counted) or a
+        member's admission failed (its join may have landed, unanswered)."""
+        found = self.server.ledger_entries()
+        if found is None or self.killed:
+            return
+        for hold_id, entry in found.entries.items():
+            if entry.hold is None or any(e.open and e.gang == entry.hold.group for e in found.entries.values()):
+                continue
+            admissions = self.started.get(entry.hold.group.partition("/")[2], [])
+            if any(isinstance(a.result, QuotaUnavailable) for a in admissions):
+                continue
+            into = {hold_id} | {g for g, gang in self.placed.items() if gang == entry.hold.group}
+            admitted = sum(isinstance(a.result, Verdict) and entry_of(a.result) in into for a in admissions)
+            if entry.hold.members > admitted:
+                raise self.violation(
+                    f"hold {hold_id} counts {entry.hold.members} members, {admitted} were admitted into it"
+                )
 
     def run(self) -> Outcome:
         before = random.getstate()
@@ -827,6 +909,7 @@ class Simulation:
                 action, *arguments = self.pick(*self.choices())
                 action(*arguments)
                 self.check()
+            self.check_members()
             free = self.settle()
             recounted = sum(memory(o) for o in [*self.server.pods.values(), *(o for _, o in self.landing.values())])
             if recounted != self.committed:
@@ -849,6 +932,17 @@ class Simulation:
                 self.resume(other)
         raise self.violation(f"worker {worker.index}'s {kind} did not end")
 
+    def drain(self) -> None:
+        """Every thread that can run runs, until none can without time passing: a request in flight reaches the
+        server before the quiet time, not after it (in a run cut short it can still be on its way)."""
+        for _ in range(10_000):
+            ready = [t for w in self.workers for t in w.tasks if not t.done and not t.dead and t.is_ready()]
+            if not ready:
+                return
+            for task in ready:
+                self.resume(task)
+            self.deliver_all()
+
     def deliver_all(self) -> None:
         for worker in self.workers:
             while any(w.pending for w in worker.feed.watches.values()):
@@ -864,7 +958,8 @@ class Simulation:
             if worker.cut:
                 self.heal(worker)
         self.deliver_all()
-        self.advance(max(TTL, HOLD) + WINDOW + 1)  # every hold not filled is given back by now
+        self.drain()
+        self.advance(max(TTL, self.hold) + WINDOW + 1)  # every hold not filled is given back by now
         self.deliver_all()
         used = sum(memory(o) for o in self.server.pods.values())
         free = (self.limit - used) // 1000
@@ -883,3 +978,96 @@ class Simulation:
             if (landing := self.landing.pop(admission.uid, None)) is not None:
                 self.committed -= memory(landing[1])
         return free
+
+
+class Hand:
+    """A schedule chosen by hand, not drawn: workers of a Simulation with no faults of their own, admissions run to
+    their end, admitted Pods stored at once with their reservation, every watch delivered promptly unless held back
+    (``paused``). What a test reproduces with it is one interleaving the API server may produce, named step by
+    step; the shipped HAMI_QUOTA_GANG_HOLD (300 s) unless said."""
+
+    def __init__(self, room: int, workers: int = 1, hold: float = 300.0) -> None:
+        self.sim = Simulation(seed=7, workers=workers, room=room, admissions=0, kills=0, gangs=0, hold=hold)
+        sim = self.sim
+        sim.lost_answers, sim.never_lands, sim.partitions_left = 0.0, 0.0, 0
+        sim.deliver_all()
+        self.paused: set[tuple[int, str]] = set()  # (worker, watch kind) whose events are held back
+
+    def deliver(self) -> None:
+        for worker in self.sim.workers:
+            for kind, watch in worker.feed.watches.items():
+                while (worker.index, kind) not in self.paused and watch.pending:
+                    worker.feed.deliver(kind)
+
+    def obj(
+        self, uid: str, mem: int, *, group: str = "", labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None, device: bool = True,
+    ) -> dict[str, Any]:  # fmt: skip
+        """A Pod asking ``mem`` of GPU memory (none but CPU: ``device`` false), a member of PodGroup ``group``."""
+        made = pod(container(limits={GPU: "1", MEM: str(mem)} if device else {"cpu": "1"}), namespace=NS)
+        made["metadata"] |= {"uid": uid, "name": uid, "annotations": dict(annotations or {}), "labels": labels or {}}
+        if group:
+            made["spec"]["schedulingGroup"] = {"podGroupName": group}
+        return made
+
+    def group(self, name: str, size: int) -> None:
+        self.sim.server.create_group(name, size)
+        self.deliver()
+
+    def admit(self, objs: Iterable[dict[str, Any]], worker: int = 0, land: bool = True) -> dict[str, Any]:
+        """These admissions, at once on ``worker``, run to their end (time passing 2 ms a step); the admitted ones
+        stored unless ``land`` is false. Returns uid -> Verdict or QuotaUnavailable."""
+        objs = list(objs)
+        results: dict[str, Any] = {}
+        at = self.sim.workers[worker]
+
+        def admit(obj: dict[str, Any]) -> None:
+            uid = obj["metadata"]["uid"]
+            try:
+                results[uid] = at.port.admit(NS, PodEdit(obj), uid=uid, dry_run=False)
+            except QuotaUnavailable as exc:
+                results[uid] = exc
+
+        self.run(worker, [at.spawn("admission", lambda o=obj: admit(o)) for obj in objs])
+        for obj in objs if land else ():
+            verdict = results[obj["metadata"]["uid"]]
+            if isinstance(verdict, Verdict) and not verdict.denial:
+                self.store(obj, verdict.reservation)
+        return results
+
+    def run(self, worker: int, tasks: list[Task]) -> None:
+        """``tasks`` of ``worker`` run to their end, its other threads as they can, watches delivered."""
+        at = self.sim.workers[worker]
+        for _ in range(20_000):
+            if all(t.done for t in tasks):
+                break
+            self.deliver()
+            for other in [t for t in at.tasks if not t.done and not t.dead and t.is_ready()]:
+                self.sim.resume(other)
+            self.sim.advance(0.002)
+        assert all(t.done for t in tasks), "the admissions did not end"
+        self.deliver()
+
+    def store(self, obj: dict[str, Any], reservation: str = "") -> None:
+        if reservation:
+            obj["metadata"]["annotations"][RESERVATION] = reservation
+        self.sim.server.create_pod(obj)
+        self.deliver()
+
+    def delete(self, uid: str) -> None:
+        self.sim.server.delete_pod(uid)
+        self.deliver()
+
+    def stored(self) -> int:
+        """The GPU memory of the Pods stored."""
+        return sum(
+            int(o["spec"]["containers"][0]["resources"]["limits"].get(MEM, 0)) for o in self.sim.server.pods.values()
+        )
+
+    def ledger(self) -> dict[str, Reservation]:
+        found = self.sim.server.ledger_entries()
+        return dict(found.entries) if found is not None else {}
+
+    def wait(self, seconds: float) -> None:
+        self.sim.advance(seconds)
+        self.deliver()

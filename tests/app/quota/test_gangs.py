@@ -13,9 +13,9 @@ import pytest
 from app.admission.ports import FITS, Verdict
 from app.quota.command import render
 from app.quota.core.decision import BURST, Burst, Ruling, Write, decide
-from app.quota.core.encoding import LEDGER_ANNOTATION, Hold, Reservation, decode, encode
+from app.quota.core.encoding import JOINERS, LEDGER_ANNOTATION, Hold, Reservation, decode, encode
 from app.quota.core.gang import Gang, group
-from app.quota.core.scene import SLACK, WINDOW, Ask, Grant, Scene, Taken, View, account
+from app.quota.core.scene import CAP, SLACK, WINDOW, Ask, Grant, Scene, Taken, View, account
 from app.quota.core.standing import standing
 from app.quota.feed.groups import GroupTable
 from app.quota.feed.tables import LedgerTable
@@ -40,11 +40,15 @@ def decided(at: Scene, *asks: Ask) -> Ruling:
     return decide(at, asks, wanted=0, ask=True, burst=Burst(), new_id="batch")
 
 
-def hold(members: int, size: int = 4, each: int = 1, charged: int | None = None, key: str = TRAIN.key) -> Reservation:
-    """A hold as the ledger keeps it: ``members`` admitted of ``size`` (charged ``each`` unless said)."""
+def hold(
+    members: int, size: int = 4, each: int = 1, charged: int | None = None, key: str = TRAIN.key,
+    joined: tuple[str, ...] = (),
+) -> Reservation:  # fmt: skip
+    """A hold as the ledger keeps it: ``members`` admitted of ``size`` (charged ``each`` unless said), ``joined``
+    listing the members that joined it through the ledger."""
     charged = members * each if charged is None else charged
     amounts = {GPU: charged + (size - members) * each}
-    return Reservation(round(WALL + HOLD, 1), amounts, ttl=HOLD, hold=Hold(key, size, members, {GPU: each}))
+    return Reservation(round(WALL + HOLD, 1), amounts, ttl=HOLD, hold=Hold(key, size, members, {GPU: each}, joined))
 
 
 def free(at: Scene) -> int:
@@ -63,7 +67,7 @@ def test_a_gang_that_does_not_fit_is_refused_on_its_first_member_with_its_figure
     assert made.verdicts == (
         Verdict(
             "exceeding resource quota: namespace ai nvidia.com/gpu: gang scheduling.k8s.io/other of 4 Pods "
-            "needs 4 for 4 Pods together, 2 free of limit 6",
+            "needs 4 for 4 Pods together, 2 free of limit 6 (each Pod not seen yet counted as large as this one)",
             gang=True,  # counted as the gang's denial (the metric's cause)
         ),
     )
@@ -75,7 +79,8 @@ def test_two_gangs_in_one_batch_one_holds_the_other_is_refused() -> None:
     assert [bool(v and v.denial) for v in made.verdicts] == [False, True, False, True]
     assert made.verdicts[2] == Verdict(reservation="w0")
     # two members at once are a burst: the worker takes the two places left into a grant of its own
-    assert made.write is not None and dict(made.write.entries) == {"w0": placed(hold(2), 2), "batch-gang": places(2)}
+    written = {"w0": placed(hold(2, joined=("w1",)), 2), "batch-gang": places(2)}
+    assert made.write is not None and dict(made.write.entries) == written
 
 
 def placed(entry: Reservation, count: int) -> Reservation:
@@ -94,8 +99,14 @@ def test_in_a_burst_a_worker_takes_places_of_the_hold_into_a_grant_and_no_free_r
     at = scene(entries={"w0": hold(1)})
     made = decide(at, [ask("w1")], wanted=0, ask=True, burst=Burst(rate=BURST), new_id="b")
     assert made.verdicts == (Verdict(reservation="w0"),)
-    assert made.write is not None and dict(made.write.entries) == {"w0": placed(hold(2), 2), "b-gang": places(2)}
-    assert (made.write.hold, made.write.places, made.write.gang_grant) == ("w0", 2, "b-gang")
+    written = {"w0": placed(hold(2, joined=("w1",)), 2), "b-gang": places(2)}
+    assert made.write is not None and dict(made.write.entries) == written
+    assert (made.write.hold, made.write.places, made.write.gang_grant, made.write.joined) == (
+        "w0",
+        2,
+        "b-gang",
+        ("w1",),
+    )
     assert free(at) == free(scene(entries=made.write.entries)) == 2  # the gang's own room, moved
 
 
@@ -152,17 +163,30 @@ def test_later_members_take_their_room_from_the_hold_and_ordinary_pods_never_do(
     assert made.verdicts[2] is not None and made.verdicts[2].denial  # the hold's room is not an ordinary Pod's
     assert not made.verdicts[2].gang
     assert made.verdicts[3] == Verdict(reservation="w0")
-    assert made.write is not None and made.write.entries["w0"] == placed(hold(2), 2)  # four at once: a burst
+    assert made.write is not None and made.write.entries["w0"] == placed(hold(2, joined=("w1",)), 2)  # a burst
 
 
 def test_a_member_bigger_than_the_first_is_charged_the_difference_from_free_room() -> None:
     at = scene(entries={"w0": hold(1)})
     made = decided(at, ask("w1", gpus=3))
     assert made.verdicts == (Verdict(reservation="w0"),)
-    assert made.write is not None and made.write.entries["w0"] == hold(2, charged=4)
+    assert made.write is not None and made.write.entries["w0"] == hold(2, charged=4, joined=("w1",))
     assert free(scene(entries=made.write.entries)) == 0
     too_big = decided(at, ask("w1", gpus=4))
     assert too_big.verdicts[0] is not None and "requested 3 > limit 6" in too_big.verdicts[0].denial
+
+
+def test_a_member_the_hold_lists_as_joined_gets_its_verdict_again_and_adds_nothing() -> None:
+    """Decided again (its write's answer lost, or the request sent again to another replica): not a second place."""
+    at = scene(entries={"w0": hold(2, joined=("w1",))})
+    assert decided(at, ask("w1")) == Ruling((Verdict(reservation="w0"),), account=account(at))
+    made = decided(at, ask("w2"))
+    assert made.write is not None and made.write.entries["w0"] == hold(3, joined=("w1", "w2"))
+    assert made.write.landed(at.entries, made.write.entries) and not made.write.landed(at.entries, at.entries)
+    many = scene(room=40, entries={"w0": hold(2, size=40, joined=tuple(f"j{i}" for i in range(JOINERS)))})
+    listed = decided(many, ask("w2")).write
+    assert listed is not None and listed.entries["w0"].hold is not None
+    assert listed.entries["w0"].hold.joined == (*(f"j{i}" for i in range(1, JOINERS)), "w2")  # the last ones
 
 
 def test_members_beyond_the_size_are_charged_alone() -> None:
@@ -190,18 +214,30 @@ def test_a_hold_whose_group_is_gone_keeps_only_its_members_room() -> None:
     assert made.write is not None and made.write.entries["w0"] == released
 
 
-def test_a_hold_expires_its_ttl_after_the_last_member_was_seen_joining() -> None:
-    entries = {"w0": hold(1)}
+def test_a_hold_s_places_live_from_its_last_member_s_pod_seen_a_join_renews_only_that_member_s_room() -> None:
+    entries = {"w0": hold(2)}
     assert free(scene(entries=entries, first_seen={"w0": NOW - HOLD + 1})) == 2
-    assert free(scene(entries=entries, first_seen={"w0": NOW - HOLD})) == 6
+    assert free(scene(entries=entries, first_seen={"w0": NOW - HOLD})) == 6  # no member since: gone
+    member_seen = {"w0": Taken({GPU: 1}, rv=3, since=NOW - 1)}
+    assert free(scene(entries=entries, first_seen={"w0": NOW - HOLD}, taken=member_seen, used=1)) == 2
+    # a join seen (its member's Pod not yet): that member's room for a TTL from the sight, no places
+    joined = scene(entries=entries, first_seen={"w0": NOW - HOLD}, renewed={"w0": NOW - TTL + 1})
+    assert free(joined) == 4
+    made = decided(joined, ask("a", gpus=4, gang=None))
+    released = Reservation(round(WALL + TTL, 1), {GPU: 2}, ttl=TTL)  # written as its members' room only
+    assert made.verdicts == (Verdict(reservation="a"),) and made.write is not None
+    assert made.write.entries["w0"] == released
+    # however often its members' Pods are seen, CAP lives from its first sight at most
+    capped = scene(entries=entries, first_seen={"w0": NOW - CAP * HOLD}, taken=member_seen, used=1)
+    assert free(capped) == 5  # its Pod seen only
     table = LedgerTable(clock=iter([0.0, 200.0, 400.0, 600.0]).__next__)
     for members, rv in ((1, 1), (2, 2), (2, 3)):
         table.offer(decode("ai", lease({"w0": hold(members)}, rv)))
         if rv == 2:
-            assert table.first_seen("ai") == {"w0": 200.0}  # a new member: its life starts again
-    assert table.first_seen("ai") == {"w0": 200.0}  # rewritten without a new member: it does not
+            assert table.renewed("ai") == {"w0": 200.0}  # a new member joined: seen here now
+    assert (table.first_seen("ai"), table.renewed("ai")) == ({"w0": 0.0}, {"w0": 200.0})  # no new member: same
     table.offer(decode("ai", lease({"w0": hold(1)}, 4)))  # places a grant gave back: no member's arrival
-    assert table.first_seen("ai") == {"w0": 200.0}
+    assert (table.first_seen("ai"), table.renewed("ai")) == ({"w0": 0.0}, {"w0": 200.0})
 
 
 def test_a_hold_lasts_at_least_the_reservation_ttl() -> None:
@@ -226,6 +262,9 @@ def test_a_dry_run_checks_the_whole_gang_and_writes_nothing() -> None:
 def test_a_hold_survives_the_ledger_encoding() -> None:
     entries = {"w0": hold(3, charged=5), "plain": Reservation(WALL, {GPU: 1}, ttl=TTL), "g": places(1)}
     assert decode("ai", lease(entries, 1)).entries == entries
+    joined = {"w1": hold(3, joined=("w2", "w3"))}  # the previous version's readers read no "joined": it is optional
+    assert decode("ai", lease(joined, 1)).entries == joined and '"joined":["w2","w3"]' in encode(joined)
+    assert '"joined"' not in encode(entries)
     broken = '{"w0": {"expires": 1, "amounts": {"g": 1}, "hold": {"group": "x"}}}'
     assert decode("ai", {"metadata": {"annotations": {LEDGER_ANNOTATION: broken}}}).entries == {}
 

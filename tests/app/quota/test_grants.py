@@ -98,7 +98,9 @@ def test_a_gang_s_members_go_into_a_grant_of_its_places_and_hand_the_rest_over(
 ) -> None:  # fmt: skip
     """Worker A admits a gang's members at a burst's rate: its join takes the hold's last places into a grant of its
     own, and the next member goes into it without the API server. Worker B's member finds the hold full: it waits,
-    asks, and A gives the places it did not use back to the hold, which B's member joins."""
+    asks, and A gives the places it did not use back to the hold, which B's member joins, once. If B's round lost a
+    compare-and-swap meanwhile (A's grant closing as its window ends, or B's cached ledger behind: a loaded machine),
+    that is a burst, and its join takes the hold's last places into a grant of B's: they are the gang's still."""
     cluster.quota({f"limits.{MEM}": str(ROOM * 1000)})
     a, settings = start_quota()
     b, _ = start_quota()
@@ -112,8 +114,11 @@ def test_a_gang_s_members_go_into_a_grant_of_its_places_and_hand_the_rest_over(
     assert reservation(member(b, settings, cluster, "b-5")) == "a-0"  # after A gave three places back
     entries = cluster.ledger()
     assert entries[grant] == {**entries[grant], "amounts": {GPU: 1, MEM: 1000}} and not entries[grant].get("open")
-    # the hold: a-0..a-3 and b-5 charged, two places to come; with a-4 in the closed grant, the gang's 8 places
-    assert entries["a-0"]["hold"]["members"] == 6 and entries["a-0"]["amounts"][MEM] == 7000
+    # the hold: a-0..a-3 and b-5 charged, two places to come, some perhaps in B's grant; with a-4 in A's closed
+    # grant, the gang's 8 places
+    placed = [e["amounts"][MEM] // 1000 for i, e in entries.items() if e.get("gang") and e.get("open")]
+    assert entries["a-0"]["hold"]["members"] - sum(placed) == 6 and placed in ([], [2])
+    assert entries["a-0"]["amounts"][MEM] + 1000 * sum(placed) == 7000
     assert sum(e["amounts"][MEM] for e in entries.values()) == 8000
 
 
