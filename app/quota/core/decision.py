@@ -125,11 +125,13 @@ def decide(scene: Scene, asks: Sequence[Ask], *, wanted: int, ask: bool, burst: 
     if reserve:
         extra = ahead(scene.limits, plus(counted.upper, plus(taking, holding)), taking, len(reserve), burst)
         entry = asks[reserve[0]].uid if len(reserve) == 1 and not extra else new_id
+        uids = () if entry == asks[reserve[0]].uid else tuple(asks[i].uid for i in reserve)
         # a Pod admitted into a grant as its window ends may appear a TTL later
         ttl = scene.ttl + (WINDOW if extra else 0)
-        keep[entry] = Reservation(round(scene.wall + ttl, 1), plus(taking, extra), bool(extra), ttl)
+        keep[entry] = Reservation(round(scene.wall + ttl, 1), plus(taking, extra), bool(extra), ttl, uids=uids)
         if _size(keep) > MAX_LEDGER_BYTES:  # too big: take nothing ahead, then refuse the batch
-            extra, keep[entry] = {}, Reservation(round(scene.wall + scene.ttl, 1), dict(taking), ttl=scene.ttl)
+            at = round(scene.wall + scene.ttl, 1)
+            extra, keep[entry] = {}, Reservation(at, dict(taking), ttl=scene.ttl, uids=uids)
     hold, places, gang_grant = _places(scene, asks, joined, len(reserve), burst, keep, f"{new_id}-gang")
     if _size(keep) > MAX_LEDGER_BYTES:
         full = tuple(sorted(reserve + joined))
@@ -175,9 +177,13 @@ def _each(
     undecided: list[int] = []
     taking: Amounts = {}
     holding: Amounts = {}
+    admitted = {uid: i for i, e in counted.live.items() for uid in e.uids}
     for index, one in enumerate(asks):
         if one.uid in counted.live and one.uid not in closing:  # sent again: its entry is there already
             verdicts[index] = Verdict(reservation=one.uid)
+            continue
+        if one.uid in admitted:  # sent again to this worker, after another admitted it into a batch or grant
+            verdicts[index] = Verdict(reservation=admitted[one.uid])
             continue
         both = plus(taking, holding)
         hold = join(scene, counted, keep, both, one) if one.gang and limited(scene.limits, one.requested) else None

@@ -87,6 +87,9 @@ class Reservation:
     ttl: float | None = None
     hold: Hold | None = None
     gang: str = ""  # open: a grant of this gang's places, which only its members go into
+    # the request uids admitted into it, where its id is none of theirs (a batch's; a grant's once closed): a request
+    # the API server sends again, to any replica, finds its room here (docs/rules.md#charged-once-per-pod)
+    uids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,8 @@ def _encoded(entry: Reservation) -> dict[str, Any]:
         out["open"] = True
     if entry.gang:
         out["gang"] = entry.gang
+    if entry.uids:
+        out["uids"] = list(entry.uids)
     if entry.hold is not None:
         hold = entry.hold
         out["hold"] = {"group": hold.group, "size": hold.size, "members": hold.members, "each": hold.each}
@@ -158,7 +163,8 @@ def _entries(raw: Any) -> dict[str, Reservation]:
             amounts = {str(k): int(v) for k, v in entry["amounts"].items()}
             opened = entry.get("open") is True
             gang = str(entry.get("gang") or "")
-            out[str(uid)] = Reservation(float(entry["expires"]), amounts, opened, _ttl(entry), _hold(entry), gang)
+            uids = tuple(str(u) for u in entry.get("uids") or ())
+            out[str(uid)] = Reservation(float(entry["expires"]), amounts, opened, _ttl(entry), _hold(entry), gang, uids)
         except (KeyError, TypeError, ValueError, AttributeError):
             continue
     return out

@@ -65,6 +65,7 @@ class Grant:
     hold: str = ""  # a gang's grant: the id of the hold its places came from
     slots: int = 0  # a gang's grant: the places it took
     count: int = 0  # a gang's grant: the members admitted into it
+    uids: list[str] = field(default_factory=list)  # the requests admitted into it (its closed entry lists them)
 
     def room(self) -> Amounts:
         return {name: amount - self.spent.get(name, 0) for name, amount in self.amounts.items()}
@@ -93,11 +94,12 @@ class Grant:
         if not ask.dry_run:
             accumulate(self.spent, ask.requested)
             self.count += 1
+            self.uids.append(ask.uid)
         return True
 
     def seen_by_decision(self) -> Grant:
         """A copy the decision reads apart from the lock that guards this one."""
-        return replace(self, spent=dict(self.spent))
+        return replace(self, spent=dict(self.spent), uids=list(self.uids))
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,8 @@ def account(scene: Scene) -> Account:
         if certain and (closing or grant is None) and not any(at_least.values()) and not placed:
             mark = max(mark, taken.rv if taken is not None else mark)  # its Pods took all its room: drop it
         elif grant is not None and closing:
-            keep[entry_id] = replace(entry, amounts=dict(grant.spent), open=False, gang="")
+            listed = (*entry.uids, *grant.uids)  # its batch's, and those admitted into it since
+            keep[entry_id] = replace(entry, amounts=dict(grant.spent), open=False, gang="", uids=listed)
         else:
             keep[entry_id] = entry
     return Account(live, lower, upper, keep, mark, first_seen)

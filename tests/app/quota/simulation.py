@@ -1071,3 +1071,13 @@ class Hand:
     def wait(self, seconds: float) -> None:
         self.sim.advance(seconds)
         self.deliver()
+
+    def idle(self, worker: int, seconds: float) -> None:
+        """``worker``'s threads run as they can for ``seconds`` (its committer closes the grants that come due)."""
+        at = self.sim.workers[worker]
+        for _ in range(round(seconds / 0.002)):
+            self.deliver()
+            for other in [t for t in at.tasks if not t.done and not t.dead and t.is_ready()]:
+                self.sim.resume(other)
+            self.sim.advance(0.002)
+        self.deliver()

@@ -174,14 +174,20 @@ def test_the_previous_versions_entries_hold_room_for_this_workers_ttl_from_first
 
 def test_what_this_version_writes_reads_as_before_for_the_previous_version() -> None:
     """Its readers keep an entry while ``expires`` (float unix seconds) is ahead of their wall clock, and count
-    ``amounts`` (and ``open``) as before; the new ``ttl`` they ignore. Each entry written carries them, ``expires``
-    being the writer's wall clock plus the entry's life, as the previous version wrote it."""
+    ``amounts`` (and ``open``) as before; the new ``ttl`` and ``uids`` they ignore. Each entry written carries them,
+    ``expires`` being the writer's wall clock plus the entry's life, as the previous version wrote it."""
     lone = decided(scene(), ask("u", 4)).write
     grant = decided(scene(limit=1000), ask("a", 1), ask("b", 1), rate=3).write
     assert lone is not None and grant is not None
     assert json.loads(lone.text()) == {"u": {"ttl": TTL, "expires": WALL + TTL, "amounts": {MEM: 4}}}
     assert json.loads(grant.text()) == {
-        "new": {"ttl": TTL + WINDOW, "expires": WALL + TTL + WINDOW, "amounts": {MEM: 2 + 16}, "open": True}
+        "new": {
+            "ttl": TTL + WINDOW,
+            "expires": WALL + TTL + WINDOW,
+            "amounts": {MEM: 2 + 16},
+            "open": True,
+            "uids": ["a", "b"],
+        }
     }
 
 

@@ -14,7 +14,7 @@ from app.quota.core.encoding import LEDGER_ANNOTATION, LEDGER_PREFIX, Hold, Rese
 from app.quota.core.gang import KUEUE_LABEL, KUEUE_TOTAL
 from app.quota.core.scene import Ask, Scene, Taken, account
 from app.quota.feed.tables import LedgerTable
-from tests.app.quota.simulation import Hand
+from tests.app.quota.simulation import MEM, Hand
 
 pytestmark = pytest.mark.server  # its highest tier (tests/tiers.py checks it)
 
@@ -263,3 +263,22 @@ def test_a_gang_s_launcher_that_asks_for_no_device_is_a_member_and_holds_no_plac
         "gang scheduling.k8s.io/mpi of 4 Pods needs 8000 for 4 Pods together, 6000 free of limit 6000 (each Pod not "
         "seen yet counted as large as this one)"
     )
+
+
+def test_a_pod_of_a_batch_or_a_grant_the_api_server_sends_again_to_another_replica_is_charged_once() -> None:
+    """The API server retries a call whose answer it lost (the same request uid) at another replica: an ordinary Pod
+    reserved in a batch's entry, or admitted into a grant without a write and listed by its closing one, gets its
+    room back, not a second charge (docs/rules.md#charged-once-per-pod)."""
+    hand = Hand(room=40, workers=2)  # the batch's grant takes room for more Pods than go into it
+    batch = hand.admit([hand.obj(f"b{i}", 1000) for i in range(3)], worker=0, land=False)  # a burst: one entry
+    (written,) = {entry(v) for v in batch.values()}
+    assert written not in batch and set(hand.ledger()[written].uids) == {"b0", "b1", "b2"}
+    granted = hand.admit([hand.obj("g1", 1000)], worker=0, land=False)["g1"]  # into the batch's grant: no write
+    assert entry(granted) == written
+    hand.idle(0, 1.2)  # the grant's window ends; its closing write lists what went in
+    assert "g1" in hand.ledger()[written].uids
+    used = sum(e.amounts.get(MEM, 0) for e in hand.ledger().values())
+    for uid in ("b1", "g1"):
+        again = hand.admit([hand.obj(uid, 1000)], worker=1, land=False)[uid]
+        assert entry(again) == written and not again.denial
+    assert sum(e.amounts.get(MEM, 0) for e in hand.ledger().values()) == used
