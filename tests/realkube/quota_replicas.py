@@ -23,11 +23,11 @@ SHORT_TTL = 15  # HAMI_QUOTA_RESERVATION_TTL: room reserved for Pods that never 
 
 
 def replicas_of(
-    installed: Installed, env: dict[str, str] | None = None, faults: bool = False, **start: Any
+    installed: Installed, env: dict[str, str] | None = None, faults: bool = False, count: int = 3, **start: Any
 ) -> Iterator[Replicas]:
-    """Three webhook processes behind the installed webhook's ClusterIP; their logs checked once stopped: no
+    """``count`` webhook processes behind the installed webhook's ClusterIP; their logs checked once stopped: no
     Traceback, and no admission left undecided unless the test injects faults (then that is the answer)."""
-    replicas = start_replicas(installed, 3, installed.work / f"replicas-{uuid.uuid4().hex[:6]}", env, **start)
+    replicas = start_replicas(installed, count, installed.work / f"replicas-{uuid.uuid4().hex[:6]}", env, **start)
     try:
         yield replicas
     finally:

@@ -5,7 +5,6 @@ review every Pod again. Each time, what is stored never goes over the limit, and
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,8 +14,8 @@ import pytest
 from app.admission.quantity import parse
 from testbed.api import pod
 from testbed.install import Installed
-from testbed.replicas import Replicas, start_replicas
-from tests.realkube.quota_replicas import MEM, ONE_GPU, full, quota_namespace, stored
+from testbed.replicas import Replicas
+from tests.realkube.quota_replicas import MEM, ONE_GPU, full, quota_namespace, replicas_of, stored
 from tests.realkube.sidecar import LABEL, sidecar_injector
 
 pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
@@ -28,16 +27,10 @@ CPU_PROXY = {"name": "proxy", "image": "proxy:1", "resources": {"limits": {"cpu"
 
 @pytest.fixture(scope="module")
 def two_replicas(any_installed: Installed) -> Iterator[Replicas]:
-    """Two webhook replicas behind the ClusterIP, as the shipped Deployment runs them."""
-    replicas = start_replicas(any_installed, 2, any_installed.work / f"attacks-{uuid.uuid4().hex[:6]}")
-    try:
-        yield replicas
-    finally:
-        logs = replicas.stop()
-        if not any_installed.webhook.running:
-            any_installed.webhook.start()
-    for log in logs:
-        assert "Traceback" not in log, log
+    """Two webhook replicas behind the ClusterIP, as the shipped Deployment runs them; the installed one after."""
+    yield from replicas_of(any_installed, count=2)
+    if not any_installed.webhook.running:
+        any_installed.webhook.start()
 
 
 @pytest.fixture
