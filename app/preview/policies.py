@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from app.admission.annotations import GPU_TYPE_ANNOTATION, OWNED_LABELS
+from app.admission.annotations import GPU_TYPE_ANNOTATION, OWNED_LABELS, QUOTA_RESERVATION_ANNOTATION
 from app.admission.devices.base import Device
 from app.admission.ports import QuotaOff, ReviewSettings
 from app.admission.review import DEFAULT_SCHEDULER, decide
@@ -42,8 +42,8 @@ FLOOR = f"{PREFIX}floor"
 SCHEDULER_VARIABLE = "scheduler"
 SCHEDULER_NAME = f"variables.{SCHEDULER_VARIABLE}"
 """How a policy's expressions name HAMi's scheduler: through one variable (``_scheduler``)."""
-NAMING_THE_SCHEDULER = (ROUTED, REVIEWED, FLOOR)
-"""The policies that name HAMi's scheduler (the guard names none: trust decides)."""
+NAMING_THE_SCHEDULER = (GUARD, ROUTED, REVIEWED, FLOOR)
+"""The policies that name HAMi's scheduler (the guard for the quota reservation only: trust decides the rest)."""
 SERVICE_ACCOUNT = "system:serviceaccount:"
 """The prefix of every ServiceAccount's user name."""
 COMPONENT_CHECK = ("", "nodes", "patch")
@@ -107,22 +107,28 @@ def _binding(kind: str, name: str, policy: str, actions: Sequence[str] = (), **m
     return _policy(kind, name, spec)
 
 
-def allocation_guard(owned: Sequence[str], labels: Sequence[str], components: Sequence[str] = ()) -> list[Obj]:
-    """Creates and updates of Pods that add, change or remove an annotation of ``owned`` or a label of ``labels``
-    are refused unless made by a ServiceAccount that the API server's authorizer lets patch Nodes, or by one of
-    ``components``; whichever scheduler the Pod names, so a vendor's own scheduler and device plugin keep writing
-    on their Pods what HAMi's write on its own. The status and binding subresources are matched too, since both
-    can write a Pod's metadata (a Binding's annotations are copied onto its Pod); the kubelet's status updates
+def allocation_guard(settings: PolicySettings, components: Sequence[str] = ()) -> list[Obj]:
+    """Creates and updates of Pods that add, change or remove an annotation of the owned ones or a label of
+    OWNED_LABELS are refused unless made by a ServiceAccount that the API server's authorizer lets patch Nodes, or
+    by one of ``components``; whichever scheduler the Pod names, so a vendor's own scheduler and device plugin keep
+    writing on their Pods what HAMi's write on its own. The status and binding subresources are matched too, since
+    both can write a Pod's metadata (a Binding's annotations are copied onto its Pod); the kubelet's status updates
     and kube-scheduler's bindings never touch these, so they stop at the matchConditions and are never refused.
-    The authorizer is asked last, only once an owned key is found written."""
+
+    The quota reservation is the webhook's own, which only writes it when it creates a device Pod it routes to
+    HAMi's scheduler: any other write of it is refused, whoever makes it (the feed credits the Pods that carry
+    it). The keys written are found in one pass over the Pod's annotations (and the old ones', on an update),
+    each looked up in the owned list, which the API server holds as a set; the authorizer is asked last, only
+    once an owned key is found written."""
     group, resource, verb = COMPONENT_CHECK
-    changed = "(k in {now}) != (k in {before}) ||\n  (k in {now} && {now}[k] != {before}[k])"
-    written = changed.format(now="variables.now", before="variables.before")
     skipped = []
     if components:
         users = quoted(f"{SERVICE_ACCOUNT}{account}" for account in components)
         skipped.append({"name": "not-hami-component", "expression": f"!(request.userInfo.username in [{users}])"})
+    changed = "(k in {now}) != (k in {before}) ||\n  (k in {now} && {now}[k] != {before}[k])"
     labelled = changed.format(now="variables.labels", before="variables.labelsBefore")
+    owned = listed(settings.owned_annotations.owned, "  ")
+    device = _requests_device(_device_names(settings))["expression"]
     spec = {
         "failurePolicy": "Fail",
         "matchConstraints": {
@@ -153,9 +159,12 @@ def allocation_guard(owned: Sequence[str], labels: Sequence[str], components: Se
                 "oldObject.metadata.annotations : {}",
             },
             {
-                "name": "written",
-                "expression": f"[\n{listed(owned, '  ')}\n].filter(k,\n  {written})",
+                "name": "changed",
+                "expression": "variables.now.filter(k,\n"
+                "  !(k in variables.before) || variables.now[k] != variables.before[k]) +\n"
+                "variables.before.filter(k, !(k in variables.now))",
             },
+            {"name": "written", "expression": f"variables.changed.filter(k, k in [\n{owned}\n])"},
             {"name": "labels", "expression": "has(object.metadata.labels) ? object.metadata.labels : {}"},
             {
                 "name": "labelsBefore",
@@ -163,8 +172,9 @@ def allocation_guard(owned: Sequence[str], labels: Sequence[str], components: Se
             },
             {
                 "name": "labelled",
-                "expression": f"[{quoted(labels)}].filter(k,\n  {labelled})",
+                "expression": f"[{quoted(OWNED_LABELS)}].filter(k,\n  {labelled})",
             },
+            _scheduler(settings),
         ],
         "validations": [
             {
@@ -178,7 +188,18 @@ def allocation_guard(owned: Sequence[str], labels: Sequence[str], components: Se
                 "(oldObject != null ? ' may not add, change or remove it' :\n"
                 " request.kind.kind == 'Binding' ? ' may not bind a Pod with it' : ' may not create a Pod with it')",
                 "reason": "Forbidden",
-            }
+            },
+            {
+                "expression": f"!('{QUOTA_RESERVATION_ANNOTATION}' in variables.changed) ||\n"
+                f"oldObject == null && request.kind.kind == 'Pod' && object.spec.schedulerName == {SCHEDULER_NAME} &&\n"
+                f"{device}",
+                "messageExpression": f'"annotation {QUOTA_RESERVATION_ANNOTATION} is written by hami-webhook only, '
+                f'when it admits a device Pod for " + {SCHEDULER_NAME} + ": " +\n'
+                "request.userInfo.username + (oldObject != null ? ' may not add, change or remove it' :\n"
+                " request.kind.kind == 'Binding' ? ' may not bind a Pod with it' :\n"
+                " ' may not create a Pod with it for another scheduler or asking for no device')",
+                "reason": "Forbidden",
+            },
         ],
     }
     binding = _binding("ValidatingAdmissionPolicyBinding", GUARD, GUARD, ["Deny"])
@@ -349,7 +370,7 @@ def render(inputs: Inputs) -> dict[str, str]:
         "webhooks": [{"name": inputs.scope.get("name", ""), "matchConditions": webhook_match_conditions(every)}],
     }
     files = {
-        "allocation-guard.yaml": allocation_guard(settings.owned_annotations.owned, OWNED_LABELS, inputs.components),
+        "allocation-guard.yaml": allocation_guard(settings, inputs.components),
         "routed.yaml": [*routed(settings, inputs.scope), *reviewed(settings)],
         "match-conditions.yaml": [conditions, _workload_conditions(inputs, every)],
     }

@@ -97,7 +97,7 @@ def test_the_scheduler_name_is_set_once(overlays_dir: Path) -> None:
     written = render(Inputs(settings, load_scope().webhook))
     expected = {
         (o["kind"], o["metadata"]["name"]): o["spec"]
-        for name in ("routed.yaml", "floor.yaml")
+        for name in ("allocation-guard.yaml", "routed.yaml", "floor.yaml")
         for o in yaml.safe_load_all(written[name])
         if o["metadata"]["name"] in NAMING_THE_SCHEDULER
     }

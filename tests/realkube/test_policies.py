@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from app.admission.annotations import NODE_LABEL
+from app.admission.annotations import NODE_LABEL, QUOTA_RESERVATION_ANNOTATION
 from app.preview.policies import FLOOR, GUARD, REVIEWED, ROUTED
 from testbed import ROOT, hami
 from testbed.api import GPU, create, pod
@@ -358,6 +358,85 @@ def test_a_vendor_stack_writes_its_allocations_on_its_own_pods(
     print("\n".join(answers))
 
 
+RESERVATION = QUOTA_RESERVATION_ANNOTATION
+VENDOR = f"system:serviceaccount:{VENDOR_NAMESPACE}:{VENDOR_ACCOUNT}"
+ELSEWHERE = "for another scheduler or asking for no device"
+
+
+def reserved_only(user: str, how: str = "add, change or remove it") -> str:
+    return (
+        f"ValidatingAdmissionPolicy '{GUARD}' with binding '{GUARD}' denied request: annotation {RESERVATION} is "
+        f"written by hami-webhook only, when it admits a device Pod for hami-scheduler: {user} may not {how}"
+    )
+
+
+def test_the_quota_reservation_is_the_webhooks_alone(
+    any_installed: Installed, ns: str, opted_out: str, author: str, vendor: str
+) -> None:
+    """A running Pod relabelled to a gang hold's id (`kubectl annotate`) would count against the hold: nobody adds,
+    changes or removes the reservation on a stored Pod, not its author with `edit`, not the admin, not an account
+    the guard trusts with allocations (allowed to patch Nodes), nor writes it through the status or a Binding; the
+    guard's other keys stay refused and the author's own annotations pass. A Pod the webhook reserved for is
+    created with it; one created with it where the webhook writes none (another scheduler, no device, opted out)
+    is refused."""
+    kube = any_installed.kube
+    hard = {"limits.nvidia.com/gpumem": "400000"}
+    apply(kube, {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpu", "namespace": ns},
+                 "spec": {"hard": hard}})  # fmt: skip
+
+    def reserved() -> Obj | None:  # once the webhook's quota feed has seen the ResourceQuota
+        code, created, err = create(any_installed, ns, pod("reserved-", GPU))
+        assert code == 0, err
+        return created if RESERVATION in created["metadata"].get("annotations", {}) else None
+
+    held = kube.wait_for(reserved, 30)
+    name, hold = held["metadata"]["name"], held["metadata"]["annotations"][RESERVATION]
+    code, _, err = create(any_installed, ns, pod("plain", {"cpu": "1"}))
+    assert code == 0, err
+    answers: list[str] = []
+
+    def refused(on: str, pair: str, denial: str, who: str, **as_who: str) -> None:
+        done = annotate(kube, ns, on, pair, **as_who)
+        answers.append(f"{who}: kubectl annotate pod/{on} {pair}: {done.stderr.strip() or 'allowed'}")
+        assert done.returncode == 1 and denial in done.stderr, done.stderr
+
+    for who, as_who in ((AUTHOR, {"as_user": AUTHOR}), ("admin", {}), (VENDOR, {"as_token": vendor})):
+        refused("plain", f"{RESERVATION}={hold}", reserved_only(who), who, **as_who)  # the attack: add a hold's id
+        refused(name, f"{RESERVATION}={hold}x", reserved_only(who), who, **as_who)
+        refused(name, f"{RESERVATION}-", reserved_only(who), who, **as_who)
+    refused(name, "hami.io/vgpu-node=gpu-node-2", refusal("hami.io/vgpu-node", AUTHOR), AUTHOR, as_user=AUTHOR)
+    mine = annotate(kube, ns, name, "team=ml", as_user=AUTHOR)
+    assert mine.returncode == 0, mine.stderr
+    pods = f"/api/v1/namespaces/{ns}/pods"
+    status, answer = kube.call("PATCH", f"{pods}/{name}/status", _meta("annotation", RESERVATION, "u-1"))
+    assert status == 403 and reserved_only("admin") in answer["message"], answer
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "plain", "annotations": {RESERVATION: hold}},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-node-1"},
+    }
+    status, answer = kube.call("POST", f"{pods}/plain/binding", binding)
+    assert status == 403 and reserved_only("admin", "bind a Pod with it") in answer["message"], answer
+    # Created where the webhook writes none: it lets another scheduler's Pod through as it is, never sees one
+    # asking for no device, nor anything opted out.
+    carrying = {"annotations": {RESERVATION: hold}}
+    for who, where, obj in (
+        (AUTHOR, ns, pod("volcano", GPU, schedulerName="volcano", metadata=carrying)),
+        (AUTHOR, ns, pod("cpu", {"cpu": "1"}, schedulerName="hami-scheduler", metadata=carrying)),
+        ("admin", opted_out, pod("opted-out", GPU, metadata=carrying)),
+    ):
+        as_user = AUTHOR if who == AUTHOR else ""
+        status, answer = kube.call("POST", f"/api/v1/namespaces/{where}/pods", obj, as_user=as_user)
+        answers.append(f"{who} creates {obj['metadata']['name']} with it: {status} {answer.get('message', '')}")
+        denial = reserved_only(who, f"create a Pod with it {ELSEWHERE}")
+        assert status == 403 and answer["message"] == forbidden(obj["metadata"]["name"], denial), answer
+    annotations = kube.get("pod", name, namespace=ns)["metadata"]["annotations"]
+    assert annotations[RESERVATION] == hold and annotations["team"] == "ml"
+    assert RESERVATION not in kube.get("pod", "plain", namespace=ns)["metadata"].get("annotations", {})
+    print("\n".join(answers))
+
+
 def test_a_setting_the_installed_policies_do_not_hold_is_logged_and_counted(
     any_installed: Installed, tmp_path: Path
 ) -> None:
@@ -371,11 +450,11 @@ def test_a_setting_the_installed_policies_do_not_hold_is_logged_and_counted(
     try:
         assert other.status("/readyz") == 200
         lines = [line for line in other.log.read_text().splitlines() if "HAMI_SCHEDULER_NAME is" in line]
-        expected = f"the admission policies {ROUTED}, {REVIEWED} name scheduler hami-scheduler, "
+        expected = f"the admission policies {GUARD}, {ROUTED}, {REVIEWED} name scheduler hami-scheduler, "
         assert len(lines) == 1 and expected in lines[0] and "HAMI_SCHEDULER_NAME is gpu-scheduler" in lines[0], lines
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as scraped:
             text = scraped.read().decode()
-        for policy in (ROUTED, REVIEWED):
+        for policy in (GUARD, ROUTED, REVIEWED):
             assert f'hami_webhook_policy_scheduler_mismatch{{policy="{policy}"}} 1.0' in text, text
         print(lines[0])
     finally:
