@@ -107,7 +107,7 @@ def _binding(kind: str, name: str, policy: str, actions: Sequence[str] = (), **m
     return _policy(kind, name, spec)
 
 
-def allocation_guard(settings: PolicySettings, components: Sequence[str] = ()) -> list[Obj]:
+def allocation_guard(settings: PolicySettings, scope: Mapping[str, Any], components: Sequence[str] = ()) -> list[Obj]:
     """Creates and updates of Pods that add, change or remove an annotation of the owned ones or a label of
     OWNED_LABELS are refused unless made by a ServiceAccount that the API server's authorizer lets patch Nodes, or
     by one of ``components``; whichever scheduler the Pod names, so a vendor's own scheduler and device plugin keep
@@ -115,11 +115,11 @@ def allocation_guard(settings: PolicySettings, components: Sequence[str] = ()) -
     both can write a Pod's metadata (a Binding's annotations are copied onto its Pod); the kubelet's status updates
     and kube-scheduler's bindings never touch these, so they stop at the matchConditions and are never refused.
 
-    The quota reservation is the webhook's own, which only writes it when it creates a device Pod it routes to
-    HAMi's scheduler: any other write of it is refused, whoever makes it (the feed credits the Pods that carry
-    it). The keys written are found in one pass over the Pod's annotations (and the old ones', on an update),
-    each looked up in the owned list, which the API server holds as a set; the authorizer is asked last, only
-    once an owned key is found written."""
+    The quota reservation is the webhook's own, which only writes it when it creates a device Pod in its
+    ``scope`` that it routes to HAMi's scheduler: any other write of it is refused, whoever makes it (the feed
+    credits the Pods that carry it). The keys written are found in one pass over the Pod's annotations (and the
+    old ones', on an update), each looked up in the owned list, which the API server holds as a set; the
+    authorizer is asked last, only once an owned key is found written."""
     group, resource, verb = COMPONENT_CHECK
     skipped = []
     if components:
@@ -174,6 +174,10 @@ def allocation_guard(settings: PolicySettings, components: Sequence[str] = ()) -
                 "name": "labelled",
                 "expression": f"[{quoted(OWNED_LABELS)}].filter(k,\n  {labelled})",
             },
+            {
+                "name": "namespaceLabels",
+                "expression": "has(namespaceObject.metadata.labels) ? namespaceObject.metadata.labels : {}",
+            },
             _scheduler(settings),
         ],
         "validations": [
@@ -192,12 +196,12 @@ def allocation_guard(settings: PolicySettings, components: Sequence[str] = ()) -
             {
                 "expression": f"!('{QUOTA_RESERVATION_ANNOTATION}' in variables.changed) ||\n"
                 f"oldObject == null && request.kind.kind == 'Pod' && object.spec.schedulerName == {SCHEDULER_NAME} &&\n"
-                f"{device}",
+                f"{_in_scope(scope)} &&\n{device}",
                 "messageExpression": f'"annotation {QUOTA_RESERVATION_ANNOTATION} is written by hami-webhook only, '
                 f'when it admits a device Pod for " + {SCHEDULER_NAME} + ": " +\n'
                 "request.userInfo.username + (oldObject != null ? ' may not add, change or remove it' :\n"
                 " request.kind.kind == 'Binding' ? ' may not bind a Pod with it' :\n"
-                " ' may not create a Pod with it for another scheduler or asking for no device')",
+                " ' may not create a Pod with it for another scheduler, asking for no device or out of its scope')",
                 "reason": "Forbidden",
             },
         ],
@@ -293,19 +297,50 @@ def routed(settings: PolicySettings, scope: Mapping[str, Any]) -> list[Obj]:
 NEGATED = {"In": "NotIn", "NotIn": "In", "Exists": "DoesNotExist", "DoesNotExist": "Exists"}
 
 
+def _requirements(selector: Mapping[str, Any]) -> list[Obj]:
+    """A label selector's requirements, each of ``matchLabels`` as an ``In`` of one value; the selector ANDs them."""
+    return [
+        {"key": key, "operator": "In", "values": [value]} for key, value in (selector.get("matchLabels") or {}).items()
+    ] + list(selector.get("matchExpressions") or [])
+
+
 def _complement(selector: Mapping[str, Any]) -> list[Obj]:
     """Selectors that together match what ``selector`` does not: one per requirement, each negated (a label
     selector ANDs its requirements, and a binding cannot OR them)."""
-    requirements = [
-        {"key": key, "operator": "In", "values": [value]} for key, value in (selector.get("matchLabels") or {}).items()
-    ] + list(selector.get("matchExpressions") or [])
     negated = []
-    for requirement in requirements:
+    for requirement in _requirements(selector):
         opposite = {"key": requirement["key"], "operator": NEGATED[requirement["operator"]]}
         if "values" in requirement and requirement["operator"] in ("In", "NotIn"):
             opposite["values"] = list(requirement["values"])
         negated.append({"matchExpressions": [opposite]})
     return negated
+
+
+def _selected(selector: Mapping[str, Any], labels: str) -> list[str]:
+    """CEL, one test per requirement of ``selector`` on the label map ``labels``, as the API server matches a
+    selector: a requirement on a label the object lacks holds for NotIn and DoesNotExist, not for In and Exists."""
+    tests = []
+    for requirement in _requirements(selector):
+        key, operator = requirement["key"], requirement["operator"]
+        found = f"'{key}' in {labels}"
+        valued = f"{labels}['{key}'] in [{quoted(requirement.get('values') or ())}]"
+        tests.append(
+            {
+                "In": f"({found} && {valued})",
+                "NotIn": f"(!({found}) || !({valued}))",
+                "Exists": f"({found})",
+                "DoesNotExist": f"!({found})",
+            }[operator]
+        )
+    return tests
+
+
+def _in_scope(scope: Mapping[str, Any]) -> str:
+    """CEL: the Pod's namespace and the Pod itself match the webhook's selectors (the labels of both in the
+    variables ``namespaceLabels`` and ``labels``)."""
+    tests = _selected(scope.get("namespaceSelector") or {}, "variables.namespaceLabels")
+    tests += _selected(scope.get("objectSelector") or {}, "variables.labels")
+    return " &&\n".join(tests) or "true"
 
 
 def reviewed(settings: PolicySettings) -> list[Obj]:
@@ -370,7 +405,7 @@ def render(inputs: Inputs) -> dict[str, str]:
         "webhooks": [{"name": inputs.scope.get("name", ""), "matchConditions": webhook_match_conditions(every)}],
     }
     files = {
-        "allocation-guard.yaml": allocation_guard(settings, inputs.components),
+        "allocation-guard.yaml": allocation_guard(settings, inputs.scope, inputs.components),
         "routed.yaml": [*routed(settings, inputs.scope), *reviewed(settings)],
         "match-conditions.yaml": [conditions, _workload_conditions(inputs, every)],
     }

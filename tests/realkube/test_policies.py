@@ -360,7 +360,7 @@ def test_a_vendor_stack_writes_its_allocations_on_its_own_pods(
 
 RESERVATION = QUOTA_RESERVATION_ANNOTATION
 VENDOR = f"system:serviceaccount:{VENDOR_NAMESPACE}:{VENDOR_ACCOUNT}"
-ELSEWHERE = "for another scheduler or asking for no device"
+ELSEWHERE = "for another scheduler, asking for no device or out of its scope"
 
 
 def reserved_only(user: str, how: str = "add, change or remove it") -> str:
@@ -377,8 +377,8 @@ def test_the_quota_reservation_is_the_webhooks_alone(
     changes or removes the reservation on a stored Pod, not its author with `edit`, not the admin, not an account
     the guard trusts with allocations (allowed to patch Nodes), nor writes it through the status or a Binding; the
     guard's other keys stay refused and the author's own annotations pass. A Pod the webhook reserved for is
-    created with it; one created with it where the webhook writes none (another scheduler, no device, opted out)
-    is refused."""
+    created with it; one created with it where the webhook writes none (another scheduler, no device, a Pod or
+    namespace opted out, even on HAMi's scheduler with a device) is refused."""
     kube = any_installed.kube
     hard = {"limits.nvidia.com/gpumem": "400000"}
     apply(kube, {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpu", "namespace": ns},
@@ -418,13 +418,15 @@ def test_the_quota_reservation_is_the_webhooks_alone(
     }
     status, answer = kube.call("POST", f"{pods}/plain/binding", binding)
     assert status == 403 and reserved_only("admin", "bind a Pod with it") in answer["message"], answer
-    # Created where the webhook writes none: it lets another scheduler's Pod through as it is, never sees one
-    # asking for no device, nor anything opted out.
-    carrying = {"annotations": {RESERVATION: hold}}
+    # Created where the webhook writes none: it lets another scheduler's Pod through as it is, and never sees one
+    # asking for no device, nor one opted out.
+    carrying: Obj = {"annotations": {RESERVATION: hold}}
+    ours = {"schedulerName": "hami-scheduler"}
     for who, where, obj in (
         (AUTHOR, ns, pod("volcano", GPU, schedulerName="volcano", metadata=carrying)),
-        (AUTHOR, ns, pod("cpu", {"cpu": "1"}, schedulerName="hami-scheduler", metadata=carrying)),
-        ("admin", opted_out, pod("opted-out", GPU, metadata=carrying)),
+        (AUTHOR, ns, pod("cpu", {"cpu": "1"}, **ours, metadata=carrying)),
+        (AUTHOR, ns, pod("labelled", GPU, **ours, metadata={**carrying, "labels": IGNORE_LABEL})),
+        ("admin", opted_out, pod("opted-out", GPU, **ours, metadata=carrying)),
     ):
         as_user = AUTHOR if who == AUTHOR else ""
         status, answer = kube.call("POST", f"/api/v1/namespaces/{where}/pods", obj, as_user=as_user)

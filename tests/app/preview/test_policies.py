@@ -201,6 +201,45 @@ def test_outside_the_scope_is_the_complement_of_each_requirement() -> None:
         assert negated == {**requirement, "operator": "In"}
 
 
+SELECTOR = {
+    "matchLabels": {"team": "ml"},
+    "matchExpressions": [
+        {"key": "tier", "operator": "In", "values": ["gpu", "npu"]},
+        {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]},
+        {"key": "quota", "operator": "Exists"},
+        {"key": "legacy", "operator": "DoesNotExist"},
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        {"team": "ml", "tier": "gpu", "quota": ""},
+        {"team": "ml", "tier": "npu", "quota": "x", "hami.io/webhook": "on"},
+        {"team": "ml", "tier": "gpu", "quota": "", "hami.io/webhook": "ignore"},
+        {"team": "ml", "tier": "gpu", "quota": "", "legacy": "1"},
+        {"team": "ml", "tier": "gpu"},
+        {"team": "ml", "tier": "cpu", "quota": ""},
+        {"team": "ai", "tier": "gpu", "quota": ""},
+        {},
+    ],
+    ids=["all", "other-values", "opted-out", "legacy", "no-quota", "not-in", "match-labels", "none"],
+)
+def test_the_guards_scope_is_the_webhooks_selector_in_cel(labels: dict[str, str]) -> None:
+    """The reservation check's scope in CEL selects what the API server's selector does, operator by operator (a
+    label the object lacks passes NotIn and DoesNotExist only)."""
+    import celpy
+
+    from app.preview.matching import matches_label_selector
+    from app.preview.policies import _selected
+
+    env = celpy.Environment()
+    expression = " && ".join(_selected(SELECTOR, "labels"))
+    found = env.program(env.compile(expression)).evaluate({"labels": celpy.json_to_cel(labels)})
+    assert bool(found) == matches_label_selector(SELECTOR, labels)
+
+
 def test_no_scheduler_name_is_a_usage_error(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
