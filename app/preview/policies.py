@@ -119,7 +119,8 @@ def allocation_guard(settings: PolicySettings, scope: Mapping[str, Any], compone
     ``scope`` that it routes to HAMi's scheduler: any other write of it is refused, whoever makes it (the feed
     credits the Pods that carry it). The keys written are found in one pass over the Pod's annotations (and the
     old ones', on an update), each looked up in the owned list, which the API server holds as a set; the
-    authorizer is asked last, only once an owned key is found written."""
+    authorizer is asked last, only once an owned key is found written. A map has no order, so a refusal names the
+    least key written, the same one on every try."""
     group, resource, verb = COMPONENT_CHECK
     skipped = []
     if components:
@@ -185,7 +186,7 @@ def allocation_guard(settings: PolicySettings, scope: Mapping[str, Any], compone
                 "expression": "size(variables.written) + size(variables.labelled) == 0 || (\n"
                 f"  request.userInfo.username.startsWith('{SERVICE_ACCOUNT}') &&\n"
                 f"  authorizer.group('{group}').resource('{resource}').check('{verb}').allowed())",
-                "messageExpression": "(size(variables.written) > 0 ? 'annotation ' + variables.written[0] :\n"
+                "messageExpression": "(size(variables.written) > 0 ? 'annotation ' + variables.written.min() :\n"
                 " 'label ' + variables.labelled[0]) +\n"
                 "\" is written by HAMi's scheduler and device plugins only (ServiceAccounts allowed to "
                 f'{verb} {resource}): " + request.userInfo.username +\n'

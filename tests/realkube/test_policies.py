@@ -322,6 +322,7 @@ def vendor(any_installed: Installed) -> Iterator[str]:
     """A vendor-native stand-in beside HAMi: Enflame's gcushare scheduler's ServiceAccount, with the Node
     permission its chart grants (it records each node's GCUs on the Node). Its bearer token."""
     kube = any_installed.kube
+    kube.wait_for(lambda: not kube.exists("namespace", VENDOR_NAMESPACE), 60)  # an earlier test's, deleted
     kube.namespace(VENDOR_NAMESPACE)
     kube.kubectl("create", "serviceaccount", VENDOR_ACCOUNT, "-n", VENDOR_NAMESPACE)
     role = ("create", "clusterrole", VENDOR_ACCOUNT, "--verb=get,list,watch,patch,update")
