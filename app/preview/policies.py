@@ -5,7 +5,7 @@ Three ValidatingAdmissionPolicies and one MutatingAdmissionPolicy
 
 - the allocation guard: only HAMi's components and their kind (ServiceAccounts the API server's authorizer lets
   patch Nodes) write the annotations and the label that hand a Pod its devices, on any create or update, in every
-  namespace (the webhook sees creates in its scope only);
+  namespace (the webhook sees creates in its scope only); and the quota reservation is the webhook's alone;
 - routed: a device Pod in the webhook's scope is never stored on default-scheduler or with a node (what a
   skipped or failed-open webhook leaves); out of scope it is a warning;
 - reviewed: a warning for a device Pod bound for HAMi's scheduler that the webhook never marked;
@@ -126,8 +126,10 @@ def allocation_guard(settings: PolicySettings, scope: Mapping[str, Any], compone
     if components:
         users = quoted(f"{SERVICE_ACCOUNT}{account}" for account in components)
         skipped.append({"name": "not-hami-component", "expression": f"!(request.userInfo.username in [{users}])"})
-    changed = "(k in {now}) != (k in {before}) ||\n  (k in {now} && {now}[k] != {before}[k])"
-    labelled = changed.format(now="variables.labels", before="variables.labelsBefore")
+    labelled = (
+        "(k in variables.labels) != (k in variables.labelsBefore) ||\n"
+        "  (k in variables.labels && variables.labels[k] != variables.labelsBefore[k])"
+    )
     owned = listed(settings.owned_annotations.owned, "  ")
     device = _requests_device(_device_names(settings))["expression"]
     spec = {
