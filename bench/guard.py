@@ -5,13 +5,15 @@ kube-apiserver of each pinned version.
 
 One control plane per version (tests/realkube), no webhook. Both guards are applied side by side, each bound to
 namespaces labelled for it: ``before`` is manifests/base/policies/allocation-guard.yaml as of git revision
-``--baseline`` (by default the last one whose guard also required a Pod for HAMi's scheduler and covered neither
-the prefix-less keys nor the node label), renamed; ``after`` is the shipped one; ``none`` binds no guard. Writes,
+``--baseline`` (by default the last one whose guard looked each of its 80 owned keys up in the Pod, and did not own
+the quota reservation), renamed; ``after`` is the shipped one; ``none`` binds no guard. Writes,
 by one client each, the cases rotating on every write so drift falls on all alike:
 
 - ``create``: a device Pod as the webhook leaves it (hami-scheduler, ``hami.io/gpu-type``, a label of its
   workload), by the admin: the common create, which passes the guard with no owned key written (the authorizer
   is not asked);
+- ``reserved``: the same Pod as the webhook leaves it in a namespace with a device quota, carrying
+  ``hami.io/quota-reservation``: the shipped guard also checks where it may be created (scheduler, scope, device);
 - ``allocate``: a merge patch by HAMi's scheduler's ServiceAccount (kube-system:hami-scheduler, allowed to patch
   Pods and Nodes) writing ``hami.io/vgpu-node`` and ``hami.io/bind-phase``: both guards ask the authorizer;
 - ``annotate``: a merge patch by the admin of an annotation of the user's own, which both turn away before the
@@ -33,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from app.admission.annotations import QUOTA_RESERVATION_ANNOTATION
 from app.preview.policies import GUARD
 from bench.policies import each_version, measured
 from testbed import ROOT
@@ -40,11 +43,12 @@ from testbed.api import IMAGE, Api
 from testbed.cluster import RealKube, pinned_versions
 
 SHIPPED = Path("manifests/base/policies/allocation-guard.yaml")
-BASELINE = "e90d6f0"
-"""The last revision whose guard required a Pod for HAMi's scheduler and knew 71 annotations and no label."""
+BASELINE = "984f5a3"
+"""The last revision whose guard filtered its list of 80 owned annotations on every write and left the quota
+reservation alone."""
 LABEL = "hami-bench/guard"
 GUARDS = ("none", "before", "after")
-WRITES = ("create", "allocate", "annotate")
+WRITES = ("create", "reserved", "allocate", "annotate")
 SCHEDULER = ("kube-system", "hami-scheduler")
 GPU = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "30"}
 
@@ -96,9 +100,12 @@ def install(kube: RealKube, guards: dict[str, str]) -> str:
     return kube.kubectl("create", "token", name, "-n", ns).stdout.strip()
 
 
-def device_pod(name: str) -> bytes:
+def device_pod(name: str, reservation: str = "") -> bytes:
     ctr = {"name": "c", "image": IMAGE, "resources": {"limits": GPU}}
-    meta = {"name": name, "labels": {"app": "bench"}, "annotations": {"hami.io/gpu-type": "NVIDIA"}}
+    annotations = {"hami.io/gpu-type": "NVIDIA"}
+    if reservation:
+        annotations[QUOTA_RESERVATION_ANNOTATION] = reservation
+    meta = {"name": name, "labels": {"app": "bench"}, "annotations": annotations}
     obj = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -120,8 +127,9 @@ def measure(kube: RealKube, guards: dict[str, str], args: argparse.Namespace) ->
     def timed(case: str, write: str) -> float:
         n = next(made)
         pods = f"/api/v1/namespaces/bench-{case}/pods"
-        if write == "create":
-            api, call = admin, ("POST", pods, device_pod(f"device-{n}"))
+        if write in ("create", "reserved"):
+            reservation = f"{n:08x}-0000-4000-8000-000000000000" if write == "reserved" else ""
+            api, call = admin, ("POST", pods, device_pod(f"device-{n}", reservation))
         else:
             written = {"hami.io/vgpu-node": f"node-{n}", "hami.io/bind-phase": "allocating"}
             if write == "annotate":
@@ -130,7 +138,7 @@ def measure(kube: RealKube, guards: dict[str, str], args: argparse.Namespace) ->
                 api = scheduler
             call = ("PATCH", f"{pods}/patched", json.dumps({"metadata": {"annotations": written}}).encode())
         started = time.perf_counter()
-        status, data = api.call(*call, merge=write != "create")
+        status, data = api.call(*call, merge=call[0] == "PATCH")
         took = time.perf_counter() - started
         if status not in (200, 201):
             problems.append(f"{write} {case}: HTTP {status}: {data[:300]!r}")

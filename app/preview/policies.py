@@ -5,7 +5,7 @@ Three ValidatingAdmissionPolicies and one MutatingAdmissionPolicy
 
 - the allocation guard: only HAMi's components and their kind (ServiceAccounts the API server's authorizer lets
   patch Nodes) write the annotations and the label that hand a Pod its devices, on any create or update, in every
-  namespace (the webhook sees creates in its scope only);
+  namespace (the webhook sees creates in its scope only); and the quota reservation is the webhook's alone;
 - routed: a device Pod in the webhook's scope is never stored on default-scheduler or with a node (what a
   skipped or failed-open webhook leaves); out of scope it is a warning;
 - reviewed: a warning for a device Pod bound for HAMi's scheduler that the webhook never marked;
@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from app.admission.annotations import GPU_TYPE_ANNOTATION, MUTATED, OWNED_LABELS
+from app.admission.annotations import GPU_TYPE_ANNOTATION, MUTATED, OWNED_LABELS, QUOTA_RESERVATION_ANNOTATION
 from app.admission.devices.base import Device
 from app.admission.ports import QuotaOff, ReviewSettings
 from app.admission.review import DEFAULT_SCHEDULER, decide
@@ -43,7 +43,7 @@ SCHEDULER_VARIABLE = "scheduler"
 SCHEDULER_NAME = f"variables.{SCHEDULER_VARIABLE}"
 """How a policy's expressions name HAMi's scheduler: through one variable (``_scheduler``)."""
 NAMING_THE_SCHEDULER = (ROUTED, REVIEWED, FLOOR)
-"""The policies that name HAMi's scheduler (the guard names none: trust decides)."""
+"""The policies that name HAMi's scheduler."""
 SERVICE_ACCOUNT = "system:serviceaccount:"
 """The prefix of every ServiceAccount's user name."""
 COMPONENT_CHECK = ("", "nodes", "patch")
@@ -107,22 +107,31 @@ def _binding(kind: str, name: str, policy: str, actions: Sequence[str] = (), **m
     return _policy(kind, name, spec)
 
 
-def allocation_guard(owned: Sequence[str], labels: Sequence[str], components: Sequence[str] = ()) -> list[Obj]:
-    """Creates and updates of Pods that add, change or remove an annotation of ``owned`` or a label of ``labels``
-    are refused unless made by a ServiceAccount that the API server's authorizer lets patch Nodes, or by one of
-    ``components``; whichever scheduler the Pod names, so a vendor's own scheduler and device plugin keep writing
-    on their Pods what HAMi's write on its own. The status and binding subresources are matched too, since both
-    can write a Pod's metadata (a Binding's annotations are copied onto its Pod); the kubelet's status updates
+def allocation_guard(settings: PolicySettings, scope: Mapping[str, Any], components: Sequence[str] = ()) -> list[Obj]:
+    """Creates and updates of Pods that add, change or remove an annotation of the owned ones or a label of
+    OWNED_LABELS are refused unless made by a ServiceAccount that the API server's authorizer lets patch Nodes, or
+    by one of ``components``; whichever scheduler the Pod names, so a vendor's own scheduler and device plugin keep
+    writing on their Pods what HAMi's write on its own. The status and binding subresources are matched too, since
+    both can write a Pod's metadata (a Binding's annotations are copied onto its Pod); the kubelet's status updates
     and kube-scheduler's bindings never touch these, so they stop at the matchConditions and are never refused.
-    The authorizer is asked last, only once an owned key is found written."""
+
+    The quota reservation is the webhook's own, which only writes it when it charges a device Pod it reviews, in
+    its ``scope`` (whatever the Pod's scheduler or opt-out label: docs/rules.md#every-device-pod-is-charged): any
+    other write of it is refused, whoever makes it (the feed counts the Pods that carry it). The keys written are
+    found in one pass over the Pod's annotations (and the old ones', on an update), each looked up in the owned
+    list, which the API server holds as a set; the authorizer is asked last, only once an owned key is found
+    written. A map has no order, so a refusal names the least key written, the same one on every try."""
     group, resource, verb = COMPONENT_CHECK
-    changed = "(k in {now}) != (k in {before}) ||\n  (k in {now} && {now}[k] != {before}[k])"
-    written = changed.format(now="variables.now", before="variables.before")
     skipped = []
     if components:
         users = quoted(f"{SERVICE_ACCOUNT}{account}" for account in components)
         skipped.append({"name": "not-hami-component", "expression": f"!(request.userInfo.username in [{users}])"})
-    labelled = changed.format(now="variables.labels", before="variables.labelsBefore")
+    labelled = (
+        "(k in variables.labels) != (k in variables.labelsBefore) ||\n"
+        "  (k in variables.labels && variables.labels[k] != variables.labelsBefore[k])"
+    )
+    owned = listed(settings.owned_annotations.owned, "  ")
+    device = _requests_device(_device_names(settings))["expression"]
     spec = {
         "failurePolicy": "Fail",
         "matchConstraints": {
@@ -153,9 +162,12 @@ def allocation_guard(owned: Sequence[str], labels: Sequence[str], components: Se
                 "oldObject.metadata.annotations : {}",
             },
             {
-                "name": "written",
-                "expression": f"[\n{listed(owned, '  ')}\n].filter(k,\n  {written})",
+                "name": "changed",
+                "expression": "variables.now.filter(k,\n"
+                "  !(k in variables.before) || variables.now[k] != variables.before[k]) +\n"
+                "variables.before.filter(k, !(k in variables.now))",
             },
+            {"name": "written", "expression": f"variables.changed.filter(k, k in [\n{owned}\n])"},
             {"name": "labels", "expression": "has(object.metadata.labels) ? object.metadata.labels : {}"},
             {
                 "name": "labelsBefore",
@@ -163,7 +175,11 @@ def allocation_guard(owned: Sequence[str], labels: Sequence[str], components: Se
             },
             {
                 "name": "labelled",
-                "expression": f"[{quoted(labels)}].filter(k,\n  {labelled})",
+                "expression": f"[{quoted(OWNED_LABELS)}].filter(k,\n  {labelled})",
+            },
+            {
+                "name": "namespaceLabels",
+                "expression": "has(namespaceObject.metadata.labels) ? namespaceObject.metadata.labels : {}",
             },
         ],
         "validations": [
@@ -171,14 +187,24 @@ def allocation_guard(owned: Sequence[str], labels: Sequence[str], components: Se
                 "expression": "size(variables.written) + size(variables.labelled) == 0 || (\n"
                 f"  request.userInfo.username.startsWith('{SERVICE_ACCOUNT}') &&\n"
                 f"  authorizer.group('{group}').resource('{resource}').check('{verb}').allowed())",
-                "messageExpression": "(size(variables.written) > 0 ? 'annotation ' + variables.written[0] :\n"
+                "messageExpression": "(size(variables.written) > 0 ? 'annotation ' + variables.written.min() :\n"
                 " 'label ' + variables.labelled[0]) +\n"
                 "\" is written by HAMi's scheduler and device plugins only (ServiceAccounts allowed to "
                 f'{verb} {resource}): " + request.userInfo.username +\n'
                 "(oldObject != null ? ' may not add, change or remove it' :\n"
                 " request.kind.kind == 'Binding' ? ' may not bind a Pod with it' : ' may not create a Pod with it')",
                 "reason": "Forbidden",
-            }
+            },
+            {
+                "expression": f"!('{QUOTA_RESERVATION_ANNOTATION}' in variables.changed) ||\n"
+                f"oldObject == null && request.kind.kind == 'Pod' &&\n{_in_scope(scope)} &&\n{device}",
+                "messageExpression": f'"annotation {QUOTA_RESERVATION_ANNOTATION} is written by hami-webhook only, '
+                'when it charges a device Pod it reviews: " +\n'
+                "request.userInfo.username + (oldObject != null ? ' may not add, change or remove it' :\n"
+                " request.kind.kind == 'Binding' ? ' may not bind a Pod with it' :\n"
+                " ' may not create a Pod with it asking for no device or out of its scope')",
+                "reason": "Forbidden",
+            },
         ],
     }
     binding = _binding("ValidatingAdmissionPolicyBinding", GUARD, GUARD, ["Deny"])
@@ -280,19 +306,50 @@ def mutated(scope: Mapping[str, Any]) -> Obj:
 NEGATED = {"In": "NotIn", "NotIn": "In", "Exists": "DoesNotExist", "DoesNotExist": "Exists"}
 
 
+def _requirements(selector: Mapping[str, Any]) -> list[Obj]:
+    """A label selector's requirements, each of ``matchLabels`` as an ``In`` of one value; the selector ANDs them."""
+    return [
+        {"key": key, "operator": "In", "values": [value]} for key, value in (selector.get("matchLabels") or {}).items()
+    ] + list(selector.get("matchExpressions") or [])
+
+
 def _complement(selector: Mapping[str, Any]) -> list[Obj]:
     """Selectors that together match what ``selector`` does not: one per requirement, each negated (a label
     selector ANDs its requirements, and a binding cannot OR them)."""
-    requirements = [
-        {"key": key, "operator": "In", "values": [value]} for key, value in (selector.get("matchLabels") or {}).items()
-    ] + list(selector.get("matchExpressions") or [])
     negated = []
-    for requirement in requirements:
+    for requirement in _requirements(selector):
         opposite = {"key": requirement["key"], "operator": NEGATED[requirement["operator"]]}
         if "values" in requirement and requirement["operator"] in ("In", "NotIn"):
             opposite["values"] = list(requirement["values"])
         negated.append({"matchExpressions": [opposite]})
     return negated
+
+
+def _selected(selector: Mapping[str, Any], labels: str) -> list[str]:
+    """CEL, one test per requirement of ``selector`` on the label map ``labels``, as the API server matches a
+    selector: a requirement on a label the object lacks holds for NotIn and DoesNotExist, not for In and Exists."""
+    tests = []
+    for requirement in _requirements(selector):
+        key, operator = requirement["key"], requirement["operator"]
+        found = f"'{key}' in {labels}"
+        valued = f"{labels}['{key}'] in [{quoted(requirement.get('values') or ())}]"
+        tests.append(
+            {
+                "In": f"({found} && {valued})",
+                "NotIn": f"(!({found}) || !({valued}))",
+                "Exists": f"({found})",
+                "DoesNotExist": f"!({found})",
+            }[operator]
+        )
+    return tests
+
+
+def _in_scope(scope: Mapping[str, Any]) -> str:
+    """CEL: the Pod's namespace and the Pod itself match the webhook's selectors (the labels of both in the
+    variables ``namespaceLabels`` and ``labels``)."""
+    tests = _selected(scope.get("namespaceSelector") or {}, "variables.namespaceLabels")
+    tests += _selected(scope.get("objectSelector") or {}, "variables.labels")
+    return " &&\n".join(tests) or "true"
 
 
 def reviewed(settings: PolicySettings) -> list[Obj]:
@@ -357,7 +414,7 @@ def render(inputs: Inputs) -> dict[str, str]:
         "webhooks": [{"name": inputs.scope.get("name", ""), "matchConditions": webhook_match_conditions(every)}],
     }
     files = {
-        "allocation-guard.yaml": allocation_guard(settings.owned_annotations.owned, OWNED_LABELS, inputs.components),
+        "allocation-guard.yaml": allocation_guard(settings, inputs.scope, inputs.components),
         "routed.yaml": [*routed(settings, inputs.scope), *reviewed(settings)],
         "match-conditions.yaml": [conditions, _workload_conditions(inputs, every)],
     }

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from app.admission.annotations import NODE_LABEL
+from app.admission.annotations import NODE_LABEL, QUOTA_RESERVATION_ANNOTATION
 from app.preview.policies import FLOOR, GUARD, REVIEWED, ROUTED
 from testbed import ROOT, hami
 from testbed.api import GPU, create, pod
@@ -322,6 +322,7 @@ def vendor(any_installed: Installed) -> Iterator[str]:
     """A vendor-native stand-in beside HAMi: Enflame's gcushare scheduler's ServiceAccount, with the Node
     permission its chart grants (it records each node's GCUs on the Node). Its bearer token."""
     kube = any_installed.kube
+    kube.wait_for(lambda: not kube.exists("namespace", VENDOR_NAMESPACE), 60)  # an earlier test's, deleted
     kube.namespace(VENDOR_NAMESPACE)
     kube.kubectl("create", "serviceaccount", VENDOR_ACCOUNT, "-n", VENDOR_NAMESPACE)
     role = ("create", "clusterrole", VENDOR_ACCOUNT, "--verb=get,list,watch,patch,update")
@@ -355,6 +356,92 @@ def test_a_vendor_stack_writes_its_allocations_on_its_own_pods(
         status, answer = kube.call("PATCH", path, _meta("annotation", key, "true"), as_user=AUTHOR)
         answers.append(f"{key}: {AUTHOR} changes it: {status} {answer.get('message', '')}")
         assert status == 403 and answer["message"] == forbidden("gcu", refusal(key, AUTHOR)), answer
+    print("\n".join(answers))
+
+
+RESERVATION = QUOTA_RESERVATION_ANNOTATION
+VENDOR = f"system:serviceaccount:{VENDOR_NAMESPACE}:{VENDOR_ACCOUNT}"
+ELSEWHERE = "asking for no device or out of its scope"
+
+
+def reserved_only(user: str, how: str = "add, change or remove it") -> str:
+    return (
+        f"ValidatingAdmissionPolicy '{GUARD}' with binding '{GUARD}' denied request: annotation {RESERVATION} is "
+        f"written by hami-webhook only, when it charges a device Pod it reviews: {user} may not {how}"
+    )
+
+
+def test_the_quota_reservation_is_the_webhooks_alone(
+    any_installed: Installed, ns: str, opted_out: str, author: str, vendor: str
+) -> None:
+    """A running Pod relabelled to a gang hold's id (`kubectl annotate`) would count against the hold: nobody adds,
+    changes or removes the reservation on a stored Pod, not its author with `edit`, not the admin, not an account
+    the guard trusts with allocations (allowed to patch Nodes), nor writes it through the status or a Binding; the
+    guard's other keys stay refused and the author's own annotations pass. A Pod the webhook reserved for is
+    created with it; one created with it where the webhook writes none (another scheduler, no device, a Pod or
+    namespace opted out, even on HAMi's scheduler with a device) is refused."""
+    kube = any_installed.kube
+    hard = {"limits.nvidia.com/gpumem": "400000"}
+    apply(kube, {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpu", "namespace": ns},
+                 "spec": {"hard": hard}})  # fmt: skip
+
+    def reserved() -> Obj | None:  # once the webhook's quota feed has seen the ResourceQuota
+        code, created, err = create(any_installed, ns, pod("reserved-", GPU))
+        assert code == 0, err
+        return created if RESERVATION in created["metadata"].get("annotations", {}) else None
+
+    held = kube.wait_for(reserved, 30)
+    name, hold = held["metadata"]["name"], held["metadata"]["annotations"][RESERVATION]
+    code, _, err = create(any_installed, ns, pod("plain", {"cpu": "1"}))
+    assert code == 0, err
+    answers: list[str] = []
+
+    def refused(on: str, pair: str, denial: str, who: str, **as_who: str) -> None:
+        done = annotate(kube, ns, on, pair, **as_who)
+        answers.append(f"{who}: kubectl annotate pod/{on} {pair}: {done.stderr.strip() or 'allowed'}")
+        assert done.returncode == 1 and denial in done.stderr, done.stderr
+
+    for who, as_who in ((AUTHOR, {"as_user": AUTHOR}), ("admin", {}), (VENDOR, {"as_token": vendor})):
+        refused("plain", f"{RESERVATION}={hold}", reserved_only(who), who, **as_who)  # the attack: add a hold's id
+        refused(name, f"{RESERVATION}={hold}x", reserved_only(who), who, **as_who)
+        refused(name, f"{RESERVATION}-", reserved_only(who), who, **as_who)
+    refused(name, "hami.io/vgpu-node=gpu-node-2", refusal("hami.io/vgpu-node", AUTHOR), AUTHOR, as_user=AUTHOR)
+    mine = annotate(kube, ns, name, "team=ml", as_user=AUTHOR)
+    assert mine.returncode == 0, mine.stderr
+    pods = f"/api/v1/namespaces/{ns}/pods"
+    status, answer = kube.call("PATCH", f"{pods}/{name}/status", _meta("annotation", RESERVATION, "u-1"))
+    assert status == 403 and reserved_only("admin") in answer["message"], answer
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "plain", "annotations": {RESERVATION: hold}},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-node-1"},
+    }
+    status, answer = kube.call("POST", f"{pods}/plain/binding", binding)
+    assert status == 403 and reserved_only("admin", "bind a Pod with it") in answer["message"], answer
+    # Created where the webhook never sees it: asking for no device, or in a namespace opted out.
+    carrying: Obj = {"annotations": {RESERVATION: hold}}
+    ours = {"schedulerName": "hami-scheduler"}
+    for who, where, obj in (
+        (AUTHOR, ns, pod("cpu", {"cpu": "1"}, **ours, metadata=carrying)),
+        ("admin", opted_out, pod("opted-out", GPU, **ours, metadata=carrying)),
+    ):
+        as_user = AUTHOR if who == AUTHOR else ""
+        status, answer = kube.call("POST", f"/api/v1/namespaces/{where}/pods", obj, as_user=as_user)
+        answers.append(f"{who} creates {obj['metadata']['name']} with it: {status} {answer.get('message', '')}")
+        denial = reserved_only(who, f"create a Pod with it {ELSEWHERE}")
+        assert status == 403 and answer["message"] == forbidden(obj["metadata"]["name"], denial), answer
+    # Another scheduler's Pod, and one opted out by its own label, are reviewed: charged, each with its own seal.
+    for obj in (
+        pod("volcano", GPU, schedulerName="volcano", metadata=carrying),
+        pod("labelled", GPU, **ours, metadata={**carrying, "labels": IGNORE_LABEL}),
+    ):
+        status, answer = kube.call("POST", f"/api/v1/namespaces/{ns}/pods", obj, as_user=AUTHOR)
+        answers.append(f"{AUTHOR} creates {obj['metadata']['name']} with it: {status}, sealed anew")
+        assert status == 201 and answer["metadata"]["annotations"][RESERVATION] not in ("", hold), answer
+    annotations = kube.get("pod", name, namespace=ns)["metadata"]["annotations"]
+    assert annotations[RESERVATION] == hold and annotations["team"] == "ml"
+    assert RESERVATION not in kube.get("pod", "plain", namespace=ns)["metadata"].get("annotations", {})
     print("\n".join(answers))
 
 

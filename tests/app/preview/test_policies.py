@@ -126,21 +126,37 @@ def test_guard_lists_every_owned_key_of_every_vendor_and_the_given_components(tm
 
 
 def test_the_shipped_guard_pins_no_account_nor_scheduler_and_asks_the_authorizer_last() -> None:
-    """Trust by permission: no user name and no scheduler name in it (a vendor's own scheduler and plugin are
-    trusted as HAMi's are); the authorizer only after an owned key is found written, and after the cheap test (a
-    ServiceAccount)."""
+    """Trust by permission: no user name in it, and no check names a scheduler (a vendor's own scheduler and plugin
+    are trusted as HAMi's are, and the webhook charges and seals a device Pod whatever its scheduler); the
+    authorizer only after an owned key is found written, and after the cheap test (a ServiceAccount)."""
     policy, _ = yaml.safe_load_all(chart_defaults()["allocation-guard.yaml"])
     assert [c["name"] for c in policy["spec"]["matchConditions"]] == ["metadata-written"]
-    (validation,) = policy["spec"]["validations"]
-    expression = validation["expression"]
+    allocation, reservation = policy["spec"]["validations"]
+    expression = allocation["expression"]
     assert "system:serviceaccount:kube-system" not in yaml.safe_dump(policy)
     assert "schedulerName" not in yaml.safe_dump(policy)
+    assert "oldObject == null && request.kind.kind == 'Pod'" in reservation["expression"]
     order = [
         "size(variables.written) + size(variables.labelled) == 0 ||",
         "request.userInfo.username.startsWith('system:serviceaccount:')",
         "authorizer.group('').resource('nodes').check('patch').allowed()",
     ]
     assert [expression.index(part) for part in order] == sorted(expression.index(part) for part in order)
+
+
+def test_the_guard_looks_at_the_pods_annotations_once() -> None:
+    """The cost of a create does not grow with the owned keys: the annotations written are found in one pass over
+    the Pod's map (and the old one's), and only those are looked up in the owned list, which appears once."""
+    policy, _ = yaml.safe_load_all(chart_defaults()["allocation-guard.yaml"])
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert variables["changed"].startswith("variables.now.filter(k,")
+    assert variables["written"].startswith("variables.changed.filter(k, k in [")
+    owned = Settings.from_env({}).owned_annotations.owned
+    annotations = yaml.safe_dump(
+        {**policy["spec"], "variables": {k: v for k, v in variables.items() if k != "labelled"}}
+    )
+    assert [key for key in owned if annotations.count(f"'{key}'") != 1] == []
+    assert "'hami.io/quota-reservation' in variables.changed" in policy["spec"]["validations"][1]["expression"]
 
 
 def test_a_malformed_component_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -182,6 +198,45 @@ def test_outside_the_scope_is_the_complement_of_each_requirement() -> None:
         (negated,) = match[field]["matchExpressions"]
         assert requirement["operator"] == "NotIn"
         assert negated == {**requirement, "operator": "In"}
+
+
+SELECTOR = {
+    "matchLabels": {"team": "ml"},
+    "matchExpressions": [
+        {"key": "tier", "operator": "In", "values": ["gpu", "npu"]},
+        {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]},
+        {"key": "quota", "operator": "Exists"},
+        {"key": "legacy", "operator": "DoesNotExist"},
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        {"team": "ml", "tier": "gpu", "quota": ""},
+        {"team": "ml", "tier": "npu", "quota": "x", "hami.io/webhook": "on"},
+        {"team": "ml", "tier": "gpu", "quota": "", "hami.io/webhook": "ignore"},
+        {"team": "ml", "tier": "gpu", "quota": "", "legacy": "1"},
+        {"team": "ml", "tier": "gpu"},
+        {"team": "ml", "tier": "cpu", "quota": ""},
+        {"team": "ai", "tier": "gpu", "quota": ""},
+        {},
+    ],
+    ids=["all", "other-values", "opted-out", "legacy", "no-quota", "not-in", "match-labels", "none"],
+)
+def test_the_guards_scope_is_the_webhooks_selector_in_cel(labels: dict[str, str]) -> None:
+    """The reservation check's scope in CEL selects what the API server's selector does, operator by operator (a
+    label the object lacks passes NotIn and DoesNotExist only)."""
+    import celpy
+
+    from app.preview.matching import matches_label_selector
+    from app.preview.policies import _selected
+
+    env = celpy.Environment()
+    expression = " && ".join(_selected(SELECTOR, "labels"))
+    found = env.program(env.compile(expression)).evaluate({"labels": celpy.json_to_cel(labels)})
+    assert bool(found) == matches_label_selector(SELECTOR, labels)
 
 
 def test_no_scheduler_name_is_a_usage_error(
