@@ -123,7 +123,8 @@ LAYERS = {
     "app.preview": ("app.admission", "app.untrusted"),
     "app.quota": ("app.admission", *SHARED),
     "app.check": ("app.admission", "app.preview", *SHARED),  # reads the cluster; judges with the preview's readers
-    "app.serving.master": ("app.preview", "app.serving", "app.settings", *SHARED),  # at start: installed policies
+    # at start: the installed policies; then the failure policy, judged as the check judges it
+    "app.serving.master": ("app.check", "app.preview", "app.serving", "app.settings", *SHARED),
     "app.serving.worker": ("app.serving", "app.settings", *SHARED),
     "app.serving": ("app.admission", *SHARED),
     # the composition: settings -> device backends -> the app, and the commands that start it

@@ -103,6 +103,7 @@ def when_ready(server: Any) -> None:
     """
     if settings.metrics_bind:
         _serve_metrics(server)
+        watch_failure_policy(server)
     check_installed_policies(server)
 
 
@@ -163,6 +164,48 @@ def check_installed_policies(server: Any) -> None:
             settings.scheduler_name,
             extra={"fields": {"policies": other, "setting": settings.scheduler_name}},
         )
+
+
+FAILURE_POLICY_EVERY = 30.0  # seconds between two reads of the webhook configuration
+
+
+def watch_failure_policy(server: Any) -> None:
+    """From the master, every 30 s on a thread of its own: since when the webhook configuration's failurePolicy is
+    Ignore (the check's ``switched_since``), as the gauge the alert HamiWebhookFailurePolicyIgnored reads: the
+    emergency switch left on silently unroutes device Pods whenever a call fails. Off the review path (the workers
+    never read it); no API configuration (a local run): not watched. A failed read keeps the last value."""
+    import threading
+
+    from kubernetes import client
+
+    from app.kube.config import LOAD_ERRORS, load_configuration
+
+    try:
+        configuration = load_configuration()
+    except LOAD_ERRORS as exc:
+        server.log.debug("failure policy: not watched, no Kubernetes API configuration (%s)", exc)
+        return
+    configuration.retries = False
+    api = client.ApiClient(configuration)
+    threading.Thread(target=_watch_failure_policy, args=(api, server.log), name="failure-policy", daemon=True).start()
+
+
+def _watch_failure_policy(api: Any, log: Any) -> None:
+    import time
+
+    from app.check.core import CONFIGURATION, switched_since
+    from app.kube.errors import describe
+    from app.kube.transport import request
+
+    path = f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{CONFIGURATION}"
+    while True:
+        try:
+            found = request(api, "GET", path, timeout=(2, 5), action=f"read {CONFIGURATION}")
+        except Exception as exc:  # no permission, no such configuration, no answer: said, and tried again
+            log.debug("failure policy: %s not read: %s", CONFIGURATION, describe(exc))
+        else:
+            metrics.failure_policy_ignored_since(switched_since(found) or 0)
+        time.sleep(FAILURE_POLICY_EVERY)
 
 
 def child_exit(server: Any, worker: Any) -> None:

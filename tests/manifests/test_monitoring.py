@@ -27,7 +27,7 @@ SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), 
 def exported() -> set[str]:
     """Every sample name the webhook's collectors expose."""
     names = set()
-    for collector in vars(metrics.collectors()).values():
+    for collector in (*vars(metrics.collectors()).values(), *metrics.master_gauges()):
         for family in collector.describe():
             names.update(family.name + suffix for suffix in SUFFIXES[family.type])
     return names
@@ -91,6 +91,8 @@ def test_alerts_cover_the_usual_thresholds(monitoring: list[Obj]) -> None:
     assert all(f"max by (namespace, quota_name) (hami_webhook_quota_{g}" in near["expr"] for g in ("used", "limit"))
     [hook] = one(monitoring, "MutatingWebhookConfiguration", "hami-webhook-pods")["webhooks"]
     assert f'fail_open_count{{name="{hook["name"]}"}}' in by_name["HamiWebhookFailedOpen"]["expr"]
+    left_on = by_name["HamiWebhookFailurePolicyIgnored"]
+    assert "> 3600" in left_on["expr"] and left_on["labels"]["severity"] == "critical"
     watched = {"HamiWebhookBypassed": (ROUTED, REVIEWED), "HamiAllocationAnnotationRefused": (GUARD,)}
     for name, policies in watched.items():
         assert all(policy in by_name[name]["expr"] for policy in policies)
