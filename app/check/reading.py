@@ -7,10 +7,12 @@ refusal that stops nothing becomes an ``Unread`` the checks name; no answer at a
 from __future__ import annotations
 
 import base64
+import functools
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
 from app.check.core import (
@@ -48,67 +50,105 @@ class CheckError(Exception):
 
 
 def read(api: client.ApiClient, namespace: str, default_scheduler: str, timeout: float | None) -> Snapshot:
-    """Everything the checks judge, read in the order they need it (the configuration names the Service)."""
+    """Everything the checks judge. The calls go out together, in three waves of what depends on what (the
+    configuration names the Service; the Deployment the scheduler's name and the webhook's account), the dry runs
+    first: a hanging webhook costs its timeoutSeconds once, whatever else is read meanwhile."""
+    from concurrent.futures import ThreadPoolExecutor
+
     reader = _Reader(api, timeout)
-    namespace_object = reader.get(f"/api/v1/namespaces/{namespace}", f"get namespace {namespace}")
-    if namespace_object is None:
-        raise CheckError(f'namespaces "{namespace}" not found')
-    scene = Snapshot(
-        namespace=namespace,
-        now=time.time(),
-        default_scheduler=default_scheduler,
-        configuration=reader.get(f"{GROUP}/mutatingwebhookconfigurations/{CONFIGURATION}", "get configuration"),
-        configurations=reader.list(f"{GROUP}/mutatingwebhookconfigurations", "list mutatingwebhookconfigurations"),
-        namespace_object=namespace_object,
-    )
-    ns, name, port = service_ref(scene)
-    service = reader.get(f"/api/v1/namespaces/{ns}/services/{name}", f"get service {ns}/{name}")
-    deployment = reader.get(f"/apis/apps/v1/namespaces/{ns}/deployments/{name}", f"get deployment {ns}/{name}")
-    slices = reader.list(
-        f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
-        f"list endpointslices in namespace {ns}",
-        {"labelSelector": f"kubernetes.io/service-name={name}"},
-    )
-    floor_served = reader.serves("mutatingadmissionpolicies")
-    policies: dict[str, Read] = {}
-    bindings: dict[str, Read] = {}
-    for policy in (ROUTED, REVIEWED, FLOOR):
-        kind = "mutatingadmissionpolicies" if policy == FLOOR else "validatingadmissionpolicies"
-        if policy == FLOOR and not floor_served:
-            continue
-        policies[policy] = reader.get(f"{GROUP}/{kind}/{policy}", f"get {kind} {policy}")
-        binding = kind.replace("policies", "policybindings")
-        bindings[policy] = reader.get(f"{GROUP}/{binding}/{policy}", f"get {binding} {policy}")
-    scene = _with(scene, service=service, deployment=deployment, endpoint_slices=slices)
-    want = scheduler_name(scene)
-    scene = _with(
-        scene,
-        policies=policies,
-        bindings=bindings,
-        floor_served=floor_served,
-        leases=reader.list(
-            "/apis/coordination.k8s.io/v1/leases", "list leases", {"fieldSelector": f"metadata.name={want}"}
-        ),
-        nodes=reader.list("/api/v1/nodes", "list nodes"),
-        gpu=reader.dry_run(namespace, {"nvidia.com/gpu": "1"}),
-        cpu=reader.dry_run(namespace, {"cpu": "100m"}),
-        served=_probe(service, hook(scene), ns, name, port),
-    )
-    if quota_on(deployment):
-        home = container_env(deployment).get(HOME_ENV) or ns
-        template = (deployment.get("spec") or {}).get("template") or {} if isinstance(deployment, dict) else {}
-        account = str((template.get("spec") or {}).get("serviceAccountName") or "default")
-        user = f"system:serviceaccount:{ns}:{account}"
-        scene = _with(
-            scene,
-            quota_access=reader.access(user, QUOTA_NEEDS, None) | reader.access(user, LEDGER_NEEDS, home)
-            if isinstance(deployment, dict)
-            else Unread(f"no Deployment {ns}/{name} to name the webhook's ServiceAccount"),
-            ledgers=reader.list(
-                f"/apis/coordination.k8s.io/v1/namespaces/{home}/leases", f"list leases in namespace {home}"
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        gpu = pool.submit(reader.dry_run, namespace, {"nvidia.com/gpu": "1"})
+        cpu = pool.submit(reader.dry_run, namespace, {"cpu": "100m"})
+        first = _together(
+            pool,
+            namespace_object=lambda: reader.get(f"/api/v1/namespaces/{namespace}", f"get namespace {namespace}"),
+            configuration=lambda: reader.get(
+                f"{GROUP}/mutatingwebhookconfigurations/{CONFIGURATION}",
+                f"get mutatingwebhookconfiguration {CONFIGURATION}",
+            ),
+            configurations=lambda: reader.list(f"{GROUP}/mutatingwebhookconfigurations", "list configurations"),
+            floor_served=lambda: reader.serves("mutatingadmissionpolicies"),
+            nodes=lambda: reader.list("/api/v1/nodes", "list nodes"),
+            **{
+                f"{what}:{policy}": functools.partial(
+                    reader.get, f"{GROUP}/{plural}/{policy}", f"get {plural} {policy}"
+                )
+                for policy, kind in POLICIES.items()
+                for what, plural in (("policy", kind), ("binding", kind.replace("policies", "policybindings")))
+            },
+        )
+        if first["namespace_object"] is None:
+            raise CheckError(f'namespaces "{namespace}" not found')
+        scene = Snapshot(
+            namespace=namespace,
+            now=time.time(),
+            default_scheduler=default_scheduler,
+            configuration=first["configuration"],
+            configurations=first["configurations"],
+            namespace_object=first["namespace_object"],
+            floor_served=first["floor_served"],
+            nodes=first["nodes"],
+            policies={p: first[f"policy:{p}"] for p in POLICIES if p != FLOOR or first["floor_served"]},
+            bindings={p: first[f"binding:{p}"] for p in POLICIES if p != FLOOR or first["floor_served"]},
+        )
+        ns, name, port = service_ref(scene)
+        second = _together(
+            pool,
+            service=lambda: reader.get(f"/api/v1/namespaces/{ns}/services/{name}", f"get service {ns}/{name}"),
+            deployment=lambda: reader.get(f"/apis/apps/v1/namespaces/{ns}/deployments/{name}", f"get {ns}/{name}"),
+            endpoint_slices=lambda: reader.list(
+                f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
+                f"list endpointslices in namespace {ns}",
+                {"labelSelector": f"kubernetes.io/service-name={name}"},
             ),
         )
-    return scene
+        scene = _with(scene, **second)
+        deployment, want = second["deployment"], scheduler_name(scene)
+        leases = "/apis/coordination.k8s.io/v1/leases"
+        third: dict[str, Callable[[], Any]] = {
+            "leases": lambda: reader.list(leases, "list leases", {"fieldSelector": f"metadata.name={want}"}),
+            "served": lambda: _probe(second["service"], hook(scene), ns, name, port),
+        }
+        if quota_on(deployment):
+            home = container_env(deployment).get(HOME_ENV) or ns
+            third["ledgers"] = lambda: reader.list(
+                f"/apis/coordination.k8s.io/v1/namespaces/{home}/leases", f"list leases in namespace {home}"
+            )
+            third["quota_access"] = lambda: _access(reader, pool, deployment, ns, home)
+        scene = _with(scene, **_together(pool, **third))
+        return _with(scene, gpu=gpu.result(), cpu=cpu.result())
+
+
+WORKERS = 8  # concurrent requests: the reads of one wave, and the two dry runs beside them
+POLICIES = {
+    ROUTED: "validatingadmissionpolicies",
+    REVIEWED: "validatingadmissionpolicies",
+    FLOOR: "mutatingadmissionpolicies",
+}
+
+
+def _together(pool: Executor, **calls: Callable[[], Any]) -> dict[str, Any]:
+    """Each call's answer by name, all sent at once; the first CheckError among them raised."""
+    futures = {name: pool.submit(call) for name, call in calls.items()}
+    return {name: future.result() for name, future in futures.items()}
+
+
+def _access(reader: _Reader, pool: Executor, deployment: Read, ns: str, home: str) -> Mapping[str, bool] | Unread:
+    """What the webhook's ServiceAccount (the Deployment's) may do of what quota needs."""
+    if not isinstance(deployment, dict):
+        return Unread(f"no Deployment in {ns} to name the webhook's ServiceAccount")
+    template = (deployment.get("spec") or {}).get("template") or {}
+    account = str((template.get("spec") or {}).get("serviceAccountName") or "default")
+    user = f"system:serviceaccount:{ns}:{account}"
+    needs = [(need, None) for need in QUOTA_NEEDS] + [(need, home) for need in LEDGER_NEEDS]
+    try:
+        return _together(
+            pool,
+            **{f"{need} in {where}" if where else need: functools.partial(reader.allowed, user, need, where)
+               for need, where in needs},
+        )  # fmt: skip
+    except ApiError as exc:  # SubjectAccessReviews refused to the caller
+        return Unread(_said(exc))
 
 
 def _with(scene: Snapshot, **changes: Any) -> Snapshot:
@@ -174,23 +214,20 @@ class _Reader:
         except ApiError as exc:
             return DryRun(None, " ".join((exc.message or str(exc)).split()))
 
-    def access(self, user: str, needs: tuple[str, ...], namespace: str | None) -> dict[str, bool]:
-        """Whether ``user`` may do each of ``needs`` ("verb resource"; cluster-wide when ``namespace`` is None)."""
-        found = {}
-        for need in needs:
-            verb, resource = need.split()
-            group = "coordination.k8s.io" if resource == "leases" else ""
-            attributes = {"verb": verb, "resource": resource, "group": group}
-            if namespace is not None:
-                attributes["namespace"] = namespace
-            review = {
-                "apiVersion": "authorization.k8s.io/v1",
-                "kind": "SubjectAccessReview",
-                "spec": {"user": user, "resourceAttributes": attributes},
-            }
-            answer = self._call("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", need, body=review)
-            found[f"{need} in {namespace}" if namespace else need] = bool(answer.get("status", {}).get("allowed"))
-        return found
+    def allowed(self, user: str, need: str, namespace: str | None) -> bool:
+        """Whether ``user`` may do ``need`` ("verb resource"; cluster-wide when ``namespace`` is None)."""
+        verb, resource = need.split()
+        group = "coordination.k8s.io" if resource == "leases" else ""
+        attributes = {"verb": verb, "resource": resource, "group": group}
+        if namespace is not None:
+            attributes["namespace"] = namespace
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {"user": user, "resourceAttributes": attributes},
+        }
+        answer = self._call("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", need, body=review)
+        return bool(answer.get("status", {}).get("allowed"))
 
 
 def _said(exc: ApiError) -> str:
@@ -224,8 +261,8 @@ def _handshake(address: str, wrap: Callable[[socket.socket], ssl.SSLSocket]) -> 
                 der = tls.getpeercert(binary_form=True)
         except ssl.SSLCertVerificationError as exc:
             return Served(address, True, f"x509: {exc.verify_message}")
-        except (ssl.SSLError, OSError) as exc:
-            return Served(address, True, f"TLS handshake failed: {exc}")
+        except (ssl.SSLError, OSError) as exc:  # no handshake (a hanging or refusing server): nothing to verify
+            return Served(address, False, f"no TLS handshake: {' '.join(str(exc).split())}")
     from cryptography import x509
 
     until = x509.load_der_x509_certificate(der).not_valid_after_utc.timestamp() if der else None
