@@ -70,11 +70,11 @@ def run(args: argparse.Namespace, default_scheduler: Callable[[], str]) -> int:
     configuration.retries = False  # one try per request: an operator waits for an answer, not for retries
     try:
         with client.ApiClient(configuration) as api:
-            scene = read(api, namespace, default_scheduler(), args.request_timeout)
+            snapshot = read(api, namespace, default_scheduler(), args.request_timeout)
     except CheckError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return USAGE if str(exc).endswith("not found") else FAILED
-    results = judge(scene)
+    results = judge(snapshot)
     ok = passes(results)
     print(_json(results, namespace, ok) if args.output == "json" else _lines(results, namespace, ok), end="")
     return 0 if ok else FAILED

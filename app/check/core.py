@@ -106,9 +106,9 @@ class Snapshot:
     ledgers: Listed = field(default_factory=list)
 
 
-def run(scene: Snapshot) -> list[Finding]:
+def run(snapshot: Snapshot) -> list[Finding]:
     """Every check, in the order an operator looks: the path itself, then each cause of its failure."""
-    return [check(scene) for check in CHECKS]
+    return [check(snapshot) for check in CHECKS]
 
 
 def passes(results: Iterable[Finding]) -> bool:
@@ -116,19 +116,19 @@ def passes(results: Iterable[Finding]) -> bool:
     return all(result.level is not Level.FAILURE for result in results)
 
 
-# --- what the scene says, shared by several checks ---------------------------------------------------------
+# --- what the snapshot says, shared by several checks ---------------------------------------------------------
 
 
-def hook(scene: Snapshot) -> Obj | None:
+def hook(snapshot: Snapshot) -> Obj | None:
     """Our webhook in the configuration, when both were read."""
-    if not isinstance(scene.configuration, dict):
+    if not isinstance(snapshot.configuration, dict):
         return None
-    return next((h for h in scene.configuration.get("webhooks") or () if h.get("name") == WEBHOOK), None)
+    return next((h for h in snapshot.configuration.get("webhooks") or () if h.get("name") == WEBHOOK), None)
 
 
-def service_ref(scene: Snapshot) -> tuple[str, str, int]:
+def service_ref(snapshot: Snapshot) -> tuple[str, str, int]:
     """The Service the webhook calls: namespace, name, port (the shipped one when the configuration names none)."""
-    service = ((hook(scene) or {}).get("clientConfig") or {}).get("service") or {}
+    service = ((hook(snapshot) or {}).get("clientConfig") or {}).get("service") or {}
     return str(service.get("namespace") or HOME), str(service.get("name") or SERVICE), int(service.get("port") or 443)
 
 
@@ -141,9 +141,9 @@ def container_env(deployment: Read) -> dict[str, str]:
     return {e["name"]: str(e.get("value", "")) for e in webhook.get("env") or () if "name" in e and "value" in e}
 
 
-def scheduler_name(scene: Snapshot) -> str:
+def scheduler_name(snapshot: Snapshot) -> str:
     """The scheduler the webhook routes device Pods to: its Deployment's HAMI_SCHEDULER_NAME, else the default."""
-    return container_env(scene.deployment).get(SCHEDULER_ENV, scene.default_scheduler)
+    return container_env(snapshot.deployment).get(SCHEDULER_ENV, snapshot.default_scheduler)
 
 
 def quota_on(deployment: Read) -> bool:
@@ -192,14 +192,14 @@ def _unread(check: str, what: str, unread: Unread) -> Finding:
 # --- the checks ------------------------------------------------------------------------------------------
 
 
-def path(scene: Snapshot) -> Finding:
+def path(snapshot: Snapshot) -> Finding:
     """The dry run of a one-GPU Pod: back for HAMi's scheduler and marked by the webhook."""
-    want, ns, gpu = scheduler_name(scene), scene.namespace, scene.gpu
+    want, ns, gpu = scheduler_name(snapshot), snapshot.namespace, snapshot.gpu
     said = f"a one-GPU Pod (server-side dry run in {ns})"
     if gpu.pod is None:
         if f'admission webhook "{WEBHOOK}" denied the request' in gpu.refusal:  # reached: the path works
             return Finding("path", Level.WARNING, f"{said} reached the webhook, which refused it: {gpu.refusal}")
-        return Finding("path", Level.FAILURE, f"{said} is refused: {gpu.refusal}", _fix_for(gpu.refusal, scene))
+        return Finding("path", Level.FAILURE, f"{said} is refused: {gpu.refusal}", _fix_for(gpu.refusal, snapshot))
     pod_scheduler = str((gpu.pod.get("spec") or {}).get("schedulerName") or DEFAULT_SCHEDULER)
     marked = GPU_TYPE_ANNOTATION in ((gpu.pod.get("metadata") or {}).get("annotations") or {})
     if marked and pod_scheduler == want:
@@ -218,9 +218,9 @@ def path(scene: Snapshot) -> Finding:
     )  # fmt: skip
 
 
-def _fix_for(refusal: str, scene: Snapshot) -> str:
+def _fix_for(refusal: str, snapshot: Snapshot) -> str:
     """The one thing to do for a refused dry run, from the API server's message."""
-    ns, name, _ = service_ref(scene)
+    ns, name, _ = service_ref(snapshot)
     if "x509" in refusal or "certificate" in refusal:
         return RENEW.format(ns=ns)
     if f'failed calling webhook "{WEBHOOK}"' in refusal:
@@ -230,13 +230,13 @@ def _fix_for(refusal: str, scene: Snapshot) -> str:
     return "the failures below say why"
 
 
-def cpu_pods(scene: Snapshot) -> Finding:
+def cpu_pods(snapshot: Snapshot) -> Finding:
     """A CPU Pod comes back untouched: the matchConditions keep every other Pod away from the webhook."""
-    cpu, ns = scene.cpu, scene.namespace
+    cpu, ns = snapshot.cpu, snapshot.namespace
     if cpu.pod is None:
         return Finding(
             "cpu-pods", Level.FAILURE, f"a CPU Pod (dry run in {ns}) is refused: {cpu.refusal}",
-            _fix_for(cpu.refusal, scene),
+            _fix_for(cpu.refusal, snapshot),
         )  # fmt: skip
     scheduler = (cpu.pod.get("spec") or {}).get("schedulerName")
     marked = GPU_TYPE_ANNOTATION in ((cpu.pod.get("metadata") or {}).get("annotations") or {})
@@ -248,16 +248,16 @@ def cpu_pods(scene: Snapshot) -> Finding:
     return Finding("cpu-pods", Level.OK, "a CPU Pod comes back untouched")
 
 
-def configuration(scene: Snapshot) -> Finding:
+def configuration(snapshot: Snapshot) -> Finding:
     """The configuration exists, holds our webhook, is not on standby, and fails closed."""
-    if isinstance(scene.configuration, Unread):
-        return _unread("configuration", f"MutatingWebhookConfiguration {CONFIGURATION}", scene.configuration)
-    if scene.configuration is None:
+    if isinstance(snapshot.configuration, Unread):
+        return _unread("configuration", f"MutatingWebhookConfiguration {CONFIGURATION}", snapshot.configuration)
+    if snapshot.configuration is None:
         return Finding(
             "configuration", Level.FAILURE, f"MutatingWebhookConfiguration {CONFIGURATION} is not installed",
             "kubectl apply -k manifests (README, Install in a cluster)",
         )  # fmt: skip
-    found = hook(scene)
+    found = hook(snapshot)
     if found is None:
         return Finding(
             "configuration", Level.FAILURE, f"{CONFIGURATION} has no webhook {WEBHOOK}",
@@ -268,55 +268,55 @@ def configuration(scene: Snapshot) -> Finding:
             "configuration", Level.FAILURE, f"{WEBHOOK} is on standby (matchCondition {STANDBY}): never called",
             "finish the migration: docs/migration-from-hami.md",
         )  # fmt: skip
-    since = switched_since(scene.configuration)
+    since = switched_since(snapshot.configuration)
     if since is not None:
         return Finding(
             "configuration", Level.FAILURE,
-            f"{WEBHOOK} has failurePolicy Ignore since {_utc(since)} ({_ago(scene.now - since)} ago): whenever a call "
-            "fails, device Pods are admitted unrouted and unchecked",
+            f"{WEBHOOK} has failurePolicy Ignore since {_utc(since)} ({_ago(snapshot.now - since)} ago): whenever a "
+            "call fails, device Pods are admitted unrouted and unchecked",
             "scripts/emergency-failure-policy.sh Fail (once the webhook is healthy)",
         )  # fmt: skip
     timeout = found.get("timeoutSeconds", 10)
     return Finding("configuration", Level.OK, f"{CONFIGURATION}: {WEBHOOK}, failurePolicy Fail, timeout {timeout}s")
 
 
-def endpoints(scene: Snapshot) -> Finding:
+def endpoints(snapshot: Snapshot) -> Finding:
     """The Service exists and has ready endpoints; the Deployment has its replicas."""
-    ns, name, _ = service_ref(scene)
+    ns, name, _ = service_ref(snapshot)
     fix = LOOK_AT_PODS.format(ns=ns, name=name)
-    for what, read in (("Service", scene.service), ("Deployment", scene.deployment)):
+    for what, read in (("Service", snapshot.service), ("Deployment", snapshot.deployment)):
         if isinstance(read, Unread):
             return _unread("endpoints", f"{what} {ns}/{name}", read)
-    if scene.service is None:
+    if snapshot.service is None:
         return Finding(
             "endpoints", Level.FAILURE, f"Service {ns}/{name}, which {CONFIGURATION} calls, does not exist",
             "kubectl apply -k manifests",
         )  # fmt: skip
-    if isinstance(scene.endpoint_slices, Unread):
-        return _unread("endpoints", f"the EndpointSlices of Service {ns}/{name}", scene.endpoint_slices)
+    if isinstance(snapshot.endpoint_slices, Unread):
+        return _unread("endpoints", f"the EndpointSlices of Service {ns}/{name}", snapshot.endpoint_slices)
     ready = sum(
         len(e.get("addresses") or ())
-        for s in scene.endpoint_slices
+        for s in snapshot.endpoint_slices
         for e in s.get("endpoints") or ()
         if (e.get("conditions") or {}).get("ready") is not False
     )
-    deployment = scene.deployment if isinstance(scene.deployment, dict) else {}
+    deployment = snapshot.deployment if isinstance(snapshot.deployment, dict) else {}
     status = deployment.get("status") or {}
     wanted = int((deployment.get("spec") or {}).get("replicas", 1))
     replicas = f"Deployment {name}: {int(status.get('readyReplicas') or 0)} of {wanted} replicas ready"
-    if scene.deployment is None:
+    if snapshot.deployment is None:
         replicas = f"no Deployment {ns}/{name}"
     if ready == 0:
         return Finding("endpoints", Level.FAILURE, f"Service {ns}/{name} has no ready endpoints ({replicas})", fix)
-    if scene.deployment is not None and int(status.get("readyReplicas") or 0) < wanted:
+    if snapshot.deployment is not None and int(status.get("readyReplicas") or 0) < wanted:
         return Finding("endpoints", Level.WARNING, f"Service {ns}/{name}: {ready} ready endpoints, but {replicas}", fix)
     return Finding("endpoints", Level.OK, f"Service {ns}/{name}: {ready} ready endpoints; {replicas}")
 
 
-def certificate(scene: Snapshot) -> Finding:
+def certificate(snapshot: Snapshot) -> Finding:
     """The caBundle holds a CA that verifies the certificate the replicas serve, neither expiring soon."""
-    found = hook(scene)
-    ns, _, _ = service_ref(scene)
+    found = hook(snapshot)
+    ns, _, _ = service_ref(snapshot)
     if found is None:
         return Finding("certificate", Level.WARNING, "no webhook configuration to read the caBundle from")
     bundle = (found.get("clientConfig") or {}).get("caBundle") or ""
@@ -328,7 +328,7 @@ def certificate(scene: Snapshot) -> Finding:
         )  # fmt: skip
     ca_until = min(until for until in authorities)
     said = f"caBundle CA valid until {_utc(ca_until)}"
-    served = scene.served
+    served = snapshot.served
     if served is not None and served.reached:
         if served.error:
             return Finding(
@@ -339,18 +339,18 @@ def certificate(scene: Snapshot) -> Finding:
         until = min(ca_until, served.not_after or ca_until)
         said += f"; it verifies the certificate served at {served.address}, valid until {_utc(served.not_after or 0)}"
     else:
-        if "x509" in scene.gpu.refusal:
+        if "x509" in snapshot.gpu.refusal:
             return Finding(
                 "certificate", Level.FAILURE, f"the API server does not trust the webhook's certificate: "
-                f"{scene.gpu.refusal}", RENEW.format(ns=ns),
+                f"{snapshot.gpu.refusal}", RENEW.format(ns=ns),
             )  # fmt: skip
         until = ca_until
         where = f" ({served.error})" if served is not None and served.error else ""
-        vouched = "the dry run vouches for it" if scene.gpu.pod is not None else "unverified"
+        vouched = "the dry run vouches for it" if snapshot.gpu.pod is not None else "unverified"
         said += f"; the served certificate is not reachable from here{where}: {vouched}"
-    if until <= scene.now:
+    if until <= snapshot.now:
         return Finding("certificate", Level.FAILURE, f"expired: {said}", RENEW.format(ns=ns))
-    if until - scene.now < SOON:
+    if until - snapshot.now < SOON:
         return Finding("certificate", Level.WARNING, f"expires within 7 days: {said}", RENEW.format(ns=ns))
     return Finding("certificate", Level.OK, said)
 
@@ -369,15 +369,15 @@ def _certificates(bundle: str) -> list[float]:
         return []
 
 
-def namespace(scene: Snapshot) -> Finding:
+def namespace(snapshot: Snapshot) -> Finding:
     """The namespace of the dry run is in the webhook's namespaceSelector."""
-    ns = scene.namespace
-    if isinstance(scene.namespace_object, Unread):
-        return _unread("namespace", f"namespace {ns}", scene.namespace_object)
-    found = hook(scene)
-    if found is None or scene.namespace_object is None:
+    ns = snapshot.namespace
+    if isinstance(snapshot.namespace_object, Unread):
+        return _unread("namespace", f"namespace {ns}", snapshot.namespace_object)
+    found = hook(snapshot)
+    if found is None or snapshot.namespace_object is None:
         return Finding("namespace", Level.WARNING, f"namespace {ns}: nothing to compare with")
-    labels = (scene.namespace_object.get("metadata") or {}).get("labels") or {}
+    labels = (snapshot.namespace_object.get("metadata") or {}).get("labels") or {}
     failed = failed_requirement(found.get("namespaceSelector") or {}, labels)
     if failed is None:
         return Finding("namespace", Level.OK, f"namespace {ns} is in the webhook's namespaceSelector")
@@ -390,13 +390,13 @@ def namespace(scene: Snapshot) -> Finding:
     )  # fmt: skip
 
 
-def other_webhooks(scene: Snapshot) -> Finding:
+def other_webhooks(snapshot: Snapshot) -> Finding:
     """No other HAMi webhook mutates Pods beside ours (HAMi's own vgpu.hami.io, HAMi-DRA's)."""
-    if isinstance(scene.configurations, Unread):
-        return _unread("other-webhooks", "the MutatingWebhookConfigurations", scene.configurations)
+    if isinstance(snapshot.configurations, Unread):
+        return _unread("other-webhooks", "the MutatingWebhookConfigurations", snapshot.configurations)
     others = [
         (str(c["metadata"]["name"]), str(h.get("name")))
-        for c in scene.configurations
+        for c in snapshot.configurations
         if c["metadata"]["name"] != CONFIGURATION
         for h in c.get("webhooks") or ()
         if _hami(str(c["metadata"]["name"]), str(h.get("name"))) and any(map(covers_pod_create, h.get("rules") or ()))
@@ -420,15 +420,15 @@ def _hami(configuration_name: str, webhook_name: str) -> bool:
     return webhook_name.endswith(".hami.io") or "hami" in configuration_name.lower()
 
 
-def scheduler(scene: Snapshot) -> Finding:
+def scheduler(snapshot: Snapshot) -> Finding:
     """One scheduler name across the webhook, the policies and the dry run, and a scheduler of that name runs."""
-    want = scheduler_name(scene)
+    want = scheduler_name(snapshot)
     names = {f"the webhook ({SCHEDULER_ENV})": want}
     for policy in (ROUTED, REVIEWED, FLOOR):
-        read = scene.policies.get(policy)
+        read = snapshot.policies.get(policy)
         if isinstance(read, dict) and scheduler_of(read):
             names[f"policy {policy}"] = scheduler_of(read)
-    gpu = scene.gpu.pod
+    gpu = snapshot.gpu.pod
     if gpu is not None and GPU_TYPE_ANNOTATION in ((gpu.get("metadata") or {}).get("annotations") or {}):
         names["the dry run's Pod"] = str(gpu["spec"].get("schedulerName"))
     if len(set(names.values())) > 1:
@@ -437,9 +437,9 @@ def scheduler(scene: Snapshot) -> Finding:
             "scheduler", Level.FAILURE, f"scheduler names differ: {said}",
             f"one name for all: the scheduler-name component ({DOCS}#renaming-hamis-scheduler)",
         )  # fmt: skip
-    if isinstance(scene.leases, Unread):
-        return _unread("scheduler", f"the Leases named {want}", scene.leases)
-    held = [lease for lease in scene.leases if _renewed(lease, scene.now)]
+    if isinstance(snapshot.leases, Unread):
+        return _unread("scheduler", f"the Leases named {want}", snapshot.leases)
+    held = [lease for lease in snapshot.leases if _renewed(lease, snapshot.now)]
     if not held:
         return Finding(
             "scheduler", Level.WARNING,
@@ -463,14 +463,14 @@ def _renewed(lease: Obj, now: float) -> bool:
     return now - _instant(str(renewed)) <= max(FRESH, float(spec.get("leaseDurationSeconds") or 0) * 2)
 
 
-def policies(scene: Snapshot) -> Finding:
+def policies(snapshot: Snapshot) -> Finding:
     """The admission policies are installed and bound; the floor where the server has MutatingAdmissionPolicy."""
     missing: list[str] = []
     unbound: list[str] = []
     notes: list[str] = []
     for policy in (ROUTED, REVIEWED, FLOOR):
-        read, binding = scene.policies.get(policy), scene.bindings.get(policy)
-        if policy == FLOOR and not scene.floor_served:
+        read, binding = snapshot.policies.get(policy), snapshot.bindings.get(policy)
+        if policy == FLOOR and not snapshot.floor_served:
             notes.append("no floor: this server has no MutatingAdmissionPolicy")
             continue
         if isinstance(read, Unread):
@@ -500,12 +500,12 @@ def policies(scene: Snapshot) -> Finding:
     return Finding("policies", Level.OK, "; ".join([f"{ROUTED} and {REVIEWED} installed and bound", *notes]))
 
 
-def nodes(scene: Snapshot) -> Finding:
+def nodes(snapshot: Snapshot) -> Finding:
     """Some node registered by HAMi's device plugins: without one, device Pods stay Pending."""
-    if isinstance(scene.nodes, Unread):
-        return _unread("nodes", "the Nodes", scene.nodes)
+    if isinstance(snapshot.nodes, Unread):
+        return _unread("nodes", "the Nodes", snapshot.nodes)
     registered: dict[str, list[str]] = {}
-    for node in scene.nodes:
+    for node in snapshot.nodes:
         for key in (node.get("metadata") or {}).get("annotations") or {}:
             head, tail = REGISTER
             if key.startswith(head) and key.endswith(tail) and len(key) > len(head) + len(tail):
@@ -514,7 +514,7 @@ def nodes(scene: Snapshot) -> Finding:
         return Finding(
             "nodes", Level.WARNING,
             f"no node registered by HAMi's device plugins (annotation {REGISTER[0]}<vendor>{REGISTER[1]}) among "
-            f"{len(scene.nodes)}: device Pods will stay Pending",
+            f"{len(snapshot.nodes)}: device Pods will stay Pending",
             "kubectl get pods -A -l app.kubernetes.io/component=hami-device-plugin (HAMi's install guide)",
         )  # fmt: skip
     said = "; ".join(f"{vendor}: {_names(found)}" for vendor, found in sorted(registered.items()))
@@ -530,13 +530,13 @@ QUOTA_NEEDS = ("list pods", "watch pods", "list resourcequotas", "watch resource
 LEDGER_NEEDS = ("get leases", "list leases", "watch leases", "create leases", "update leases")
 
 
-def quota(scene: Snapshot) -> Finding:
+def quota(snapshot: Snapshot) -> Finding:
     """Where quota is on: the webhook's own RBAC for it, and the ledgers readable."""
-    if scene.quota_access is None:
+    if snapshot.quota_access is None:
         return Finding("quota", Level.OK, f"quota is off ({QUOTA_ENV}=false)")
-    if isinstance(scene.quota_access, Unread):
-        return _unread("quota", "what the webhook's ServiceAccount may do", scene.quota_access)
-    denied = [need for need, allowed in scene.quota_access.items() if not allowed]
+    if isinstance(snapshot.quota_access, Unread):
+        return _unread("quota", "what the webhook's ServiceAccount may do", snapshot.quota_access)
+    denied = [need for need, allowed in snapshot.quota_access.items() if not allowed]
     if denied:
         return Finding(
             "quota", Level.FAILURE,
@@ -544,9 +544,9 @@ def quota(scene: Snapshot) -> Finding:
             "or refuse device Pods in quota'd namespaces",
             "kubectl apply -k manifests (base/rbac/webhook.yaml)",
         )  # fmt: skip
-    if isinstance(scene.ledgers, Unread):
-        return _unread("quota", "the quota ledgers", scene.ledgers)
-    count = sum(1 for lease in scene.ledgers if str(lease["metadata"]["name"]).startswith("hami-quota-"))
+    if isinstance(snapshot.ledgers, Unread):
+        return _unread("quota", "the quota ledgers", snapshot.ledgers)
+    count = sum(1 for lease in snapshot.ledgers if str(lease["metadata"]["name"]).startswith("hami-quota-"))
     return Finding("quota", Level.OK, f"quota is on: the webhook's RBAC allows it; {count} ledgers readable")
 
 

@@ -79,7 +79,7 @@ def read(api: client.ApiClient, namespace: str, default_scheduler: str, timeout:
         )
         if first["namespace_object"] is None:
             raise CheckError(f'namespaces "{namespace}" not found')
-        scene = Snapshot(
+        snapshot = Snapshot(
             namespace=namespace,
             now=time.time(),
             default_scheduler=default_scheduler,
@@ -91,7 +91,7 @@ def read(api: client.ApiClient, namespace: str, default_scheduler: str, timeout:
             policies={p: first[f"policy:{p}"] for p in POLICIES if p != FLOOR or first["floor_served"]},
             bindings={p: first[f"binding:{p}"] for p in POLICIES if p != FLOOR or first["floor_served"]},
         )
-        ns, name, port = service_ref(scene)
+        ns, name, port = service_ref(snapshot)
         second = _together(
             pool,
             service=lambda: reader.get(f"/api/v1/namespaces/{ns}/services/{name}", f"get service {ns}/{name}"),
@@ -102,12 +102,12 @@ def read(api: client.ApiClient, namespace: str, default_scheduler: str, timeout:
                 {"labelSelector": f"kubernetes.io/service-name={name}"},
             ),
         )
-        scene = _with(scene, **second)
-        deployment, want = second["deployment"], scheduler_name(scene)
+        snapshot = _with(snapshot, **second)
+        deployment, want = second["deployment"], scheduler_name(snapshot)
         leases = "/apis/coordination.k8s.io/v1/leases"
         third: dict[str, Callable[[], Any]] = {
             "leases": lambda: reader.list(leases, "list leases", {"fieldSelector": f"metadata.name={want}"}),
-            "served": lambda: _probe(second["service"], hook(scene), ns, name, port),
+            "served": lambda: _probe(second["service"], hook(snapshot), ns, name, port),
         }
         if quota_on(deployment):
             home = container_env(deployment).get(HOME_ENV) or ns
@@ -115,8 +115,8 @@ def read(api: client.ApiClient, namespace: str, default_scheduler: str, timeout:
                 f"/apis/coordination.k8s.io/v1/namespaces/{home}/leases", f"list leases in namespace {home}"
             )
             third["quota_access"] = lambda: _access(reader, pool, deployment, ns, home)
-        scene = _with(scene, **_together(pool, **third))
-        return _with(scene, gpu=gpu.result(), cpu=cpu.result())
+        snapshot = _with(snapshot, **_together(pool, **third))
+        return _with(snapshot, gpu=gpu.result(), cpu=cpu.result())
 
 
 WORKERS = 8  # concurrent requests: the reads of one wave, and the two dry runs beside them
@@ -151,10 +151,10 @@ def _access(reader: _Reader, pool: Executor, deployment: Read, ns: str, home: st
         return Unread(_said(exc))
 
 
-def _with(scene: Snapshot, **changes: Any) -> Snapshot:
+def _with(snapshot: Snapshot, **changes: Any) -> Snapshot:
     from dataclasses import replace
 
-    return replace(scene, **changes)
+    return replace(snapshot, **changes)
 
 
 class _Reader:

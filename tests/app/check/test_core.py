@@ -74,8 +74,8 @@ HEALTHY = Snapshot(
 )
 
 
-def judged(scene: Snapshot, check: str) -> tuple[Level, str, str]:
-    (found,) = [f for f in run(scene) if f.check == check]
+def judged(snapshot: Snapshot, check: str) -> tuple[Level, str, str]:
+    (found,) = [f for f in run(snapshot) if f.check == check]
     return found.level, found.message, found.fix
 
 
@@ -134,8 +134,8 @@ CASES = {
 
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
 def test_each_judgement(case: str) -> None:
-    scene, check, level, says = CASES[case]
-    found_level, message, fix = judged(scene, check)
+    snapshot, check, level, says = CASES[case]
+    found_level, message, fix = judged(snapshot, check)
     assert (found_level, says in message) == (level, True), message
     assert fix or level is Level.OK or check == "path"
 
