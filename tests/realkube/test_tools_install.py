@@ -1,9 +1,9 @@
 """The operator's tools as an operator gets them: scripts/dist.sh's krew archive unpacked as krew does, its
 launcher installing the wheel into a fresh virtualenv (what `pipx install WHEEL` does), `kubectl hami` found by
 kubectl's plugin discovery, against the newest real kube-apiserver with the webhook installed: kubectl's flags, a
-namespace without quota, a List, stdin, bad input; `kubectl hami check` through the webhook; the workload warning and the command give the same FREE; the
-webhook's own ServiceAccount may run `quota -A` (what `kubectl exec deploy/hami-webhook -- hami-webhook quota -A`
-uses); the krew manifest names the archive by its sha256."""
+namespace without quota, a List, stdin, bad input; `kubectl hami check` through the webhook; the workload warning
+and the command give the same FREE; the webhook's own ServiceAccount may run `quota -A` (what `kubectl exec
+deploy/hami-webhook -- hami-webhook quota -A` uses); the krew manifest names the archive by its sha256."""
 
 from __future__ import annotations
 
