@@ -1,9 +1,11 @@
 """``hami-webhook`` (also ``python -m app``): serve over TLS, run locally with a throwaway PKI, preview a Pod offline,
-write the admission policies, look at quota. ``kubectl-hami``, the kubectl plugin, is ``plugin`` below.
+write the admission policies, look at quota, check an install. ``kubectl-hami``, the kubectl plugin, is ``plugin``
+below.
 
-Exit codes: 0 ok (review: every Pod admitted), 1 failure (review: a Pod refused, by the policy or by the API
-server), 2 usage or configuration error (review: an unreadable file or configuration, nothing that creates Pods,
-or an invalid Pod, which the webhook answers with a 400 denial).
+Exit codes: 0 ok (review: every Pod admitted; check: device Pods go through the webhook), 1 failure (review: a Pod
+refused, by the policy or by the API server; check: they do not), 2 usage or configuration error (review: an
+unreadable file or configuration, nothing that creates Pods, or an invalid Pod, which the webhook answers with a
+400 denial; check: an unknown namespace).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.check.command import add_check_command
 from app.preview.workloads import TEMPLATES
 from app.quota.command import add_quota_command
 
@@ -154,6 +157,7 @@ def _parser(prog: str = "hami-webhook") -> argparse.ArgumentParser:
     generate.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file is stale")
     generate.set_defaults(run=_generate)
     add_quota_command(commands, _settings)
+    add_check_command(commands, _default_scheduler)
     for command in commands.choices.values():
         command.set_defaults(parser=command)
     return parser
@@ -218,6 +222,13 @@ def _settings(args: argparse.Namespace) -> Settings:
     if args.config:
         env["HAMI_DEVICE_CONFIG"] = args.config
     return Settings.from_env(env)
+
+
+def _default_scheduler() -> str:
+    """HAMI_SCHEDULER_NAME's default: what the webhook routes to when its Deployment sets none."""
+    from app.settings import KNOBS
+
+    return str(next(knob.default for knob in KNOBS if knob.env == "HAMI_SCHEDULER_NAME"))
 
 
 def _review(args: argparse.Namespace) -> int:
@@ -361,10 +372,11 @@ def _patches(reviewed: list[DocumentReview]) -> Any:
     return keyed
 
 
-PLUGIN_COMMANDS = ("quota", "review")
+PLUGIN_COMMANDS = ("check", "quota", "review")
 PLUGIN_USAGE = """Usage: kubectl hami COMMAND [flags]
 
 Commands:
+  check    say whether device Pods really go through hami-webhook, and what to fix (-n NS, -o json)
   quota    show each quota'd namespace's device quota: limit, used, held, free (-n NS | -A [-l SELECTOR])
   review   show what the API server and hami-webhook would do to the Pods and workloads of -f FILE, offline
 

@@ -259,6 +259,30 @@ def _policy_scheduler() -> Gauge:
     )
 
 
+def failure_policy_ignored_since(seconds: float) -> None:
+    """The master's watch of the webhook configuration: since when its failurePolicy is Ignore (Unix seconds), 0
+    while it is Fail."""
+    _ignored_since().set(seconds)
+
+
+@cache
+def _ignored_since() -> Gauge:
+    """Apart from ``collectors()``, as ``_policy_scheduler``: only the master sets it."""
+    from prometheus_client import Gauge
+
+    return Gauge(
+        "hami_webhook_failure_policy_ignored_since_timestamp_seconds",
+        "Since when (Unix seconds) the webhook configuration's failurePolicy is Ignore (the emergency switch left "
+        "on: device Pods are admitted unrouted whenever a call fails); 0 while it is Fail. Read every 30 s.",
+        multiprocess_mode="max",
+    )
+
+
+def master_gauges() -> tuple[Gauge, ...]:
+    """The gauges only the master sets, for whoever lists what the webhook exports (the alert rules' test)."""
+    return (_policy_scheduler(), _ignored_since())
+
+
 # --- gunicorn master: the shared directory and the HTTP server -----------------------------------
 
 

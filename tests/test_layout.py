@@ -110,6 +110,7 @@ def test_every_test_module_is_in_the_suite_table() -> None:
 ROOT_MODULES = 8
 """At most this many modules at app/'s root: what every concern shares; the concerns are its folders."""
 SHARED = ("app.untrusted", "app.readiness", "app.logs", "app.metrics", "app.kube")
+COMMANDS = ("app.admission", "app.check", "app.preview", "app.quota")  # the concerns the CLI's commands run
 LAYERS = {
     # what every concern shares
     "app.untrusted": (),
@@ -121,12 +122,14 @@ LAYERS = {
     "app.admission": ("app.logs", "app.metrics", "app.untrusted"),
     "app.preview": ("app.admission", "app.untrusted"),
     "app.quota": ("app.admission", *SHARED),
-    "app.serving.master": ("app.preview", "app.serving", "app.settings", *SHARED),  # at start: installed policies
+    "app.check": ("app.admission", "app.preview", *SHARED),  # reads the cluster; judges with the preview's readers
+    # at start: the installed policies; then the failure policy, judged as the check judges it
+    "app.serving.master": ("app.check", "app.preview", "app.serving", "app.settings", *SHARED),
     "app.serving.worker": ("app.serving", "app.settings", *SHARED),
     "app.serving": ("app.admission", *SHARED),
     # the composition: settings -> device backends -> the app, and the commands that start it
     "app.settings": ("app.admission", "app.quota", *SHARED),
-    "app.cli": ("app", "app.admission", "app.preview", "app.quota", "app.serving.master", "app.settings", *SHARED),
+    "app.cli": ("app", *COMMANDS, "app.serving.master", "app.settings", *SHARED),
     "app.__main__": ("app.cli",),
     "app": ("app.admission", "app.quota", "app.serving", "app.settings", *SHARED),
 }

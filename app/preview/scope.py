@@ -52,7 +52,7 @@ class Scope:
         """Whether the API server would call the webhook for creating ``pod`` (defaulted, namespace set)."""
         hook = self.webhook
         name = hook.get("name", "")
-        if not any(_covers_pod_create(rule) for rule in hook.get("rules") or []):
+        if not any(covers_pod_create(rule) for rule in hook.get("rules") or []):
             return Reach(False, f"no rule of webhook {name} covers creating Pods")
         meta = pod.get("metadata") or {}
         namespace = meta.get("namespace") or ""
@@ -79,7 +79,9 @@ class Scope:
         return Reach(True)
 
 
-def _covers_pod_create(rule: Mapping[str, Any]) -> bool:
+def covers_pod_create(rule: Mapping[str, Any]) -> bool:
+    """Whether a webhook's rule sends Pod creates (``*`` included), as the API server matches rules."""
+
     def has(key: str, *values: str) -> bool:
         return any(value in (rule.get(key) or []) for value in values)
 

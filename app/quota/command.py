@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from app.kube.flags import context_namespace, request_timeout
 from app.kube.printing import LIST_FORMATS
 
 if TYPE_CHECKING:
@@ -96,17 +97,6 @@ def run(args: argparse.Namespace, settings: Callable[[argparse.Namespace], Quota
     return 0
 
 
-def request_timeout(text: str) -> float | None:
-    """kubectl's --request-timeout: seconds, or a number with a unit (500ms, 1s, 2m, 1h); 0 waits for ever."""
-    import re
-
-    found = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)?", text.strip())
-    if not found:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: a number with a unit, such as 1s, 2m, 500ms")
-    seconds = float(found.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[found.group(2) or "s"]
-    return seconds or None
-
-
 @dataclass(frozen=True)
 class Shown:
     namespace: str | None  # the one asked for, which "No resources found" names; None: every namespace
@@ -131,7 +121,7 @@ def collect(args: argparse.Namespace, load: Callable[[argparse.Namespace], Quota
         raise QuotaCommandError(f"invalid setting: {exc}") from exc
     try:
         configuration = load_configuration(args.kubeconfig, context=args.context)
-        namespace = None if args.all_namespaces else args.namespace or _context_namespace(args)
+        namespace = None if args.all_namespaces else args.namespace or context_namespace(args.kubeconfig, args.context)
     except Exception as exc:  # LOAD_ERRORS, and a file that is not YAML or not a kubeconfig: the loader's own errors
         where = args.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
         raise QuotaCommandError(f"cannot load the kubeconfig ({where}): {_one_line(exc)}") from exc
@@ -160,22 +150,6 @@ def collect(args: argparse.Namespace, load: Callable[[argparse.Namespace], Quota
         return Shown(target.namespace, found)
     finally:
         api.close()
-
-
-def _context_namespace(args: argparse.Namespace) -> str:
-    """The namespace the kubeconfig's context names (kubectl's default for -n), else "default"."""
-    from kubernetes import config
-
-    if os.environ.get("KUBERNETES_SERVICE_HOST") and not (args.kubeconfig or args.context):
-        try:
-            with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace", encoding="utf-8") as file:
-                return file.read().strip() or "default"
-        except OSError:
-            return "default"
-    contexts, active = config.list_kube_config_contexts(config_file=args.kubeconfig or os.environ.get("KUBECONFIG"))
-    if args.context:
-        active = next((c for c in contexts if c.get("name") == args.context), active)
-    return str((active.get("context") or {}).get("namespace") or "default")
 
 
 def _api(configuration: client.Configuration) -> client.ApiClient:

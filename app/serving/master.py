@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -103,6 +104,7 @@ def when_ready(server: Any) -> None:
     """
     if settings.metrics_bind:
         _serve_metrics(server)
+        watch_failure_policy(server)
     check_installed_policies(server)
 
 
@@ -163,6 +165,48 @@ def check_installed_policies(server: Any) -> None:
             settings.scheduler_name,
             extra={"fields": {"policies": other, "setting": settings.scheduler_name}},
         )
+
+
+FAILURE_POLICY_EVERY = 30.0  # seconds between two reads of the webhook configuration
+
+
+def watch_failure_policy(server: Any) -> None:
+    """From the master, every 30 s on a thread of its own: since when the webhook configuration's failurePolicy is
+    Ignore (the check's ``switched_since``), as the gauge the alert HamiWebhookFailurePolicyIgnored reads: the
+    emergency switch left on silently unroutes device Pods whenever a call fails. Off the review path (the workers
+    never read it); no API configuration (a local run): not watched. A failed read keeps the last value.
+
+    Everything the thread runs is imported here, before it starts: the workers fork while it runs, and a module
+    half-imported by another thread at a fork stays locked in the child."""
+    import threading
+
+    from kubernetes import client
+
+    from app.check.core import CONFIGURATION, switched_since
+    from app.kube.config import LOAD_ERRORS, load_configuration
+    from app.kube.errors import describe
+    from app.kube.transport import request
+
+    try:
+        configuration = load_configuration()
+    except LOAD_ERRORS as exc:
+        server.log.debug("failure policy: not watched, no Kubernetes API configuration (%s)", exc)
+        return
+    configuration.retries = False
+    api = client.ApiClient(configuration)
+    path = f"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/{CONFIGURATION}"
+
+    def watch() -> None:
+        while True:
+            try:
+                found = request(api, "GET", path, timeout=(2, 5), action=f"read {CONFIGURATION}")
+            except Exception as exc:  # no permission, no such configuration, no answer: said, and tried again
+                server.log.debug("failure policy: %s not read: %s", CONFIGURATION, describe(exc))
+            else:
+                metrics.failure_policy_ignored_since(switched_since(found) or 0)
+            time.sleep(FAILURE_POLICY_EVERY)
+
+    threading.Thread(target=watch, name="failure-policy", daemon=True).start()
 
 
 def child_exit(server: Any, worker: Any) -> None:

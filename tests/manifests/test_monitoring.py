@@ -91,6 +91,8 @@ def test_alerts_cover_the_usual_thresholds(monitoring: list[Obj]) -> None:
     assert all(f"max by (namespace, quota_name) (hami_webhook_quota_{g}" in near["expr"] for g in ("used", "limit"))
     [hook] = one(monitoring, "MutatingWebhookConfiguration", "hami-webhook-pods")["webhooks"]
     assert f'fail_open_count{{name="{hook["name"]}"}}' in by_name["HamiWebhookFailedOpen"]["expr"]
+    left_on = by_name["HamiWebhookFailurePolicyIgnored"]
+    assert "> 3600" in left_on["expr"] and left_on["labels"]["severity"] == "critical"
     watched = {"HamiWebhookBypassed": (ROUTED, REVIEWED), "HamiAllocationAnnotationRefused": (GUARD,)}
     for name, policies in watched.items():
         assert all(policy in by_name[name]["expr"] for policy in policies)
@@ -100,7 +102,8 @@ def test_alerts_cover_the_usual_thresholds(monitoring: list[Obj]) -> None:
 
 
 def test_rule_expressions_parse_and_use_exported_metrics(monitoring: list[Obj]) -> None:
-    names = exported() | APISERVER
+    master = {family.name for gauge in metrics.master_gauges() for family in gauge.describe()}  # no panel: alerts
+    names = exported() | master | APISERVER
     alerts = rules(monitoring)
     assert alerts
     for rule in alerts:

@@ -108,7 +108,8 @@ def rules(role: Obj) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, 
 
 
 def test_webhook_rbac_is_what_the_quota_feature_needs_and_no_more(base: list[Obj]) -> None:
-    """The quota's reads (gangs' PodGroups too) and ledgers, and by name the policies that name the scheduler."""
+    """The quota's reads (gangs' PodGroups too) and ledgers, by name the policies that name the scheduler, and its
+    own configuration's failurePolicy (a gauge)."""
     assert rules(one(base, "ClusterRole", "hami-webhook")) == [
         (("",), ("pods", "resourcequotas"), ("list", "watch"), ()),
         (
@@ -117,6 +118,7 @@ def test_webhook_rbac_is_what_the_quota_feature_needs_and_no_more(base: list[Obj
             ("get",),
             tuple(sorted(NAMING_THE_SCHEDULER)),
         ),
+        (("admissionregistration.k8s.io",), ("mutatingwebhookconfigurations",), ("get",), ("hami-webhook-pods",)),
         (
             ("scheduling.k8s.io", "scheduling.x-k8s.io", "scheduling.volcano.sh"),
             ("podgroups",),

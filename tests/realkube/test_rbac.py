@@ -132,6 +132,8 @@ def test_webhook_account_reads_pods_and_quotas_and_keeps_leases(
         for event in watch.Watch().stream(list_call, timeout_seconds=1):  # a 403 would raise ApiException
             assert event["type"] in ("ADDED", "MODIFIED", "DELETED")
 
+    admission = client.AdmissionregistrationV1Api(as_webhook)  # the failure policy's gauge, every 30 s
+    assert admission.read_mutating_webhook_configuration(CONFIGURATION).webhooks[0].failure_policy == "Fail"
     assert leases.list_namespaced_lease(NAMESPACE).kind == "LeaseList"  # the ledgers' cache: list + watch
     for event in watch.Watch().stream(leases.list_namespaced_lease, NAMESPACE, timeout_seconds=1):
         assert event["type"] in ("ADDED", "MODIFIED", "DELETED")
@@ -167,7 +169,11 @@ def test_webhook_account_cannot_do_more(installed: Installed, as_webhook: client
         "rewrite device config": lambda: core.patch_namespaced_config_map(
             "hami-device-config", NAMESPACE, {"data": {"device-config.yaml": "{}"}}
         ),
-        "edit its configuration": lambda: admission.read_mutating_webhook_configuration(CONFIGURATION),
+        # It reads its own configuration's failurePolicy (the gauge), no other, and changes none.
+        "edit its configuration": lambda: admission.patch_mutating_webhook_configuration(
+            CONFIGURATION, {"metadata": {}}
+        ),
+        "list configurations": lambda: admission.list_mutating_webhook_configuration(),
         "create pods": lambda: core.create_namespaced_pod(
             "default", {"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
         ),

@@ -1,9 +1,9 @@
 """The operator's tools as an operator gets them: scripts/dist.sh's krew archive unpacked as krew does, its
 launcher installing the wheel into a fresh virtualenv (what `pipx install WHEEL` does), `kubectl hami` found by
 kubectl's plugin discovery, against the newest real kube-apiserver with the webhook installed: kubectl's flags, a
-namespace without quota, a List, stdin, bad input; the workload warning and the command give the same FREE; the
-webhook's own ServiceAccount may run `quota -A` (what `kubectl exec deploy/hami-webhook -- hami-webhook quota -A`
-uses); the krew manifest names the archive by its sha256."""
+namespace without quota, a List, stdin, bad input; `kubectl hami check` through the webhook; the workload warning
+and the command give the same FREE; the webhook's own ServiceAccount may run `quota -A` (what `kubectl exec
+deploy/hami-webhook -- hami-webhook quota -A` uses); the krew manifest names the archive by its sha256."""
 
 from __future__ import annotations
 
@@ -125,6 +125,12 @@ def test_kubectl_hami_from_a_fresh_install(installed: Installed, tools: Path, tm
         everywhere = kubectl(kube, tools, "hami", "quota", "-A")
         assert any(line.split()[0] == ns for line in everywhere.stdout.splitlines()), everywhere.stdout
         print(f"\n$ kubectl hami quota -A\n{everywhere.stdout}")
+
+        checked = kubectl(kube, tools, "hami", "check", "-n", ns, "-o", "json")
+        found = json.loads(checked.stdout)
+        verdicts = {c["name"]: c["status"] for c in found["checks"]}
+        assert (verdicts["path"], verdicts["cpu-pods"]) == ("ok", "ok"), checked.stdout  # through the webhook
+        assert checked.returncode == (0 if found["passed"] else 1), checked.stderr  # (no kubelet: Pods never Ready)
 
         nothing = kubectl(kube, tools, "hami", "quota", "-n", bare)
         assert (nothing.returncode, nothing.stdout, nothing.stderr) == (
