@@ -117,10 +117,11 @@ LAYERS = {
     "app.kube": (),
     "app.logs": ("app.untrusted",),
     "app.metrics": ("app.logs", "app.untrusted"),
-    # the concerns: the admission core at the bottom, declaring the ports the quota implements
+    # the concerns: the admission core at the bottom, declaring the ports the quota and the inventory implement
     "app.admission": ("app.logs", "app.metrics", "app.untrusted"),
     "app.preview": ("app.admission", "app.untrusted"),
     "app.quota": ("app.admission", *SHARED),
+    "app.inventory": ("app.admission", *SHARED),
     "app.serving.master": ("app.preview", "app.serving", "app.settings", *SHARED),  # at start: installed policies
     "app.serving.worker": ("app.serving", "app.settings", *SHARED),
     "app.serving": ("app.admission", *SHARED),
@@ -128,7 +129,7 @@ LAYERS = {
     "app.settings": ("app.admission", "app.quota", *SHARED),
     "app.cli": ("app", "app.admission", "app.preview", "app.quota", "app.serving.master", "app.settings", *SHARED),
     "app.__main__": ("app.cli",),
-    "app": ("app.admission", "app.quota", "app.serving", "app.settings", *SHARED),
+    "app": ("app.admission", "app.inventory", "app.quota", "app.serving", "app.settings", *SHARED),
 }
 """What each part of app/ may import besides itself, every module in exactly one part (the longest prefix): the
 shared modules import no concern, the concerns never the composition above them, and no two parts each other.

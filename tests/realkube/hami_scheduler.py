@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from testbed import hami
 from testbed.cluster import RealKube
 from testbed.install import apply, token
 from testbed.kubelet import container, process_env
+from testbed.nodes import gpu, register
 from testbed.ports import free_port
 
 Obj = dict[str, Any]
@@ -212,19 +212,13 @@ def _ready(kube: RealKube, running: Running, scheduler: str) -> bool:
     return lease.returncode == 0 and bool(json.loads(lease.stdout)["spec"].get("holderIdentity"))
 
 
-def gpu(index: int, node: str, memory_mib: int = 24576, split: int = 10) -> Obj:
-    """One GPU as HAMi's NVIDIA device plugin registers it (MarshalNodeDevices: Go's field order, zero values
-    left out), with the chart's defaults: deviceSplitCount 10, memory and core scaling 1, HAMi-core mode."""
-    device: Obj = {"id": f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node}-{index}')}"}
-    device |= {"index": index} if index else {}
-    device |= {"count": split, "devmem": memory_mib, "devcore": 100, "type": "NVIDIA-NVIDIA A10", "mode": "hami-core"}
-    return device | {"health": True}
-
-
-def register_node(kube: RealKube, name: str, device_plugin: str, gpus: int = 1) -> list[Obj]:
+def register_node(
+    kube: RealKube, name: str, device_plugin: str, gpus: int = 1, devices: list[Obj] | None = None
+) -> list[Obj]:
     """A GPU node as its kubelet, the node lifecycle controller and HAMi's NVIDIA device plugin make it; the
-    devices registered. `device_plugin` is a kubeconfig of the device plugin's ServiceAccount."""
-    devices = [gpu(i, name) for i in range(gpus)]
+    devices registered (``gpus`` of testbed/nodes.py's defaults, or ``devices``). `device_plugin` is a kubeconfig
+    of the device plugin's ServiceAccount."""
+    devices = devices if devices is not None else [gpu(i, name) for i in range(gpus)]
     labels = {"kubernetes.io/hostname": name, "gpu": "on"}  # gpu=on: the device plugin DaemonSet's nodeSelector
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
     kube.kubectl("create", "-f", "-", stdin=json.dumps(node))
@@ -238,7 +232,7 @@ def register_node(kube: RealKube, name: str, device_plugin: str, gpus: int = 1) 
     assert [t["key"] for t in taints] == [NOT_READY], taints
     kube.kubectl("taint", "node", name, f"{NOT_READY}:NoSchedule-")
     # The device plugin (RegisterInAnnotation): its devices in the register annotation, a merge patch.
-    patch = {"metadata": {"annotations": {REGISTER: json.dumps(devices, separators=(",", ":"))}}}
+    patch = {"metadata": {"annotations": {REGISTER: register(devices)}}}
     kube.kubectl("patch", "node", name, "--type=merge", "-p", json.dumps(patch), kubeconfig=device_plugin)
     return devices
 
