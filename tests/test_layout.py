@@ -127,7 +127,16 @@ LAYERS = {
     "app.serving": ("app.admission", *SHARED),
     # the composition: settings -> device backends -> the app, and the commands that start it
     "app.settings": ("app.admission", "app.quota", *SHARED),
-    "app.cli": ("app", "app.admission", "app.preview", "app.quota", "app.serving.master", "app.settings", *SHARED),
+    "app.cli": (
+        "app",
+        "app.admission",
+        "app.inventory",
+        "app.preview",
+        "app.quota",
+        "app.serving.master",
+        "app.settings",
+        *SHARED,
+    ),
     "app.__main__": ("app.cli",),
     "app": ("app.admission", "app.inventory", "app.quota", "app.serving", "app.settings", *SHARED),
 }

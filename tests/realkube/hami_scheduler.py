@@ -23,7 +23,9 @@ none of them.
 
 from __future__ import annotations
 
+import http.client
 import json
+import ssl
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -149,6 +151,33 @@ class Running:
         for name, proc in self.processes.items():
             if proc.poll() is not None:
                 raise AssertionError(f"{name} exited {proc.returncode}:\n{self.logs()}")
+
+
+@dataclass
+class Scheduling:
+    """HAMi's scheduler running for a module's tests: its containers, its extender's port, and a kubeconfig of the
+    device plugin's ServiceAccount (who registers GPU Nodes)."""
+
+    running: Running
+    port: int
+    device_plugin: str
+
+    def fits_somewhere(self, pod: Obj, nodes: list[Obj]) -> bool:
+        """Whether HAMi's filter places ``pod`` on one of ``nodes`` as they are, with nothing running: its extender's
+        /filter given the Nodes themselves (ExtenderArgs.Nodes), the simulation path HAMi serves for autoscalers,
+        which builds each node's devices from its annotations (pkg/scheduler/scheduler.go filterSimulation) and
+        runs the same calcScore as a real filter, writing nothing."""
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # the chart's self-made certificate
+        connection = http.client.HTTPSConnection("127.0.0.1", self.port, context=context, timeout=30)
+        try:
+            body = json.dumps({"pod": pod, "nodes": {"items": nodes}})
+            connection.request("POST", "/filter", body, {"Content-Type": "application/json"})
+            answer = json.loads(connection.getresponse().read())
+        finally:
+            connection.close()
+        assert not answer.get("error"), answer
+        return bool((answer.get("nodes") or {}).get("items"))
 
 
 @contextmanager

@@ -208,6 +208,9 @@ class NvidiaFits:
             key = USE_TYPE if request.use_types else NO_USE_TYPE
             kinds = ", ".join(sorted({g.type for g, _ in healthy}))
             return f"{head} {key} {notices.value(asked)}; registered: {kinds}"
+        if request.ids and not inventory.holding(self.key, request.ids):
+            asked = ",".join(sorted(request.ids))
+            return f"{head} {USE_UUID} {notices.value(asked)}; no registered GPU has such an id"
         if request.ids or request.refuse_ids:
             key = USE_UUID if request.ids else NO_USE_UUID
             return f"{head} {_gpus(request.nums)} by {key}; no node has that many of the GPUs it allows"

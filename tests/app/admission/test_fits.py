@@ -160,6 +160,12 @@ def test_hamis_filter_on_the_registered_nodes(
     assert warned(limits, annotations) == expected
 
 
+def test_an_id_no_node_registers() -> None:
+    assert warned({"nvidia.com/gpu": "1"}, {"nvidia.com/use-gpuuuid": "GPU-0000"}) == [
+        "container train asks nvidia.com/use-gpuuuid 'GPU-0000'; no registered GPU has such an id"
+    ]
+
+
 def test_the_count_is_checked_first() -> None:
     store = Store(fitting(SETTINGS.devices))
     store.listed(
