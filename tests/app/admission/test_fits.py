@@ -199,6 +199,26 @@ def test_deny_refuses_with_the_same_words() -> None:
     assert outcome.denial() == (False, 403, "FitsNowhere", message)
 
 
+def test_the_served_review_counts_each_container_that_fits_nowhere() -> None:
+    from prometheus_client import REGISTRY
+
+    from app import create_app
+
+    def counted() -> float:
+        labels = {"namespace": "ml", "resource": "nvidia.com/gpu"}
+        return REGISTRY.get_sample_value("hami_webhook_fits_nowhere_total", labels) or 0.0
+
+    before = counted()
+    asking = [container(f"c{i}", limits={"nvidia.com/gpu": "8"}) for i in range(2)]
+    app = create_app(SETTINGS, inventory=Held(cluster()))
+    with app.test_client() as client:
+        reply = client.post("/webhook", json=admission_review(pod(*asking, namespace="ml")))
+        answer = reply.get_json()
+        reply.close()  # the decision is counted once the answer has left
+    assert len([w for w in answer["response"]["warnings"] if "asks 8 NVIDIA GPUs" in w]) == 2
+    assert counted() == before + 2
+
+
 def test_off_says_nothing() -> None:
     off = Settings.from_env({"HAMI_FITS_NOWHERE": "off"})
     outcome = run(pod(container("train", limits={"nvidia.com/gpu": "8"})), off, inventory=Held(cluster()))
