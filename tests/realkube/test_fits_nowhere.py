@@ -41,7 +41,7 @@ EXAMPLES = [  # the issue's five: (limits, annotations, the warning kubectl prin
     ),
     (
         {"nvidia.com/gpu": "1"}, {"nvidia.com/use-gpuuuid": "GPU-00000000-0000-0000-0000-000000000000"},
-        "container train asks nvidia.com/use-gpuuuid 'GPU-00000000-0...'; no registered GPU has such an id",
+        "container train asks nvidia.com/use-gpuuuid 'GPU-00000000-000'...; no registered GPU has such an id",
     ),
     (
         {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "100"}, {"nvidia.com/vgpu-mode": "mig"},
