@@ -162,8 +162,9 @@ class Scheduling:
     port: int
     device_plugin: str
 
-    def fits_somewhere(self, pod: Obj, nodes: list[Obj]) -> bool:
-        """Whether HAMi's filter places ``pod`` on one of ``nodes`` as they are, with nothing running: its extender's
+    def filter(self, pod: Obj, nodes: list[Obj]) -> tuple[list[str], dict[str, str]]:
+        """Where HAMi's filter places ``pod`` among ``nodes`` as they are, with nothing running (the node it picks;
+        none: Pending), and why each other node failed, in HAMi's words: its extender's
         /filter given the Nodes themselves (ExtenderArgs.Nodes), the simulation path HAMi serves for autoscalers,
         which builds each node's devices from its annotations (pkg/scheduler/scheduler.go filterSimulation) and
         runs the same calcScore as a real filter, writing nothing."""
@@ -176,8 +177,10 @@ class Scheduling:
             answer = json.loads(connection.getresponse().read())
         finally:
             connection.close()
+        answer = {key.lower(): value for key, value in answer.items()}  # ExtenderFilterResult has no json tags
         assert not answer.get("error"), answer
-        return bool((answer.get("nodes") or {}).get("items"))
+        placed = [node["metadata"]["name"] for node in (answer.get("nodes") or {}).get("items") or []]
+        return placed, answer.get("failednodes") or {}
 
 
 @contextmanager

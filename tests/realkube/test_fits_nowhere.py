@@ -10,6 +10,8 @@ after these find no device registered, as before.
 from __future__ import annotations
 
 import json
+import logging
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Any
 import pytest
 
 from testbed.api import create, pod
+from testbed.cluster import RealKube
 from testbed.install import Installed
 from testbed.nodes import gpu, register
 
@@ -148,3 +151,51 @@ def test_node_churn_is_reflected_within_seconds(gpu_nodes: Installed) -> None:
     # Every registered Node gone: nothing is said any more (the inventory is empty, not "nothing fits").
     kube.kubectl("delete", "node", *NODES)
     kube.wait_for(lambda: warnings_for(gpu_nodes, ns, *eight) == [], 10)
+
+
+def test_without_rbac_to_list_nodes_it_says_so_once_and_stays_quiet(
+    bare_kube: RealKube, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A replica whose account may not list Nodes: one log line (the API server's 403), no inventory, so no
+    warning; granted `list`/`watch`, it lists at its next try and the inventory fills."""
+    from kubernetes import client
+
+    from app.admission.fits import fitting
+    from app.inventory.startup import NodeInventory
+    from app.kube.config import load_configuration
+    from app.settings import Settings
+
+    kube = bare_kube
+    ns = kube.namespace(f"fits-rbac-{uuid.uuid4().hex[:8]}")
+    put_node_on(kube, "gpu-rbac-0", a100s("gpu-rbac-0"))
+    kubeconfig = kube.account(ns, "no-nodes", tmp_path / "no-nodes.kubeconfig")
+    configuration = load_configuration(kubeconfig)
+    inventory = NodeInventory(client.ApiClient(configuration), fitting(Settings.from_env({}).devices))
+    caplog.set_level(logging.INFO, logger="hami_webhook.inventory")
+    inventory.start()
+    try:
+        time.sleep(5)  # several tries with back-off
+        refused = [r.getMessage() for r in caplog.records if "broken" in r.getMessage()]
+        assert len(refused) == 1 and "403" in refused[0], refused
+        print(refused[0])
+        assert inventory.current() is None
+        role = f"{ns}-nodes"
+        kube.kubectl("create", "clusterrole", role, "--verb=list", "--verb=watch", "--resource=nodes")
+        kube.kubectl("create", "clusterrolebinding", role, f"--clusterrole={role}", f"--serviceaccount={ns}:no-nodes")
+        try:
+            found = kube.wait_for(inventory.current, 60)  # the back-off is capped at 30 s
+            assert found.nodes == 1
+        finally:
+            kube.kubectl("delete", "clusterrolebinding,clusterrole", role)
+    finally:
+        inventory.stop()
+        kube.kubectl("delete", "node", "gpu-rbac-0")
+
+
+def put_node_on(kube: RealKube, name: str, devices: list[dict[str, Any]]) -> None:
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "annotations": {REGISTER: register(devices)}},
+    }
+    kube.kubectl("create", "-f", "-", stdin=json.dumps(node))
