@@ -419,7 +419,7 @@ Use "kubectl hami COMMAND --help" for a command's flags.
 
 
 def plugin(argv: Sequence[str] | None = None) -> int:
-    """``kubectl-hami``: on PATH, ``kubectl hami quota|review ...`` runs the ``hami-webhook`` command of that name
+    """``kubectl-hami``: on PATH, ``kubectl hami quota|review|nodes ...`` runs the ``hami-webhook`` command of that name
     (kubectl finds plugins by their ``kubectl-`` name and passes every argument after ``hami`` through). As
     kubectl does: a usage error exits 1, with the command's usage."""
     args = list(sys.argv[1:] if argv is None else argv)
