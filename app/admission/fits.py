@@ -1,7 +1,7 @@
 """Fits nowhere: could any registered node hold a device container on an empty cluster? Pure.
 
 HAMi's device plugins register each node's devices in a Node annotation (docs/rules.md#fits-nowhere); the
-inventory (app/nodes/) keeps them, grouped by *shape*: nodes whose devices are alike but for their ids fit the
+inventory (app/inventory/) keeps them, grouped by *shape*: nodes whose devices are alike but for their ids fit the
 same containers, so a review looks at the few shapes, not at every node. A vendor that can tell (``Fitting``)
 answers for one container and one shape by HAMi's filter arithmetic; the review only asks, and warns (or denies)
 with the vendor's words and the best the cluster has. Every uncertainty is resolved towards "it fits": a Pod HAMi's
