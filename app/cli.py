@@ -1,6 +1,6 @@
 """``hami-webhook`` (also ``python -m app``): serve over TLS, run locally with a throwaway PKI, preview a Pod offline,
-write the admission policies, look at quota, check an install. ``kubectl-hami``, the kubectl plugin, is ``plugin``
-below.
+write the admission policies, look at quota and at the devices Nodes register, check an install. ``kubectl-hami``,
+the kubectl plugin, is ``plugin`` below.
 
 Exit codes: 0 ok (review: every Pod admitted; check: device Pods go through the webhook), 1 failure (review: a Pod
 refused, by the policy or by the API server; check: they do not), 2 usage or configuration error (review: an
@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.check.command import add_check_command
+from app.inventory.command import add_nodes_command
 from app.preview.workloads import TEMPLATES
 from app.quota.command import add_quota_command
 
 if TYPE_CHECKING:  # each command imports what it runs: --help, --version and `quota` stay quick to start
+    from app.admission.fits import InventoryPort
     from app.preview.documents import DocumentReview
     from app.settings import Settings
 
@@ -118,6 +120,20 @@ def _parser(prog: str = "hami-webhook") -> argparse.ArgumentParser:
         help="the patched objects as one List (yaml, json) or their names (default: one YAML document each)",
     )
     printed.add_argument("--patch", action="store_true", help="print the JSON Patch instead of the patched objects")
+    against = preview.add_mutually_exclusive_group()
+    against.add_argument(
+        "--cluster",
+        action="store_true",
+        help="check whether any Node could hold each device container, against the devices the live cluster's "
+        "Nodes register (your kubeconfig; RBAC: list nodes)",
+    )
+    against.add_argument(
+        "--inventory",
+        metavar="FILE",
+        help="the same, against the Nodes of FILE (kubectl get nodes -o json), offline",
+    )
+    preview.add_argument("--context", help="with --cluster: the kubeconfig context to use")
+    preview.add_argument("--kubeconfig", help="with --cluster: the kubeconfig file (default: $KUBECONFIG)")
     preview.set_defaults(run=_review)
 
     policies = commands.add_parser(
@@ -158,6 +174,7 @@ def _parser(prog: str = "hami-webhook") -> argparse.ArgumentParser:
     generate.set_defaults(run=_generate)
     add_quota_command(commands, _settings)
     add_check_command(commands, _default_scheduler)
+    add_nodes_command(commands, lambda args: _settings(args).devices)
     for command in commands.choices.values():
         command.set_defaults(parser=command)
     return parser
@@ -262,7 +279,10 @@ def _review(args: argparse.Namespace) -> int:
         print(f"hami-webhook: warning: device config {warning}", file=sys.stderr)
     if scope.unevaluated:
         print(f"hami-webhook: note: {scope.unevaluated}", file=sys.stderr)
-    options = Options(args.namespace, namespace_labels(documents), args.as_new)
+    inventory = _inventory(args, settings)
+    if inventory is None:
+        return INVALID
+    options = Options(args.namespace, namespace_labels(documents), args.as_new, inventory)
     reviews = preview(documents, settings, scope, options)
     for document in reviews:
         for entry in document.entries:
@@ -279,6 +299,27 @@ def _review(args: argparse.Namespace) -> int:
         return INVALID
     print(_printed(reviewed, args), end="")
     return max(document.outcome for document in reviews)
+
+
+def _inventory(args: argparse.Namespace, settings: Settings) -> InventoryPort | None:
+    """The inventory ``review`` checks against: the cluster's, a file's, or none; None after saying why it failed."""
+    from app.admission.fits import NO_INVENTORY
+
+    if not args.cluster and not args.inventory:
+        return NO_INVENTORY
+    from app.inventory.command import from_items, read_cluster, read_file
+    from app.kube.errors import describe
+
+    try:
+        items = read_file(args.inventory) if args.inventory else read_cluster(args.kubeconfig, args.context)
+    except Exception as exc:  # the API's refusal, an unreadable kubeconfig or file
+        where = _shown(args.inventory) if args.inventory else "the cluster's Nodes"
+        print(f"hami-webhook: cannot read {where}: {describe(exc)}", file=sys.stderr)
+        return None
+    loaded = from_items(items, settings.devices)
+    if loaded.current() is None:
+        print("hami-webhook: note: no Node registers a device: nothing is checked against them", file=sys.stderr)
+    return loaded
 
 
 def read_documents(path: str) -> list[Any]:
@@ -372,13 +413,14 @@ def _patches(reviewed: list[DocumentReview]) -> Any:
     return keyed
 
 
-PLUGIN_COMMANDS = ("check", "quota", "review")
+PLUGIN_COMMANDS = ("check", "quota", "review", "nodes")
 PLUGIN_USAGE = """Usage: kubectl hami COMMAND [flags]
 
 Commands:
   check    say whether device Pods really go through hami-webhook, and what to fix (-n NS, -o json)
   quota    show each quota'd namespace's device quota: limit, used, held, free (-n NS | -A [-l SELECTOR])
   review   show what the API server and hami-webhook would do to the Pods and workloads of -f FILE, offline
+  nodes    show the devices each Node registers for HAMi, per vendor and card type
 
 Flags:
   --version   print the version and exit
@@ -388,7 +430,7 @@ Use "kubectl hami COMMAND --help" for a command's flags.
 
 
 def plugin(argv: Sequence[str] | None = None) -> int:
-    """``kubectl-hami``: on PATH, ``kubectl hami quota|review ...`` runs the ``hami-webhook`` command of that name
+    """``kubectl-hami``: on PATH, ``kubectl hami quota|review|nodes ...`` runs the ``hami-webhook`` command of that name
     (kubectl finds plugins by their ``kubectl-`` name and passes every argument after ``hami`` through). As
     kubectl does: a usage error exits 1, with the command's usage."""
     args = list(sys.argv[1:] if argv is None else argv)

@@ -16,7 +16,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -46,6 +46,10 @@ class Collectors:
     quota_ledger_writes: Counter
     quota_ledger_full: Counter
     quota: QuotaGauges
+    fits_nowhere: Counter
+    inventory_nodes: Gauge
+    inventory_devices: Gauge
+    inventory_updated: Gauge
 
 
 QuotaRow = tuple[str, str, str, int, int, int, int]
@@ -180,6 +184,24 @@ def collectors() -> Collectors:
             "could hold no more reservations of Pods not seen yet.", ["namespace"],
         ),
         quota=QuotaGauges(),
+        fits_nowhere=Counter(
+            "hami_webhook_fits_nowhere", "Device containers no registered node could hold, even on an empty cluster "
+            "(warned, or denied with HAMI_FITS_NOWHERE=deny), by namespace and the device resource asked.",
+            ["namespace", "resource"],
+        ),
+        inventory_nodes=Gauge(
+            "hami_webhook_inventory_nodes", "Nodes registering devices of the vendor, as the device inventory knows "
+            "them; the largest across worker processes.", ["vendor"], multiprocess_mode="livemax",
+        ),
+        inventory_devices=Gauge(
+            "hami_webhook_inventory_devices", "Devices of the vendor registered on Nodes, as the device inventory "
+            "knows them; the largest across worker processes.", ["vendor"], multiprocess_mode="livemax",
+        ),
+        inventory_updated=Gauge(
+            "hami_webhook_inventory_updated_timestamp_seconds", "When the device inventory's Node watch was last "
+            "known current (Unix seconds; its age is time() minus it); the oldest across worker processes.",
+            multiprocess_mode="livemin",
+        ),
     )  # fmt: skip
     from prometheus_client import REGISTRY
 
@@ -237,6 +259,17 @@ def quota_ledger_write(outcome: str) -> None:
 def quota_ledger_full(namespace: str) -> None:
     """An admission in ``namespace`` found its ledger full (answered HTTP 500)."""
     collectors().quota_ledger_full.labels(namespace).inc()
+
+
+def inventory(nodes: Mapping[str, int], devices: Mapping[str, int], updated: float) -> None:
+    """The device inventory's size per vendor and when its watch was last known current (0: never listed)."""
+    found = collectors()
+    for vendor, count in nodes.items():
+        found.inventory_nodes.labels(vendor).set(count)
+    for vendor, count in devices.items():
+        found.inventory_devices.labels(vendor).set(count)
+    if updated:
+        found.inventory_updated.set(updated)
 
 
 def policy_scheduler(policy: str, *, mismatched: bool) -> None:
@@ -354,10 +387,13 @@ def decided(
     devices: tuple[str, ...] = (),
     warnings: tuple[str, ...] = (),
     quota_denied: tuple[str, str] | None = None,
+    unfit: tuple[str, ...] = (),
+    namespace: str = "",
 ) -> None:
     """One admission decision; ``devices`` are the backends a patched Pod matched, ``warnings`` the kinds of
     the warnings the Pod's author was given (one entry per warning), ``quota_denied`` the namespace of a Pod
-    its namespace's GPU quota refused and the denial's cause (``limit``, or ``gang``: its gang's room together)."""
+    its namespace's GPU quota refused and the denial's cause (``limit``, or ``gang``: its gang's room together),
+    ``unfit`` the resource of each container that fits nowhere, in ``namespace``."""
     _child("decisions", outcome, reason).inc()
     for device in devices:
         _child("device_matches", device).inc()
@@ -365,3 +401,5 @@ def decided(
         _child("warnings", kind).inc()
     if quota_denied is not None:  # namespaces are many: not cached
         collectors().quota_denials.labels(*quota_denied).inc()
+    for resource in unfit:  # namespaces are many: not cached
+        collectors().fits_nowhere.labels(namespace, resource).inc()

@@ -16,6 +16,7 @@ from app.admission.annotations import GPU_POLICY_ANNOTATION, NODE_POLICY_ANNOTAT
 from app.admission.devices.base import ConfigError, Device
 from app.admission.devices.config import load_device_config
 from app.admission.devices.registry import build_devices, switched_off
+from app.admission.fits import FitsCheck
 from app.admission.workloads import WorkloadChecks
 from app.logs import FORMATS, LEVELS
 from app.quota.startup import QuotaMode
@@ -81,6 +82,13 @@ class Settings:
         "false",
         "deny (400) device Pods whose HAMi annotations draw a warning (unknown key, value HAMi ignores, key HAMi"
         " writes) instead of admitting them with it",
+    )
+    fits_nowhere: FitsCheck = _knob(
+        "HAMI_FITS_NOWHERE",
+        "warn",
+        "warn: device Pods no registered node could hold, even on an empty cluster, are admitted with a warning"
+        " saying what they asked and the best the cluster has; deny: refused (403); off: no Node inventory is kept",
+        choices=tuple(FitsCheck),
     )
     workload_checks: WorkloadChecks = _knob(
         "HAMI_WORKLOAD_CHECKS",
@@ -251,7 +259,14 @@ def _parse(knob: Knob, raw: str) -> Any:
     return raw
 
 
-_KINDS = {"str": str, "bool": bool, "int": int, "QuotaMode": QuotaMode, "WorkloadChecks": WorkloadChecks}
+_KINDS = {
+    "str": str,
+    "bool": bool,
+    "int": int,
+    "QuotaMode": QuotaMode,
+    "WorkloadChecks": WorkloadChecks,
+    "FitsCheck": FitsCheck,
+}
 KNOBS: tuple[Knob, ...] = tuple(
     Knob(env, f.name, default, _KINDS[str(f.type)], help, minimum, choices)
     for f in fields(Settings)

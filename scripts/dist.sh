@@ -64,7 +64,8 @@ spec:
   shortDescription: See HAMi's namespace device quota and preview hami-webhook
   description: |
     kubectl hami quota shows each namespace's device quota as hami-webhook counts it (limit, used, held, free);
-    kubectl hami review shows what the API server and hami-webhook would do to the Pods of a manifest.
+    kubectl hami review shows what the API server and hami-webhook would do to the Pods of a manifest;
+    kubectl hami nodes shows the devices each Node registers for HAMi.
   caveats: |
     Needs python3 (3.11 or newer): the first run installs the plugin into a virtualenv of its own.
     quota reads with your kubeconfig: bind the hami-webhook-quota-viewer roles (README).

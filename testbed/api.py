@@ -63,13 +63,27 @@ class Api:
 
     def call(self, method: str, path: str, body: bytes | None = None, merge: bool = False) -> tuple[int, bytes]:
         """One request (``merge``: the body is a JSON merge patch); the status and the body."""
+        status, answer, _ = self.call_warned(method, path, body, merge)
+        return status, answer
+
+    def call_warned(
+        self, method: str, path: str, body: bytes | None = None, merge: bool = False
+    ) -> tuple[int, bytes, list[str]]:
+        """``call``, and the warnings the answer carried (``Warning: 299 - "text"`` headers, as kubectl prints them)."""
         headers = self._headers | ({"Content-Type": "application/merge-patch+json"} if merge else {})
         self._conn.request(method, path, body, headers)
         response = self._conn.getresponse()
-        return response.status, response.read()
+        warnings = [_warning_text(value) for value in response.headers.get_all("Warning") or []]
+        return response.status, response.read(), warnings
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _warning_text(header: str) -> str:
+    """The text of one ``Warning`` header (RFC 7234: code, agent, quoted text with backslash escapes)."""
+    _code, _agent, quoted = header.split(" ", 2)
+    return json.loads(quoted) if quoted.startswith('"') else quoted
 
 
 def create_at_once(

@@ -15,6 +15,7 @@ from typing import Any
 import jsonpatch
 
 from app.admission.annotations import GPU_TYPE_ANNOTATION
+from app.admission.fits import NO_INVENTORY, InventoryPort
 from app.admission.ports import QuotaOff, QuotaPort
 from app.admission.review import review
 from app.settings import Settings
@@ -84,10 +85,16 @@ def decode_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
     return ops
 
 
-def run(obj: dict[str, Any], settings: Settings, quota: QuotaPort | None = None, **review_args: Any) -> Outcome:
+def run(
+    obj: dict[str, Any],
+    settings: Settings,
+    quota: QuotaPort | None = None,
+    inventory: InventoryPort = NO_INVENTORY,
+    **review_args: Any,
+) -> Outcome:
     """Review ``obj`` (a Pod) and apply the returned patch to it."""
     request = admission_review(copy.deepcopy(obj), **review_args)
-    answer = review(request, settings, quota or QuotaOff())
+    answer = review(request, settings, quota or QuotaOff(), inventory)
     assert answer["apiVersion"] == request["apiVersion"] and answer["kind"] == "AdmissionReview"
     response = answer["response"]
     assert response["uid"] == request["request"]["uid"]

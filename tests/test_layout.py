@@ -110,7 +110,13 @@ def test_every_test_module_is_in_the_suite_table() -> None:
 ROOT_MODULES = 8
 """At most this many modules at app/'s root: what every concern shares; the concerns are its folders."""
 SHARED = ("app.untrusted", "app.readiness", "app.logs", "app.metrics", "app.kube")
-COMMANDS = ("app.admission", "app.check", "app.preview", "app.quota")  # the concerns the CLI's commands run
+COMMANDS = (
+    "app.admission",
+    "app.check",
+    "app.inventory",
+    "app.preview",
+    "app.quota",
+)  # the concerns the CLI's commands run
 LAYERS = {
     # what every concern shares
     "app.untrusted": (),
@@ -118,11 +124,12 @@ LAYERS = {
     "app.kube": (),
     "app.logs": ("app.untrusted",),
     "app.metrics": ("app.logs", "app.untrusted"),
-    # the concerns: the admission core at the bottom, declaring the ports the quota implements
+    # the concerns: the admission core at the bottom, declaring the ports the quota and the inventory implement
     "app.admission": ("app.logs", "app.metrics", "app.untrusted"),
     "app.preview": ("app.admission", "app.untrusted"),
     "app.quota": ("app.admission", *SHARED),
     "app.check": ("app.admission", "app.preview", *SHARED),  # reads the cluster; judges with the preview's readers
+    "app.inventory": ("app.admission", *SHARED),
     # at start: the installed policies; then the failure policy, judged as the check judges it
     "app.serving.master": ("app.check", "app.preview", "app.serving", "app.settings", *SHARED),
     "app.serving.worker": ("app.serving", "app.settings", *SHARED),
@@ -131,7 +138,7 @@ LAYERS = {
     "app.settings": ("app.admission", "app.quota", *SHARED),
     "app.cli": ("app", *COMMANDS, "app.serving.master", "app.settings", *SHARED),
     "app.__main__": ("app.cli",),
-    "app": ("app.admission", "app.quota", "app.serving", "app.settings", *SHARED),
+    "app": ("app.admission", "app.inventory", "app.quota", "app.serving", "app.settings", *SHARED),
 }
 """What each part of app/ may import besides itself, every module in exactly one part (the longest prefix): the
 shared modules import no concern, the concerns never the composition above them, and no two parts each other.

@@ -21,6 +21,7 @@ POLICY_FROM_ANNOTATION = "policy_from_annotation"
 UNKNOWN_ANNOTATION = "unknown_annotation"
 INVALID_ANNOTATION_VALUE = "invalid_annotation_value"
 GANG = "gang"
+FITS_NOWHERE = "fits_nowhere"
 KINDS = (
     DEFAULT,
     ROUNDED,
@@ -30,6 +31,7 @@ KINDS = (
     UNKNOWN_ANNOTATION,
     INVALID_ANNOTATION_VALUE,
     GANG,
+    FITS_NOWHERE,
 )
 
 MAX_CHARS = 120

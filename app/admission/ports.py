@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from app.admission.annotations import AnnotationRules
 from app.admission.devices.base import Device
 from app.admission.edit import PodEdit
+from app.admission.fits import FitsCheck
 
 
 class ReviewSettings(Protocol):
@@ -29,6 +30,8 @@ class ReviewSettings(Protocol):
     def gpu_scheduler_policy(self) -> str: ...
     @property
     def strict_annotations(self) -> bool: ...
+    @property
+    def fits_nowhere(self) -> FitsCheck: ...
     @property
     def devices(self) -> tuple[Device, ...]: ...
     @property

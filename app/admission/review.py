@@ -26,6 +26,7 @@ from app.admission.annotations import (
 )
 from app.admission.devices.base import Device, DeviceRequestError
 from app.admission.edit import ContainerEdit, Op, PodEdit
+from app.admission.fits import FITS_NOWHERE_REASON, NO_INVENTORY, FitsCheck, InventoryPort, nowhere
 from app.admission.notices import Notice
 from app.admission.ports import FITS, QUOTA_REASON, QuotaPort, ReviewSettings, Verdict
 from app.admission.quantity import INT32_MAX
@@ -52,19 +53,23 @@ class Decision:
     hint: str = ""  # advice for the operator: logged and shown by the preview, never sent to the API server
     warnings: tuple[Notice, ...] = ()  # for the author; only allowed answers carry them
     cause: str = ""  # a quota denial's cause for its metric: "limit" (the Pod) or "gang" (its gang's whole room)
+    unfit: tuple[str, ...] = ()  # the device resource of each container that fits nowhere (metrics)
 
 
 def deny(code: int, reason: str, message: str, cause: str = "") -> Decision:
     return Decision(allowed=False, code=code, reason=reason, message=message, cause=cause)
 
 
-def review(document: Any, settings: ReviewSettings, quota: QuotaPort) -> dict[str, Any]:
+def review(
+    document: Any, settings: ReviewSettings, quota: QuotaPort, inventory: InventoryPort = NO_INVENTORY
+) -> dict[str, Any]:
     """Answer an AdmissionReview (v1 or v1beta1) in the request's own version.
 
     Raises UnreadableReview when no uid can be read; every other problem is an answer.
     """
     uid = read_uid(document)
-    return answer(document, uid, decide_review(document, settings, quota, uid, governed=quota_here(quota, document)))
+    governed = quota_here(quota, document)
+    return answer(document, uid, decide_review(document, settings, quota, uid, governed=governed, inventory=inventory))
 
 
 def quota_here(quota: QuotaPort, document: Any) -> bool:
@@ -108,7 +113,13 @@ def request_namespace(request: Any) -> str:
 
 
 def decide_review(
-    document: Mapping[str, Any], settings: ReviewSettings, quota: QuotaPort, uid: str, *, governed: bool
+    document: Mapping[str, Any],
+    settings: ReviewSettings,
+    quota: QuotaPort,
+    uid: str,
+    *,
+    governed: bool,
+    inventory: InventoryPort = NO_INVENTORY,
 ) -> Decision:
     """Validate the envelope, then decide for a Pod CREATE; else unchanged (only Pod creates are reviewed).
     ``governed``: the quota port's answer for the review's namespace (``quota_here``)."""
@@ -128,7 +139,10 @@ def decide_review(
     namespace = request_namespace(request)
     dry_run = request.get("dryRun") is True
     who = admission_of(request, pod)
-    return decide(pod, settings, quota, namespace=namespace, uid=uid, dry_run=dry_run, governed=governed, who=who)
+    return decide(
+        pod, settings, quota, namespace=namespace, uid=uid, dry_run=dry_run, governed=governed, who=who,
+        inventory=inventory,
+    )  # fmt: skip
 
 
 def admission_of(request: Mapping[str, Any], pod: Mapping[str, Any]) -> str:
@@ -155,9 +169,11 @@ def decide(
     dry_run: bool,
     governed: bool,
     who: str = "",
+    inventory: InventoryPort = NO_INVENTORY,
 ) -> Decision:
     """HAMi's Handle on a validated Pod; ``governed``: whether the namespace has a device quota, as the caller asked
-    ``quota`` once for the whole review; ``who``: the admission as ``admission_of`` reads it."""
+    ``quota`` once for the whole review; ``who``: the admission as ``admission_of`` reads it; ``inventory``: the
+    cluster's registered devices, for fits nowhere."""
     spec = pod.get("spec") or {}
     if not spec.get("containers"):
         return deny(403, "Forbidden", "pod has no containers")
@@ -177,6 +193,7 @@ def decide(
     except DeviceRequestError as exc:
         return deny(400, "BadRequest", str(exc))
     warnings: list[Notice] = []
+    unfit: list[tuple[str, Notice]] = []
     if found:
         warnings = settings.annotation_rules.check(edit.written_annotations)
         if warnings and settings.strict_annotations:
@@ -189,6 +206,11 @@ def decide(
             if spec.get("nodeName"):
                 return deny(403, "Forbidden", "pod has node assigned")
         _annotate(edit, found, settings)
+        if settings.fits_nowhere is not FitsCheck.OFF:
+            unfit = nowhere(edit, [d for d in settings.devices if d.key in found], inventory.current())
+        if unfit and settings.fits_nowhere is FitsCheck.DENY:  # docs/rules.md#fits-nowhere
+            return deny(403, FITS_NOWHERE_REASON, "; ".join(n.text for _, n in unfit))
+        warnings += [notice for _, notice in unfit]
     hint = "" if found or not settings.switched_off else _switched_off(edit, settings.switched_off)
     verdict = charge.admit(edit) if charge is not None else _reserve(edit, "")
     if verdict.denial:
@@ -196,7 +218,14 @@ def decide(
     if verdict.warning:
         warnings.append(Notice(notices.GANG, verdict.warning))
     warnings += edit.changes()
-    return Decision(allowed=True, patch=edit.ops(), devices=tuple(found), warnings=tuple(warnings), hint=hint)
+    return Decision(
+        allowed=True,
+        patch=edit.ops(),
+        devices=tuple(found),
+        warnings=tuple(warnings),
+        hint=hint,
+        unfit=tuple(resource for resource, _ in unfit),
+    )
 
 
 @dataclass(frozen=True)

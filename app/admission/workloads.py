@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from app.admission import notices, schemas
 from app.admission.edit import PodEdit
+from app.admission.fits import NO_INVENTORY, InventoryPort
 from app.admission.notices import Notice
 from app.admission.ports import FITS, QuotaPort, ReviewSettings, Verdict
 from app.admission.review import Decision, decide, deny, request_namespace
@@ -48,7 +49,7 @@ REFUSED, QUOTA_ROOM, MORE = "refused", "quota_room", "more"
 """The kinds of the workload's own warnings (the Pod's keep theirs)."""
 MAX_WORKLOAD_WARNINGS = 4
 """Warnings one workload's answer carries at most, the last counting the rest: a few lines at apply time."""
-FORWARDED = (notices.UNKNOWN_ANNOTATION, notices.INVALID_ANNOTATION_VALUE)
+FORWARDED = (notices.UNKNOWN_ANNOTATION, notices.INVALID_ANNOTATION_VALUE, notices.FITS_NOWHERE)
 """The Pod warnings a workload's author hears: findings about what the author wrote. The defaults filled in on
 every device Pod (a whole GPU's cores) are for the Pod; ``hami-webhook review`` shows them before apply."""
 WORKLOAD_KINDS: Mapping[str, tuple[str, str]] = {
@@ -106,18 +107,28 @@ class _Demanded:
 
 
 def decide_workload_review(
-    document: Mapping[str, Any], settings: WorkloadSettings, quota: QuotaPort, uid: str
+    document: Mapping[str, Any],
+    settings: WorkloadSettings,
+    quota: QuotaPort,
+    uid: str,
+    inventory: InventoryPort = NO_INVENTORY,
 ) -> Decision:
     """Validate the envelope (a 400 names the field, as for a Pod), then decide for the workload in it."""
     problem = schemas.problems(schemas.REVIEW, document, "")
     if problem:
         return deny(400, "BadRequest", f"invalid AdmissionReview: {problem}")
-    return decide_workload(document["request"], settings, quota, uid)
+    return decide_workload(document["request"], settings, quota, uid, inventory)
 
 
-def decide_workload(request: Mapping[str, Any], settings: WorkloadSettings, quota: QuotaPort, uid: str) -> Decision:
+def decide_workload(
+    request: Mapping[str, Any],
+    settings: WorkloadSettings,
+    quota: QuotaPort,
+    uid: str,
+    inventory: InventoryPort = NO_INVENTORY,
+) -> Decision:
     """The answer for a workload CREATE or UPDATE (``request`` validated by schemas.REVIEW); anything else, and a
-    template that is not a Pod's, passes without a word."""
+    template that is not a Pod's, passes without a word. ``inventory``: the cluster's devices, for fits nowhere."""
     kind = request["kind"].get("kind") or ""
     path = TEMPLATES.get(kind)
     obj = request.get("object")
@@ -135,8 +146,9 @@ def decide_workload(request: Mapping[str, Any], settings: WorkloadSettings, quot
         return Decision(allowed=True)  # malformed: the API server's validation, after us, says where
     pod["spec"] = defaulted(pod["spec"])  # the request's object is left as it came
     demanded = _Demanded(quota)
+    governed = demanded.governs(namespace)
     decision = decide(
-        pod, settings, demanded, namespace=namespace, uid=uid, dry_run=True, governed=demanded.governs(namespace)
+        pod, settings, demanded, namespace=namespace, uid=uid, dry_run=True, governed=governed, inventory=inventory
     )
     if not decision.allowed:
         if settings.workload_checks is WorkloadChecks.DENY:

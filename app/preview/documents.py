@@ -17,6 +17,7 @@ from typing import Any
 import jsonpatch
 
 from app.admission.edit import Op, pointer
+from app.admission.fits import NO_INVENTORY, InventoryPort
 from app.admission.ports import QuotaOff, ReviewSettings
 from app.admission.review import answer, decide_review, request_namespace
 from app.admission.templates import default_spec
@@ -46,6 +47,8 @@ class Options:
     """Known labels per namespace (from Namespace documents and the command line), for the namespaceSelector."""
     as_new: bool = False
     """Review live Pods as the new Pods they were created as."""
+    inventory: InventoryPort = NO_INVENTORY
+    """The devices Nodes register, for fits nowhere: the live cluster's (--cluster), a file's, or none."""
 
 
 @dataclass(frozen=True)
@@ -208,7 +211,7 @@ def _review(
     """One Pod's decision line, notes and exit code, and the patch the API server would apply to it."""
     document = admission_review(pod, uid="preview", dry_run=True)
     reach = scope.reach(pod, options.namespace_labels.get(request_namespace(document["request"]), {}))
-    decision = decide_review(document, settings, QuotaOff(), "preview", governed=False)
+    decision = decide_review(document, settings, QuotaOff(), "preview", governed=False, inventory=options.inventory)
     response = answer(document, "preview", decision)["response"]
     status = response["status"]
     notes = [f"warning: {warning}" for warning in response.get("warnings", [])]

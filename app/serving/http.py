@@ -21,6 +21,7 @@ from flask.sessions import NullSession, SessionInterface
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from app import metrics
+from app.admission.fits import NO_INVENTORY, InventoryPort
 from app.admission.notices import KINDS
 from app.admission.ports import QuotaPort, QuotaUnavailable
 from app.admission.review import (
@@ -85,11 +86,12 @@ class PreparedReview:
 @dataclass(frozen=True)
 class Webhook:
     """What the views need: the settings, the quota port, and the process's readiness (which the worker reads
-    from the app too)."""
+    from the app too); the device inventory, for fits nowhere."""
 
     settings: WorkloadSettings
     quota: QuotaPort
     readiness: Readiness
+    inventory: InventoryPort = NO_INVENTORY
 
 
 class NoSessions(SessionInterface):
@@ -228,7 +230,7 @@ def _read() -> tuple[Review, str] | Response:
 def _workloads(started: float) -> Response:
     def check(review: Review, uid: str, hook: Webhook) -> Decision | Response:
         try:
-            return decide_workload_review(review.document, hook.settings, hook.quota, uid)
+            return decide_workload_review(review.document, hook.settings, hook.quota, uid, hook.inventory)
         except Exception:  # a warning is not worth a failed apply: failurePolicy Ignore would admit it anyway
             log.exception("workload check failed", extra={"fields": {"uid": uid}})
             return Decision(allowed=True)
@@ -285,7 +287,9 @@ def _webhook(started: float) -> Response:
         try:
             if review.fault is not None:
                 raise review.fault
-            return decide_review(review.document, hook.settings, hook.quota, uid, governed=review.governed)
+            return decide_review(
+                review.document, hook.settings, hook.quota, uid, governed=review.governed, inventory=hook.inventory
+            )
         except QuotaUnavailable as exc:  # not the Pod's fault: a non-200 lets failurePolicy decide (quota undecided)
             log.error("quota undecided", extra={"fields": {"uid": uid, "error": str(exc)}})
             return _error(500, f"namespace quota could not be decided: {exc}")
@@ -318,7 +322,15 @@ def _log_and_count(document: dict[str, Any], uid: str, decision: Decision, start
     outcome = "denied" if not decision.allowed else "patched" if patch else "passed"
     kinds = tuple(w.kind for w in decision.warnings)
     quota_denied = (namespace, decision.cause) if decision.cause else None  # set on quota denials only
-    metrics.decided(outcome, decision.reason, devices=decision.devices, warnings=kinds, quota_denied=quota_denied)
+    metrics.decided(
+        outcome,
+        decision.reason,
+        devices=decision.devices,
+        warnings=kinds,
+        quota_denied=quota_denied,
+        unfit=decision.unfit,
+        namespace=namespace,
+    )
     fields: dict[str, Any] = {
         "uid": uid,
         "namespace": namespace,
@@ -360,5 +372,6 @@ def readyz() -> Response:
         "stopping": stopping,
         "quota": quota,
         "devices": [d.key for d in hook.settings.devices],
+        "inventory": hook.inventory.status(),
     }
     return _json(body, 200 if body["ready"] else 503)

@@ -142,6 +142,49 @@ def test_preview_prints_warnings_after_the_decision(tmp_path: Path, capsys) -> N
     )
 
 
+def _nodes_file(tmp_path: Path) -> Path:
+    """`kubectl get nodes -o json` of two Nodes of four A100 80GB (one GPU of gpu-7 unhealthy), saved."""
+    from testbed.nodes import gpu, node_metadata
+
+    a100 = "NVIDIA-NVIDIA A100-SXM4-80GB"
+    items = [
+        {"apiVersion": "v1", "kind": "Node"}
+        | node_metadata(name, [gpu(i, name, 81920, card=a100, numa=i // 2, health=i > 0 or name == "gpu-6")
+                               for i in range(4)])
+        for name in ("gpu-6", "gpu-7")
+    ]  # fmt: skip
+    path = tmp_path / "nodes.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    return path
+
+
+def test_preview_checks_against_an_inventory_file(tmp_path: Path, capsys) -> None:
+    too_big = GPU_POD.replace("nvidia.com/gpumem: 4000", "nvidia.com/gpumem: 100000")
+    assert main(["review", "--patch", str(write(tmp_path, too_big)), "--inventory", str(_nodes_file(tmp_path))]) == 0
+    assert capsys.readouterr().err == (
+        "default/train: allowed, 2 patch operation(s)\n"
+        "warning: container cuda asks 100000 MiB per GPU;"
+        " the largest registered NVIDIA GPU has 81920 MiB (node gpu-6)\n"
+    )
+    assert main(["review", "--patch", str(write(tmp_path, too_big))]) == 0  # no inventory: nothing checked
+    assert "asks" not in capsys.readouterr().err
+    assert main(["review", str(write(tmp_path, too_big)), "--inventory", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_nodes_prints_each_nodes_devices(tmp_path: Path, capsys) -> None:
+    assert main(["nodes", "-f", str(_nodes_file(tmp_path))]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "NODE    VENDOR   TYPE                           GPUS   HEALTHY   MEMORY    CORES   SPLIT   MODE        NUMA",
+        "gpu-6   NVIDIA   NVIDIA-NVIDIA A100-SXM4-80GB   4      4         81920Mi   100     10      hami-core   0,1",
+        "gpu-7   NVIDIA   NVIDIA-NVIDIA A100-SXM4-80GB   4      3         81920Mi   100     10      hami-core   0,1",
+    ]
+    empty = tmp_path / "empty.json"
+    empty.write_text('{"apiVersion": "v1", "kind": "List", "items": []}')
+    assert main(["nodes", "-f", str(empty)]) == 0
+    assert capsys.readouterr().err == "No resources found\n"
+
+
 def test_preview_strict_denies_with_the_warning_as_message(tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.setenv("HAMI_STRICT_ANNOTATIONS", "true")
     assert main(["review", str(write(tmp_path, TYPO_POD))]) == 2

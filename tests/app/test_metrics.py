@@ -192,6 +192,16 @@ def test_quota_feed_sync_hook() -> None:
     assert value("hami_webhook_quota_feed_synced", resource="pods") == 0
 
 
+def test_inventory_and_fits_nowhere_hooks() -> None:
+    metrics.inventory({"NVIDIA": 3}, {"NVIDIA": 24}, 1_900_000_000.0)
+    assert value("hami_webhook_inventory_nodes", vendor="NVIDIA") == 3
+    assert value("hami_webhook_inventory_devices", vendor="NVIDIA") == 24
+    assert value("hami_webhook_inventory_updated_timestamp_seconds") == 1_900_000_000.0
+    before = value("hami_webhook_fits_nowhere_total", namespace="ml", resource="nvidia.com/gpu")
+    metrics.decided("patched", "", unfit=("nvidia.com/gpu", "nvidia.com/gpu"), namespace="ml")
+    assert value("hami_webhook_fits_nowhere_total", namespace="ml", resource="nvidia.com/gpu") == before + 2
+
+
 def quota_samples() -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
     """What a scrape of the master's quota gauges yields now."""
     return {

@@ -108,9 +108,10 @@ def rules(role: Obj) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, 
 
 
 def test_webhook_rbac_is_what_the_quota_feature_needs_and_no_more(base: list[Obj]) -> None:
-    """The quota's reads (gangs' PodGroups too) and ledgers, by name the policies that name the scheduler, and its
-    own configuration's failurePolicy (a gauge)."""
+    """The quota's reads (gangs' PodGroups too) and ledgers, the device inventory's Nodes (read only), by name the
+    policies that name the scheduler, and its own configuration's failurePolicy (a gauge)."""
     assert rules(one(base, "ClusterRole", "hami-webhook")) == [
+        (("",), ("nodes",), ("list", "watch"), ()),
         (("",), ("pods", "resourcequotas"), ("list", "watch"), ()),
         (
             ("admissionregistration.k8s.io",),

@@ -23,9 +23,10 @@ none of them.
 
 from __future__ import annotations
 
+import http.client
 import json
+import ssl
 import subprocess
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from testbed import hami
 from testbed.cluster import RealKube
 from testbed.install import apply, token
 from testbed.kubelet import container, process_env
+from testbed.nodes import gpu, register
 from testbed.ports import free_port
 
 Obj = dict[str, Any]
@@ -151,6 +153,36 @@ class Running:
                 raise AssertionError(f"{name} exited {proc.returncode}:\n{self.logs()}")
 
 
+@dataclass
+class Scheduling:
+    """HAMi's scheduler running for a module's tests: its containers, its extender's port, and a kubeconfig of the
+    device plugin's ServiceAccount (who registers GPU Nodes)."""
+
+    running: Running
+    port: int
+    device_plugin: str
+
+    def filter(self, pod: Obj, nodes: list[Obj]) -> tuple[list[str], dict[str, str]]:
+        """Where HAMi's filter places ``pod`` among ``nodes`` as they are, with nothing running (the node it picks;
+        none: Pending), and why each other node failed, in HAMi's words: its extender's
+        /filter given the Nodes themselves (ExtenderArgs.Nodes), the simulation path HAMi serves for autoscalers,
+        which builds each node's devices from its annotations (pkg/scheduler/scheduler.go filterSimulation) and
+        runs the same calcScore as a real filter, writing nothing."""
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # the chart's self-made certificate
+        connection = http.client.HTTPSConnection("127.0.0.1", self.port, context=context, timeout=30)
+        try:
+            body = json.dumps({"pod": pod, "nodes": {"items": nodes}})
+            connection.request("POST", "/filter", body, {"Content-Type": "application/json"})
+            answer = json.loads(connection.getresponse().read())
+        finally:
+            connection.close()
+        answer = {key.lower(): value for key, value in answer.items()}  # ExtenderFilterResult has no json tags
+        assert not answer.get("error"), answer
+        placed = [node["metadata"]["name"] for node in (answer.get("nodes") or {}).get("items") or []]
+        return placed, answer.get("failednodes") or {}
+
+
 @contextmanager
 def run_scheduler(
     kube: RealKube,
@@ -212,19 +244,13 @@ def _ready(kube: RealKube, running: Running, scheduler: str) -> bool:
     return lease.returncode == 0 and bool(json.loads(lease.stdout)["spec"].get("holderIdentity"))
 
 
-def gpu(index: int, node: str, memory_mib: int = 24576, split: int = 10) -> Obj:
-    """One GPU as HAMi's NVIDIA device plugin registers it (MarshalNodeDevices: Go's field order, zero values
-    left out), with the chart's defaults: deviceSplitCount 10, memory and core scaling 1, HAMi-core mode."""
-    device: Obj = {"id": f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node}-{index}')}"}
-    device |= {"index": index} if index else {}
-    device |= {"count": split, "devmem": memory_mib, "devcore": 100, "type": "NVIDIA-NVIDIA A10", "mode": "hami-core"}
-    return device | {"health": True}
-
-
-def register_node(kube: RealKube, name: str, device_plugin: str, gpus: int = 1) -> list[Obj]:
+def register_node(
+    kube: RealKube, name: str, device_plugin: str, gpus: int = 1, devices: list[Obj] | None = None
+) -> list[Obj]:
     """A GPU node as its kubelet, the node lifecycle controller and HAMi's NVIDIA device plugin make it; the
-    devices registered. `device_plugin` is a kubeconfig of the device plugin's ServiceAccount."""
-    devices = [gpu(i, name) for i in range(gpus)]
+    devices registered (``gpus`` of testbed/nodes.py's defaults, or ``devices``). `device_plugin` is a kubeconfig
+    of the device plugin's ServiceAccount."""
+    devices = devices if devices is not None else [gpu(i, name) for i in range(gpus)]
     labels = {"kubernetes.io/hostname": name, "gpu": "on"}  # gpu=on: the device plugin DaemonSet's nodeSelector
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
     kube.kubectl("create", "-f", "-", stdin=json.dumps(node))
@@ -238,7 +264,7 @@ def register_node(kube: RealKube, name: str, device_plugin: str, gpus: int = 1) 
     assert [t["key"] for t in taints] == [NOT_READY], taints
     kube.kubectl("taint", "node", name, f"{NOT_READY}:NoSchedule-")
     # The device plugin (RegisterInAnnotation): its devices in the register annotation, a merge patch.
-    patch = {"metadata": {"annotations": {REGISTER: json.dumps(devices, separators=(",", ":"))}}}
+    patch = {"metadata": {"annotations": {REGISTER: register(devices)}}}
     kube.kubectl("patch", "node", name, "--type=merge", "-p", json.dumps(patch), kubeconfig=device_plugin)
     return devices
 

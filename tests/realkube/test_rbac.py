@@ -121,14 +121,15 @@ def inert_configuration(name: str) -> dict[str, Any]:
     }
 
 
-def test_webhook_account_reads_pods_and_quotas_and_keeps_leases(
+def test_webhook_account_reads_pods_quotas_nodes_and_keeps_leases(
     installed: Installed, as_webhook: client.ApiClient
 ) -> None:
     core = client.CoreV1Api(as_webhook)
     leases = client.CoordinationV1Api(as_webhook)
     assert core.list_pod_for_all_namespaces(limit=1).kind == "PodList"
     assert core.list_resource_quota_for_all_namespaces().kind == "ResourceQuotaList"
-    for list_call in (core.list_pod_for_all_namespaces, core.list_resource_quota_for_all_namespaces):
+    assert core.list_node(limit=1).kind == "NodeList"  # the device inventory: Nodes' annotations, list + watch
+    for list_call in (core.list_pod_for_all_namespaces, core.list_resource_quota_for_all_namespaces, core.list_node):
         for event in watch.Watch().stream(list_call, timeout_seconds=1):  # a 403 would raise ApiException
             assert event["type"] in ("ADDED", "MODIFIED", "DELETED")
 
@@ -159,6 +160,8 @@ def test_webhook_account_cannot_do_more(installed: Installed, as_webhook: client
     lease = {"metadata": {"name": "hami-quota-x"}, "spec": {}}
     checks: dict[str, Callable[[], Any]] = {
         "get one pod": lambda: core.read_namespaced_pod("any", "default"),
+        "patch a node": lambda: core.patch_node("any", {"metadata": {"annotations": {"x": "y"}}}),
+        "get one node": lambda: core.read_node("any"),
         "list secrets": lambda: core.list_namespaced_secret(NAMESPACE),
         "read its TLS secret": lambda: core.read_namespaced_secret(SECRET, NAMESPACE),
         "lease elsewhere": lambda: leases.create_namespaced_lease("default", lease),

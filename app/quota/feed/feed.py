@@ -7,7 +7,7 @@ by the webhook or not. The ledger Leases in the webhook's own namespace are watc
 before each compare-and-swap (a stale copy only costs a 409).
 
 The Feed does no I/O: which streams run, and their threads and health, are app/quota/feed/life.py's; the list +
-watch machinery is app/quota/feed/stream.py's; what the Feed keeps is app/quota/feed/tables.py's.
+watch machinery is app/kube/stream.py's; what the Feed keeps is app/quota/feed/tables.py's.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from app.admission.devices.base import Device
+from app.kube.stream import Stream
 from app.quota.core.encoding import Ledger, resource_version
 from app.quota.core.gang import Gang
 from app.quota.core.scene import View
 from app.quota.core.standing import Standing, standing
 from app.quota.feed.groups import GroupTable
-from app.quota.feed.stream import Stream
 from app.quota.feed.tables import LedgerTable, PodTable, QuotaTable, say_found_at_start, say_uncounted
 
 

@@ -19,10 +19,10 @@ from typing import Any
 from kubernetes import client
 
 from app import metrics
+from app.kube.stream import Stream, Streams
 from app.quota.core.encoding import MANAGED_BY
 from app.quota.feed.feed import Feed
 from app.quota.feed.groups import group_streams
-from app.quota.feed.stream import Stream, Streams
 
 log = logging.getLogger("hami_webhook.quota")
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.kube.stream import Stream, Streams
 from app.quota.feed.feed import Feed
-from app.quota.feed.stream import Stream, Streams
 from app.settings import Settings
 from testbed.pods import container, pod
 

@@ -9,7 +9,7 @@ from urllib.parse import parse_qs
 import pytest
 from prometheus_client import REGISTRY
 
-from app.quota.feed import stream
+from app.kube import stream
 from testbed.cluster import RealKube
 from testbed.pods import container, pod
 from testbed.polling import eventually

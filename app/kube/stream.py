@@ -1,4 +1,5 @@
-"""The list + watch machinery under the feed: one stream per listed resource, each on its own daemon thread.
+"""The list + watch machinery under the quota's feed and the device inventory: one stream per listed resource, each
+on its own daemon thread.
 
 gunicorn forks workers and threads do not survive a fork, so each worker starts its own streams after the fork.
 Each stream has one thread: list (paged), then watch from the list's resourceVersion with bookmarks; 410 Gone
@@ -28,7 +29,6 @@ PAGE_SIZE = 500
 WATCH_SECONDS = (30, 45)  # the server ends each watch after a random time in this range; we resume
 READ_SLACK = 15  # a watch silent this long past its own timeout is a dead connection
 WATCH_RETRY = Backoff(first=0.5, cap=30.0, jitter=0.5)  # after a broken list or watch
-log = logging.getLogger("hami_webhook.quota")
 
 
 class Gone(Exception):
@@ -59,8 +59,13 @@ class Streams:
     ``health(stream)`` is called whenever a stream is answered (a list, a watch connected) or breaks, with no lock
     held. The lock guards the running streams and the nudge count, nothing else."""
 
-    def __init__(self, health: Callable[[Stream], None]) -> None:
+    def __init__(
+        self, health: Callable[[Stream], None], feed: str = "quota feed", logger: str = "hami_webhook.quota"
+    ) -> None:
+        """``feed`` names the streams' owner in log lines and thread names, ``logger`` is where those lines go."""
         self._health = health
+        self._feed = feed
+        self._log = logging.getLogger(logger)
         self._lock = threading.Lock()
         self._nudged = threading.Condition(self._lock)  # wakes streams waiting out a back-off
         self._nudges = 0
@@ -68,7 +73,9 @@ class Streams:
         self.stopping = threading.Event()
 
     def start(self, stream: Stream) -> None:
-        stream.thread = threading.Thread(target=self._run, args=(stream,), name=f"quota-feed-{stream.name}")
+        stream.thread = threading.Thread(
+            target=self._run, args=(stream,), name=f"{self._feed.replace(' ', '-')}-{stream.name}"
+        )
         stream.thread.daemon = True
         with self._lock:
             self._running.append(stream)
@@ -122,7 +129,7 @@ class Streams:
                 self._watch(stream)
                 failures = 0
             except Gone:
-                log.info("quota feed: %s resourceVersion %s expired; listing again", stream.name, stream.rv)
+                self._log.info("%s: %s resourceVersion %s expired; listing again", self._feed, stream.name, stream.rv)
                 stream.rv = ""
             except Exception as exc:
                 if self._ended(stream):
@@ -134,9 +141,11 @@ class Streams:
                     stream.broken_since = time.monotonic()
                     self._health(stream)
                     if _not_served(exc):  # an API this cluster lacks (a PodGroup kind): nothing is broken
-                        log.info("quota feed: %s is not served here; trying again with backoff", stream.name)
+                        self._log.info("%s: %s is not served here; trying again with backoff", self._feed, stream.name)
                     else:
-                        log.warning("quota feed: %s broken (%s); retrying with backoff", stream.name, describe(exc))
+                        self._log.warning(
+                            "%s: %s broken (%s); retrying with backoff", self._feed, stream.name, describe(exc)
+                        )
                 failures += 1
                 self._back_off(WATCH_RETRY.delay(failures - 1))
         stream.response = None
@@ -149,7 +158,7 @@ class Streams:
 
     def _healthy(self, stream: Stream) -> None:
         if stream.broken_since is not None:
-            log.info("quota feed: %s connected again", stream.name)
+            self._log.info("%s: %s connected again", self._feed, stream.name)
         stream.broken_since = None
         self._health(stream)
 
