@@ -354,7 +354,7 @@ def inprocess_part(kube: RealKube, args: argparse.Namespace) -> None:
         "quota on, namespace without quota": one(free, port),
         "quota on, namespace with quota (ledger)": one(limited, port),
         "the same, a Pod of a group that is no gang": one(limited, port, 1),
-        "the same, a gang's member (joins its hold)": one(limited, port, 10**6),
+        "the same, a gang's member (joins its hold)": one(limited, port, 999_999),  # a Kueue count: 6 digits at most
         "port.admit() alone, without quota": lambda: port.admit(free, asked, uid="u", dry_run=False),
     }
     results: dict[str, list[float]] = {name: [] for name in cases}
