@@ -146,7 +146,7 @@ class Settings:
     quota_gang_hold: int = _knob(
         "HAMI_QUOTA_GANG_HOLD",
         "300",
-        "seconds a gang's unfilled room stays held after its last member; 0: off",
+        "seconds a gang's unfilled room stays held after its last member's Pod is seen (twice that at most); 0: off",
         minimum=0,
     )
     quota_stale_after: int = _knob(

@@ -1,9 +1,10 @@
 """The quota protocol under thousands of seeded schedules (tests/app/quota/simulation.py): workers of several
 replicas running the real QuotaEvaluator and decision against a model of the API server, with watch delays and
 410s, lost compare-and-swaps, lost answers, SIGKILLs, partitions healed by resuming or resetting, and Pods that
-never land. After every step: never more admitted than the limit, no entry holding room past its TTL, every
-refusal with its reason; after the burst and a TTL: all the room Pods do not hold can be admitted again, and no
-more.
+never land; gangs of PodGroups and of Kueue, with launchers that ask for no device and members of mixed sizes.
+After every step: never more admitted than the limit, no entry holding room past its TTL, every refusal with its
+reason, holds that are real room; after the burst: no member counted twice in a hold, and a TTL on, the room that
+neither Pods nor live holds hold can be admitted, and no more; once the holds expired, all the room Pods do not hold.
 
 The schedules run in one process per core (each schedule is single-threaded in effect: its threads pass a baton).
 Each run takes the first FIXED seeds (0, 1, ...: every run meets the same ones) and as many fresh ones from a base
