@@ -5,13 +5,16 @@ review every Pod again. Each time, what is stored never goes over the limit, and
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.admission.quantity import parse
+from app.quota.core.gang import KUEUE_LABEL, KUEUE_TOTAL
 from testbed.api import pod
 from testbed.install import Installed
 from testbed.replicas import Replicas
@@ -33,13 +36,12 @@ def two_replicas(any_installed: Installed) -> Iterator[Replicas]:
         any_installed.webhook.start()
 
 
-@pytest.fixture
-def ns(any_installed: Installed, two_replicas: Replicas) -> Iterator[str]:
-    """A namespace with room for four one-GPU Pods of 1000 MiB, AUTHOR bound to `edit` in it. The limit's key is
-    `limits.<name>`, which kube-apiserver's own quota admission does not enforce for an extended resource (it does
+def author_namespace(installed: Installed, room: int) -> str:
+    """A namespace with room for ``room`` one-GPU Pods of 1000 MiB, AUTHOR bound to `edit` in it. The limit's key
+    is `limits.<name>`, which kube-apiserver's own quota admission does not enforce for an extended resource (it does
     `requests.<name>`): only the webhook stands between the author and the limit."""
-    kube = any_installed.kube
-    made = quota_namespace(kube, 4, key=f"limits.{MEM}")
+    kube = installed.kube
+    made = quota_namespace(kube, room, key=f"limits.{MEM}")
     kube.kubectl("create", "rolebinding", f"{AUTHOR}-edit", "-n", made, "--clusterrole=edit", f"--user={AUTHOR}")
     kube.wait_for(
         lambda: (
@@ -47,10 +49,17 @@ def ns(any_installed: Installed, two_replicas: Replicas) -> Iterator[str]:
         ),
         30,
     )
+    return made
+
+
+@pytest.fixture
+def ns(any_installed: Installed, two_replicas: Replicas) -> Iterator[str]:
+    """Room for four, AUTHOR's (``author_namespace``)."""
+    made = author_namespace(any_installed, 4)
     try:
         yield made
     finally:
-        kube.kubectl("delete", "namespace", "--wait=false", made)
+        any_installed.kube.kubectl("delete", "namespace", "--wait=false", made)
 
 
 def create(installed: Installed, ns: str, obj: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -129,3 +138,55 @@ def test_behind_a_webhook_that_changes_every_pod_room_for_n_admits_n(
     assert [status for status, _ in answers] == [201] * 4 + [403] * 2, [a.get("message") for _, a in answers]
     assert all([c["name"] for c in created["spec"]["containers"]][-1] == "proxy" for _, created in answers[:4])
     assert memory(any_installed, ns) == 4000
+
+
+def kueue(group: str, count: str) -> dict[str, Any]:
+    """The marks of a Kueue plain-Pod group's member declaring ``count`` Pods."""
+    return {"labels": {KUEUE_LABEL: group}, "annotations": {KUEUE_TOTAL: count}}
+
+
+def test_a_gang_s_launcher_that_asks_for_no_device_fills_its_place(any_installed: Installed, ns: str) -> None:
+    """An MPI job: a launcher on CPU (never sent to the webhook) and three one-GPU workers, a gang of four, in room
+    for three workers: the launcher, seen first, fills its place, and the workers are admitted whole. The launcher
+    seen only after the first worker is held at a worker's size: no group object says which roles carry devices
+    (docs/rules.md#a-gang-is-admitted-whole-or-not-at-all); the denial says it counts each Pod not seen yet as large
+    as this one."""
+    kube = any_installed.kube
+    three = author_namespace(any_installed, 3)
+    try:
+        launcher = pod("launcher", {"cpu": "100m"}, metadata=kueue("mpi", "4"))
+        assert create(any_installed, three, launcher)[0] == 201
+        answers = []
+        deadline = time.monotonic() + 20
+        while True:  # until the replicas' feeds have seen the launcher, the first worker is held for it too
+            answers.append(create(any_installed, three, pod("worker-0", ONE_GPU, metadata=kueue("mpi", "4"))))
+            if answers[-1][0] == 201 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert answers[-1][0] == 201, answers[-1]
+        for i in (1, 2):
+            status, answer = create(any_installed, three, pod(f"worker-{i}", ONE_GPU, metadata=kueue("mpi", "4")))
+            assert status == 201, answer
+        assert memory(any_installed, three) == 3000
+        early = author_namespace(any_installed, 3)  # a worker first: held for four, the launcher counted as large
+        try:
+            status, answer = create(any_installed, early, pod("worker-0", ONE_GPU, metadata=kueue("mpi", "4")))
+            assert status == 403 and "each Pod not seen yet counted as large as this one" in answer["message"], answer
+        finally:
+            kube.kubectl("delete", "namespace", "--wait=false", early)
+    finally:
+        kube.kubectl("delete", "namespace", "--wait=false", three)
+
+
+@pytest.mark.parametrize(
+    "count", ["\u00b2", "9" * 4299, "1000000", "-3"], ids=["superscript", "4299-digits", "7-digits", "sign"]
+)
+def test_a_kueue_count_that_is_no_count_refuses_only_its_own_pod(any_installed: Installed, ns: str, count: str) -> None:
+    """What an author writes as the group's total count is refused in one short line, and refuses nobody else's Pod
+    created at the same moment (a commit of several admissions at once decides each alone)."""
+    with ThreadPoolExecutor(2) as pool:
+        bad = pool.submit(create, any_installed, ns, pod("bad", ONE_GPU, metadata=kueue("g", count)))
+        good = pool.submit(create, any_installed, ns, device_pod("good"))
+        (status, answer), (fine, _) = bad.result(), good.result()
+    assert status == 403 and fine == 201
+    assert answer["message"].endswith("is not a count of at most 6 ASCII digits") and len(answer["message"]) < 400
