@@ -92,11 +92,12 @@ def forged(name: str, scheduler: str | None = None, labels: dict[str, str] | Non
 def test_a_forged_allocation_is_refused_wherever_it_is_created(
     any_installed: Installed, ns: str, opted_out: str
 ) -> None:
-    """In the webhook's scope the webhook refuses it (whatever the scheduler); where it never looks, the guard."""
+    """In the webhook's scope the webhook refuses it (whatever the scheduler, a Pod opted out by its own label too:
+    it is sent, only charged); where it never looks, the guard."""
     cases = {
         "hami-scheduler": (ns, forged("to-hami", "hami-scheduler"), WEBHOOK_DENIAL),
         "another-scheduler": (ns, forged("to-volcano", "volcano"), WEBHOOK_DENIAL),
-        "object-opted-out": (ns, forged("labelled", labels=IGNORE_LABEL), GUARD_DENIAL),
+        "object-opted-out": (ns, forged("labelled", labels=IGNORE_LABEL), WEBHOOK_DENIAL),  # sent, only charged
         "namespace-opted-out": (opted_out, forged("elsewhere"), GUARD_DENIAL),
     }
     for case, (where, obj, denial) in cases.items():

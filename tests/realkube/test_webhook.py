@@ -127,7 +127,6 @@ def test_v1beta1_only_configuration(any_installed: Installed) -> None:
     beta["metadata"]["name"] = name
     (hook,) = beta["webhooks"]
     hook |= {"admissionReviewVersions": ["v1beta1"], "namespaceSelector": {"matchLabels": {"e2e": name}}}
-    del hook["objectSelector"]
     apply(kube, beta)
     try:
         done = run_certgen(
