@@ -228,6 +228,10 @@ AFTER_AN_EVENT = {
     "hami_webhook_warnings_total",
     "apiserver_admission_webhook_fail_open_count",
     "apiserver_validating_admission_policy_check_total",
+    # the device inventory's, per vendor once a Node registers devices (none here), and its first warning's
+    "hami_webhook_inventory_nodes",
+    "hami_webhook_inventory_devices",
+    "hami_webhook_fits_nowhere_total",
 }
 
 
