@@ -103,11 +103,16 @@ class Checked:
         return self.line(check)[0].split()[0]
 
 
+def slices(kube: RealKube) -> list[dict[str, Any]]:
+    """The webhook Service's EndpointSlices."""
+    found = kube.get("endpointslices", "-l", "kubernetes.io/service-name=hami-webhook", namespace=NAMESPACE)
+    return found["items"]  # type: ignore[no-any-return]
+
+
 def ready_endpoints(kube: RealKube) -> int:
-    slices = kube.get("endpointslices", "-l", "kubernetes.io/service-name=hami-webhook", namespace=NAMESPACE)
     return sum(
         len(e.get("addresses") or ())
-        for s in slices["items"]
+        for s in slices(kube)
         for e in s.get("endpoints") or ()
         if (e.get("conditions") or {}).get("ready")
     )
@@ -134,7 +139,11 @@ def cluster(any_installed: Installed) -> Iterator[Cluster]:
         made.webhook_pods_ready(True)
         yield made
     finally:
-        # The Node's Pods go with it (the Pod garbage collector), their ReplicaSet makes Pending ones again.
+        # The webhook's Pods bound here go now (the Pod garbage collector would take them tens of seconds after
+        # their Node, while the next module on this cluster reads the Service's endpoints); their ReplicaSet makes
+        # Pending ones again, which no EndpointSlice lists.
+        kube.kubectl("delete", "pods", "-l", WEBHOOK_PODS, "-n", NAMESPACE, "--grace-period=0", "--force")
+        kube.wait_for(lambda: not any(s.get("endpoints") for s in slices(kube)), 60)
         kube.kubectl("delete", "node", NODE, "--wait=false")
         kube.kubectl("delete", "lease", SCHEDULER, "-n", NAMESPACE, "--ignore-not-found")
         kube.kubectl("delete", "namespace", ns, "--wait=false")

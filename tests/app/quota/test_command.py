@@ -44,7 +44,7 @@ def test_the_command_shows_what_the_port_counts(cluster: Cluster, start_quota) -
         cluster.create_pod(gpu_pod(name, devices, memory))
     cluster.delete_pod("c")
     hold = PodEdit(gpu_pod("phantom", 1, 2500))  # admitted, never created: its room is held, no Pod takes it
-    assert port.admit(cluster.ns, hold, uid="phantom", dry_run=False).reservation == "phantom"
+    assert port.admit(cluster.ns, hold, uid="phantom", dry_run=False).reservation.startswith("phantom.")  # sealed
     used, held = {MEM: 1000 + 2 * 1500, GPU: 3}, {MEM: 2500, GPU: 1}
 
     def shown() -> dict[str, Any]:
