@@ -22,12 +22,12 @@ import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
-from app.admission.fits import Inventory, fitting
+from app.admission.fits import fitting
 from app.admission.ports import QuotaOff
 from app.admission.review import review
 from app.inventory.store import Store
 from app.settings import Settings
-from testbed.nodes import A10, gpu, node_metadata
+from testbed.nodes import A10, Held, gpu, node_metadata
 from testbed.pods import container, pod
 from testbed.reviews import admission_review
 
@@ -43,17 +43,6 @@ def nodes(count: int, gpus: int = 8) -> list[dict[str, Any]]:
         card, memory = CARDS[n % len(CARDS)]
         found.append(node_metadata(name, [gpu(i, name, memory, card=card, numa=i * 2 // gpus) for i in range(gpus)]))
     return found
-
-
-class Held:
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def current(self) -> Inventory | None:
-        return self.store.current()
-
-    def status(self) -> dict[str, Any]:
-        return {}
 
 
 def start_up(count: int, rounds: int) -> None:

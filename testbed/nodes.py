@@ -12,6 +12,9 @@ import random
 import uuid
 from typing import Any
 
+from app.admission.fits import Inventory
+from app.inventory.store import Store
+
 Obj = dict[str, Any]
 NVIDIA_REGISTER = "hami.io/node-nvidia-register"
 A10 = "NVIDIA-NVIDIA A10"
@@ -125,3 +128,16 @@ def generated_pod(rng: random.Random, ids: list[str]) -> Obj:
     containers = [container(f"c{i}", limits=limits(), defaulted=False) for i in range(rng.choice((1, 1, 1, 2)))]
     init = [container("init", limits=limits(), defaulted=False)] if rng.random() < 0.1 else None
     return pod(*containers, name="fit-", namespace=None, scheduler=None, annotations=annotations or None, init=init)
+
+
+class Held:
+    """An InventoryPort over a Store: what the webhook's NodeInventory hands a review, without its watch."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def current(self) -> Inventory | None:
+        return self.store.current()
+
+    def status(self) -> dict[str, Any]:
+        return {}

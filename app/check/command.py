@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from app.kube.flags import context_namespace, request_timeout
+from app.kube.flags import add_kubeconfig_flags, context_namespace
 
 if TYPE_CHECKING:
     from app.check.core import Finding
@@ -40,15 +40,7 @@ def add_check_command(commands: Any, default_scheduler: Callable[[], str]) -> No
     )
     check.add_argument("-n", "--namespace", help="where the dry runs go (default: the kubeconfig context's)")
     check.add_argument("-o", "--output", choices=("json",), help="print the results as JSON (default: lines)")
-    check.add_argument("--context", help="the kubeconfig context to use")
-    check.add_argument("--kubeconfig", help="path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-    check.add_argument(
-        "--request-timeout",
-        type=request_timeout,
-        default=TIMEOUT,
-        metavar="DURATION",
-        help="how long to wait for each API request (1s, 2m; 0: no limit; default %(default)ss)",
-    )
+    add_kubeconfig_flags(check, TIMEOUT)
     check.set_defaults(run=lambda args: run(args, default_scheduler))
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from app.admission.fits import Fitting, Inventory, Registered, decode_register, fitting
 from app.inventory.store import Store
+from app.kube.flags import add_kubeconfig_flags
 
 FAILED = 1
 HEADER = ("NODE", "VENDOR", "TYPE", "GPUS", "HEALTHY", "MEMORY", "CORES", "SPLIT", "MODE", "NUMA")
@@ -125,8 +126,7 @@ def add_nodes_command(commands: Any, devices: Callable[[argparse.Namespace], Seq
     )
     nodes.add_argument("-f", "--filename", metavar="FILE", help="read the Nodes from FILE instead of the cluster")
     nodes.add_argument("--no-headers", action="store_true", help="print the table without its header line")
-    nodes.add_argument("--context", help="the kubeconfig context to use")
-    nodes.add_argument("--kubeconfig", help="path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    add_kubeconfig_flags(nodes)
     nodes.add_argument(
         "--config", help="HAMi device config YAML, or its ConfigMap (default: HAMI_DEVICE_CONFIG or the chart's)"
     )

@@ -25,6 +25,21 @@ def context_namespace(kubeconfig: str | None, context: str | None) -> str:
     return str((active.get("context") or {}).get("namespace") or "default")
 
 
+def add_kubeconfig_flags(parser: argparse.ArgumentParser, timeout: float | None = None) -> None:
+    """kubectl's --context and --kubeconfig, and (with a default ``timeout``) --request-timeout, as every command
+    that reads the cluster takes them."""
+    parser.add_argument("--context", help="the kubeconfig context to use")
+    parser.add_argument("--kubeconfig", help="path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    if timeout is not None:
+        parser.add_argument(
+            "--request-timeout",
+            type=request_timeout,
+            default=timeout,
+            metavar="DURATION",
+            help="how long to wait for each API request (1s, 2m; 0: no limit; default %(default)ss)",
+        )
+
+
 def request_timeout(text: str) -> float | None:
     """kubectl's --request-timeout: seconds, or a number with a unit (500ms, 1s, 2m, 1h); 0 waits for ever."""
     found = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)?", text.strip())

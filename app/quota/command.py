@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from app.kube.flags import context_namespace, request_timeout
+from app.kube.flags import add_kubeconfig_flags, context_namespace
 from app.kube.printing import LIST_FORMATS
 
 if TYPE_CHECKING:
@@ -59,15 +59,7 @@ def add_quota_command(commands: Any, settings: Callable[[argparse.Namespace], Qu
         "-o", "--output", choices=("wide", "json", "yaml", "name"), help="output format (default: a table)"
     )
     quota.add_argument("--no-headers", action="store_true", help="print the table without its header line")
-    quota.add_argument("--context", help="the kubeconfig context to use")
-    quota.add_argument("--kubeconfig", help="path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-    quota.add_argument(
-        "--request-timeout",
-        type=request_timeout,
-        default=TIMEOUT,
-        metavar="DURATION",
-        help="how long to wait for each API request (1s, 2m; 0: no limit; default %(default)ss)",
-    )
+    add_kubeconfig_flags(quota, TIMEOUT)
     quota.add_argument(
         "--webhook-namespace",
         help="where the webhook keeps its ledger Leases (default: HAMI_NAMESPACE, else hami-system)",

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from app.admission.fits import Inventory, Unregistered, decode_register, fitting
+from app.admission.fits import Unregistered, decode_register, fitting
 from app.admission.workloads import decide_workload
 from app.inventory.store import Store
 from app.settings import Settings
-from testbed.nodes import gpu, node_metadata, register
+from testbed.nodes import Held, gpu, node_metadata, register
 from testbed.pods import container, pod
 from testbed.reviews import admission_review, run
 
@@ -23,19 +23,6 @@ MIG_PROFILES = [
     {"name": "3g.40gb", "memoryMB": 40192, "core": 42, "sliceCount": 3,
      "placements": [{"start": 0, "size": 4}, {"start": 4, "size": 4}]},
 ]  # fmt: skip
-
-
-class Held:
-    """An InventoryPort over a Store: what the webhook's NodeInventory hands a review, without its watch."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def current(self) -> Inventory | None:
-        return self.store.current()
-
-    def status(self) -> dict[str, Any]:
-        return {}
 
 
 def cluster() -> Store:
