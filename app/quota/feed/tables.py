@@ -134,6 +134,7 @@ class PodTable:
         """The namespace is no longer watched (its device quota is gone)."""
         for uid in list(self._by_namespace.get(namespace, ())):
             self._remove(uid)
+        self._unvouched.pop(namespace, None)
 
     def used(self, namespace: str) -> Amounts:
         return dict(self._used.get(namespace) or {})
@@ -160,8 +161,9 @@ class PodTable:
             return
         self._keys[namespace] = key
         for uid, pod in (self._unvouched.pop(namespace, None) or {}).items():
-            if self._pods.get(uid) is pod:
-                self._vouch(uid, pod)
+            self._vouch(uid, pod)
+            if self._pods.get(uid) is not pod:  # it went meanwhile: what it took stays taken as any gone Pod's
+                self._went(uid, pod)
 
     def members(self, namespace: str) -> dict[str, int]:
         """Per gang key, the namespace's Pods that name it: its device Pods, and those that ask for none (a
@@ -253,9 +255,9 @@ class PodTable:
         self._went(uid, pod)
 
     def _went(self, uid: str, pod: _Pod) -> None:
-        """What a Pod that went took of its reservation stays taken while the ledger entry may outlive it."""
-        if pod.seal is not None and not pod.reservation:
-            (self._unvouched.get(pod.namespace) or {}).pop(uid, None)
+        """What a Pod that went took of its reservation stays taken while the ledger entry may outlive it. One that
+        went before its namespace's key came stays waiting for it: counted then, as gone, so its entry does not
+        hold its room again."""
         now = self._clock()
         taken = self._taken.get((pod.namespace, pod.reservation)) if pod.reservation else None
         if taken is not None:

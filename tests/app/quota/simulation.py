@@ -609,6 +609,7 @@ class Simulation:
         # often the API server reviews an admitted Pod again (a later webhook changed it).
         self.authors = random.Random(seed ^ 0x5EA1)
         self.rewrites = self.authors.choice([0.0, 0.0, 0.2])
+        self.rewritten = False  # a stored Pod's reservation was rewritten: its entry may hold its room again
         self.reinvocations = self.authors.choice([0.0, 0.3])
         self.workers: list[Worker] = []
         for _ in range(workers):
@@ -790,7 +791,7 @@ class Simulation:
     def land(self, uid: str) -> None:
         _, obj = self.landing.pop(uid)
         self.trace.append(f"{self.now:.3f} {uid} stored")
-        carries = obj["metadata"]["annotations"][RESERVATION]
+        carries = obj["metadata"]["annotations"][RESERVATION].partition(".")[0]  # the entry its seal names
         self.carried[carries] = self.now
         self.landed[uid] = (carries, memory(obj))
         self.server.create_pod(obj)
@@ -807,6 +808,7 @@ class Simulation:
         if not choices:
             return
         forged = self.authors.choice(sorted(choices))
+        self.rewritten = True
         self.trace.append(f"{self.now:.3f} {uid}'s reservation rewritten to {forged}")
         self.server.modify_pod(uid, {RESERVATION: forged})
 
@@ -995,11 +997,14 @@ class Simulation:
         shown took (gone ones too: a Pod made and deleted while its watch was down it never saw), when every reader
         certainly counts each of them a TTL on (each written less than its life less that ago, its group there, no
         grant open); None when that cannot be told so (or a worker was killed: a feed started since was never shown
-        the Pods that went before)."""
+        the Pods that went before; or an author rewrote a Pod's reservation: a reader that listed it holds its room
+        in its entry again, stricter than this count)."""
         found = self.server.ledger_entries()
         if found is None or self.killed or any(e.open for e in found.entries.values()):
             return None
         holds = {i: e for i, e in found.entries.items() if e.hold is not None}
+        if self.rewritten:  # a reader that listed a rewritten Pod counts its room in its entry again: stricter
+            return None
         last = self.now + TTL + WINDOW + 1 + 1 - max(self.hold, TTL)  # written after this: live through the check
         if not holds or any(
             self.hold_stored.get(i, -math.inf) < last
