@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from app.admission.ports import FITS, Verdict
-from app.quota.core.amounts import Amounts, accumulate, plus
+from app.quota.core.amounts import Amounts, accumulate, beyond, plus, times
 from app.quota.core.encoding import MAX_LEDGER_BYTES, Reservation, encode
 from app.quota.core.hold import grant_places, join
 from app.quota.core.limits import limited, overflow
@@ -97,8 +97,7 @@ def free(scene: Scene) -> dict[str, int]:
     Pod within it is admitted without waiting on anyone's grant; the other bound (less what is taken at least)
     only says what may come free. The one FREE: the workload warning's, ``hami-webhook quota``'s and the
     gauges' (app/quota/core/standing.py counts the same ``upper``); docs/quota.md, "Looking at quota"."""
-    taken = account(scene).upper
-    return {name: max(limit - taken.get(name, 0), 0) for name, limit in scene.limits.items()}
+    return beyond(scene.limits, account(scene).upper)
 
 
 def denial(scene: Scene, requested: Mapping[str, int]) -> str:
@@ -226,7 +225,7 @@ def ahead(limits: Mapping[str, int], taken: Amounts, taking: Amounts, count: int
     for name, amount in each.items():
         if name in limits and amount:
             pods = min(pods, max(limits[name] - taken.get(name, 0), 0) // SHARE // amount)
-    return {name: amount * pods for name, amount in each.items() if amount * pods} if pods else {}
+    return {name: amount for name, amount in times(each, pods).items() if amount}
 
 
 def pace(burst: Burst, count: int, alike: int) -> int:
