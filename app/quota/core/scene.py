@@ -43,6 +43,10 @@ class Ask:
     requested: Amounts
     dry_run: bool = False
     gang: Gang | None = None  # the Pod's gang: its room comes from the gang's hold, or a grant of its places
+    # Reviewed again with a larger demand (another webhook changed the Pod): the entry its first review reserved in,
+    # and what that charged; the entry grows by the difference (docs/rules.md#charged-once-per-pod)
+    grows: str = ""
+    charged: Amounts = field(default_factory=dict)
 
 
 @dataclass(eq=False)
