@@ -145,37 +145,44 @@ def kueue(group: str, count: str) -> dict[str, Any]:
     return {"labels": {KUEUE_LABEL: group}, "annotations": {KUEUE_TOTAL: count}}
 
 
+def _gang_with_a_launcher(installed: Installed, ns: str, group: str) -> None:
+    """The launcher created, then the three workers: the first worker is tried until the replicas' feeds have seen
+    the launcher (until then it is held for it too, at a worker's size), as the Job's controller retries it."""
+    launcher = pod("launcher", {"cpu": "100m"}, metadata=kueue(group, "4"))
+    assert create(installed, ns, launcher)[0] == 201
+    answers = []
+    deadline = time.monotonic() + 20
+    while True:
+        answers.append(create(installed, ns, pod("worker-0", ONE_GPU, metadata=kueue(group, "4"))))
+        if answers[-1][0] == 201 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert answers[-1][0] == 201, answers[-1]
+    for i in (1, 2):
+        status, answer = create(installed, ns, pod(f"worker-{i}", ONE_GPU, metadata=kueue(group, "4")))
+        assert status == 201, answer
+    assert memory(installed, ns) == 3000
+
+
 def test_a_gang_s_launcher_that_asks_for_no_device_fills_its_place(any_installed: Installed, ns: str) -> None:
     """An MPI job: a launcher on CPU (never sent to the webhook) and three one-GPU workers, a gang of four, in room
-    for three workers: the launcher, seen first, fills its place, and the workers are admitted whole. The launcher
-    seen only after the first worker is held at a worker's size: no group object says which roles carry devices
-    (docs/rules.md#a-gang-is-admitted-whole-or-not-at-all); the denial says it counts each Pod not seen yet as large
-    as this one."""
+    for three workers, runs whole in either order. The launcher seen first fills its place, of no room. A worker
+    first is refused: no group object says which roles carry devices
+    (docs/rules.md#a-gang-is-admitted-whole-or-not-at-all), so it is held for four and the denial says it counts
+    each Pod not seen yet as large as this one; once its controller has created the launcher, the worker tried
+    again is admitted, and the gang whole."""
     kube = any_installed.kube
-    three = author_namespace(any_installed, 3)
+    namespaces = [author_namespace(any_installed, 3), author_namespace(any_installed, 3)]
     try:
-        launcher = pod("launcher", {"cpu": "100m"}, metadata=kueue("mpi", "4"))
-        assert create(any_installed, three, launcher)[0] == 201
-        answers = []
-        deadline = time.monotonic() + 20
-        while True:  # until the replicas' feeds have seen the launcher, the first worker is held for it too
-            answers.append(create(any_installed, three, pod("worker-0", ONE_GPU, metadata=kueue("mpi", "4"))))
-            if answers[-1][0] == 201 or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        assert answers[-1][0] == 201, answers[-1]
-        for i in (1, 2):
-            status, answer = create(any_installed, three, pod(f"worker-{i}", ONE_GPU, metadata=kueue("mpi", "4")))
-            assert status == 201, answer
-        assert memory(any_installed, three) == 3000
-        early = author_namespace(any_installed, 3)  # a worker first: held for four, the launcher counted as large
-        try:
-            status, answer = create(any_installed, early, pod("worker-0", ONE_GPU, metadata=kueue("mpi", "4")))
-            assert status == 403 and "each Pod not seen yet counted as large as this one" in answer["message"], answer
-        finally:
-            kube.kubectl("delete", "namespace", "--wait=false", early)
+        _gang_with_a_launcher(any_installed, namespaces[0], "mpi")
+        early = namespaces[1]
+        status, answer = create(any_installed, early, pod("worker-0", ONE_GPU, metadata=kueue("mpi", "4")))
+        assert status == 403 and "each Pod not seen yet counted as large as this one" in answer["message"], answer
+        assert memory(any_installed, early) == 0
+        _gang_with_a_launcher(any_installed, early, "mpi")
     finally:
-        kube.kubectl("delete", "namespace", "--wait=false", three)
+        for namespace in namespaces:
+            kube.kubectl("delete", "namespace", "--wait=false", namespace)
 
 
 @pytest.mark.parametrize(
