@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from app.quota.core.encoding import LEDGER_PREFIX
+from app.quota.core.gang import KUEUE_LABEL, KUEUE_TOTAL
 from testbed.api import Created, create_at_once, pod
 from testbed.install import Installed, WebhookServer
 from testbed.replicas import Replicas
@@ -144,3 +146,35 @@ def test_a_replica_cut_off_mid_burst(installed: Installed, partitionable: Partit
               f"{service.connections}")  # fmt: skip
     finally:
         kube.kubectl("delete", "namespace", "--wait=false", ns, spare)
+
+
+def test_a_gang_member_whose_join_answer_is_lost_joins_once(installed: Installed, partitionable: Partition) -> None:
+    """A gang of four in room for four (a Kueue group: no group object), each member created alone. The write of
+    the second member's join lands, but its answer is lost on every replica's way to the API server (the request
+    forwarded, the answer held until the write times out): the replica reads the ledger again, finds its own join
+    listed in the hold, and admits that member once. So the last member still finds its place, and all four are
+    stored; a join decided again would take a second place and leave the last member charged alone, into no room
+    (docs/rules.md#a-gang-is-admitted-whole-or-not-at-all)."""
+    kube = installed.kube
+    ns = quota_namespace(kube, 4, f"limits.{MEM}")
+    group = {"labels": {KUEUE_LABEL: "lost"}, "annotations": {KUEUE_TOTAL: "4"}}
+    member = pod("member-", ONE_GPU)
+    member["metadata"] |= group
+    try:
+        _, first = create_at_once(kube, ns, member, 1, 1)
+        assert [c.status for c in first] == [201], first[0].refusal
+        writes = [len(p.writes()) for p in partitionable.proxies]
+        for proxy in partitionable.proxies:
+            proxy.hold_next("PUT", rf"/leases/{LEDGER_PREFIX}{ns}$", answer=True)
+        _, lost = create_at_once(kube, ns, member, 1, 1)
+        assert [c.status for c in lost] == [201], lost[0].refusal
+        assert lost[0].ended - lost[0].started >= 1.5  # it waited for an answer that never came
+        held = [p.writes()[n:] for p, n in zip(partitionable.proxies, writes, strict=True)]
+        assert sum(w.method == "PUT" for one in held for w in one) == 1, held  # its one write, never sent again
+        for proxy in partitionable.proxies:
+            proxy.release()
+        _, rest = create_at_once(kube, ns, member, 2, 1)
+        assert [c.status for c in rest] == [201, 201], [c.refusal for c in rest]
+        assert len(stored(kube, ns)) == 4
+    finally:
+        kube.kubectl("delete", "namespace", "--wait=false", ns)
