@@ -19,6 +19,7 @@ from testbed.api import create_at_once, pod
 from testbed.install import Installed, WebhookServer, apply, get
 from testbed.replicas import Replicas
 from tests.realkube.quota_replicas import (
+    MEM,
     ONE_GPU,
     SHORT_TTL,
     WAYS,
@@ -210,6 +211,78 @@ class TestGangs:
         deleted_at = time.monotonic()
         kube.wait_for(free_again, 5, interval=0.2)
         print(f"given back {time.monotonic() - deleted_at:.1f} s after its PodGroup was deleted")
+
+    def test_a_pod_s_kueue_count_holds_no_longer_than_its_hold_however_many_members_come_and_go(
+        self, installed: Installed, gang_webhooks: Replicas, ns: str
+    ) -> None:
+        """One 1 MiB Pod declaring a Kueue group of 6000 holds the whole room for six, for its hold's life only:
+        members admitted by the webhook and refused by a later admission stage (a ValidatingAdmissionPolicy here)
+        join the hold every 2 s but are never stored, so they renew nothing, and an ordinary Pod finds its room
+        about HOLD after the first member. A member whose count is not the hold's is refused in one line
+        (docs/rules.md#a-gang-is-admitted-whole-or-not-at-all; finding D1 of the quota review)."""
+        kube, name = installed.kube, f"e2e-refuse-{ns}"
+        tiny = {"nvidia.com/gpu": "1", MEM: "1"}
+        first, later = pod("first-", tiny), pod("later-", tiny)
+        marks = member("kueue.x-k8s.io", "huge", 6000)["metadata"]
+        first["metadata"] |= marks
+        later["metadata"] |= {"labels": {**marks["labels"], "e2e-refuse": "yes"}, "annotations": marks["annotations"]}
+        policy = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+                    ],
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                },
+                "validations": [
+                    {
+                        "expression": "!has(object.metadata.labels) || !('e2e-refuse' in object.metadata.labels)",
+                        "message": "refused later",
+                    }
+                ],
+            },
+        }
+        binding = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {"policyName": name, "validationActions": ["Deny"]},
+        }
+        try:
+            apply(kube, policy, binding)
+            probe = pod("probe-", {"cpu": "10m"})
+            probe["metadata"]["labels"] = {"e2e-refuse": "yes"}
+            kube.wait_for(lambda: create_at_once(kube, ns, probe, 1, 1)[1][0].status == 422, 20, interval=0.5)
+            _, (held,) = create_at_once(kube, ns, first, 1, 1)
+            held_at = time.monotonic()
+            assert held.status == 201, held.refusal
+            disagrees = json.loads(json.dumps(first))
+            disagrees["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] = "5"
+            _, (refused,) = create_at_once(kube, ns, disagrees, 1, 1)
+            assert refused.quota_denial and "holds room for 6000 Pods, this Pod says 5" in refused.refusal["message"]
+            back = None
+            joins = []  # members the webhook let join, refused after it: never stored
+            while time.monotonic() - held_at < HOLD + 10:  # a member every 2 s, until an ordinary Pod gets in
+                _, (ordinary,) = create_at_once(kube, ns, pod("plain-", ONE_GPU), 1, 1)
+                if ordinary.status == 201:
+                    back = time.monotonic() - held_at
+                    break
+                assert ordinary.quota_denial, ordinary.refusal
+                _, (joined,) = create_at_once(kube, ns, later, 1, 1)
+                if joined.status == 422:
+                    assert "refused later" in joined.refusal["message"], joined.refusal
+                    joins.append(time.monotonic() - held_at)
+                else:  # the hold's places are over: a new first member, held for all 5999 not seen
+                    assert joined.quota_denial and "needs 5999 for 5999 Pods" in joined.refusal["message"]
+                time.sleep(2)
+            print(f"a Kueue count of 6000 on one Pod held the room {back} s; {len(joins)} members joined unstored")
+            assert back is not None and back <= HOLD + 5 and len(joins) >= HOLD // 2 - 2
+        finally:
+            kube.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name, "--wait=false")
 
     def test_a_gang_that_does_not_fit_is_refused_with_its_figures(
         self, installed: Installed, gang_webhooks: Replicas, ns: str
