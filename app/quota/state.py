@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from app.admission.ports import FITS, QuotaUnavailable, Verdict
 from app.quota.core.amounts import Amounts, accumulate
 from app.quota.core.decision import Burst, Write
+from app.quota.core.entries import Places
 from app.quota.core.scene import WINDOW, Ask, Grant
 
 REMEMBERED = 4096  # request uids remembered per namespace, so a request sent again is not reserved twice
@@ -82,6 +83,7 @@ class NamespaceState:
             self.remember(one.uid, reservation, now)
         if write.gang_grant:
             made = write.entries[write.gang_grant]
+            assert isinstance(made, Places)  # app/quota/core/hold.py's grant_places made it
             self.grants[write.gang_grant] = Grant(
                 write.gang_grant, made.amounts, {}, sent + WINDOW, write.wanted, gang=made.gang, hold=write.hold,
                 slots=write.places,

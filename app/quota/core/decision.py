@@ -28,7 +28,8 @@ from dataclasses import dataclass, field, replace
 
 from app.admission.ports import FITS, Verdict
 from app.quota.core.amounts import Amounts, accumulate, beyond, plus, times
-from app.quota.core.encoding import MAX_LEDGER_BYTES, Reservation, encode
+from app.quota.core.encoding import MAX_LEDGER_BYTES, encode
+from app.quota.core.entries import Ahead, LedgerEntry, Reserved
 from app.quota.core.hold import grant_places, join
 from app.quota.core.limits import limited, overflow
 from app.quota.core.scene import WINDOW, Account, Ask, Scene, account
@@ -55,7 +56,7 @@ class Burst:
 class Write:
     """The ledger to store with compare-and-swap."""
 
-    entries: Mapping[str, Reservation]
+    entries: Mapping[str, LedgerEntry]
     mark: int
     wanted: int
     entry: str = ""  # the entry this write adds for the reserved asks ("" none)
@@ -68,7 +69,7 @@ class Write:
     def text(self) -> str:
         return encode(self.entries)
 
-    def landed(self, before: Mapping[str, Reservation], after: Mapping[str, Reservation]) -> bool:
+    def landed(self, before: Mapping[str, LedgerEntry], after: Mapping[str, LedgerEntry]) -> bool:
         """Whether ``after``, the ledger read once this write's answer was lost, holds it where ``before`` (the ledger
         it was decided on) did not: an entry it adds (its batch's, its gang grant), or a request it lists (a member
         joined into a hold, which lists its last joiners; a Pod reviewed again whose entry it grows). A write that
@@ -128,10 +129,10 @@ def decide(scene: Scene, asks: Sequence[Ask], *, wanted: int, ask: bool, burst: 
         uids = () if entry == asks[reserve[0]].uid else tuple(asks[i].uid for i in reserve)
         # a Pod admitted into a grant as its window ends may appear a TTL later
         ttl = scene.ttl + (WINDOW if extra else 0)
-        keep[entry] = Reservation(round(scene.wall + ttl, 1), plus(taking, extra), bool(extra), ttl, uids=uids)
+        keep[entry] = (Ahead if extra else Reserved)(round(scene.wall + ttl, 1), plus(taking, extra), ttl, uids)
         if _size(keep) > MAX_LEDGER_BYTES:  # too big: take nothing ahead, then refuse the batch
             at = round(scene.wall + scene.ttl, 1)
-            extra, keep[entry] = {}, Reservation(at, dict(taking), ttl=scene.ttl, uids=uids)
+            extra, keep[entry] = {}, Reserved(at, dict(taking), scene.ttl, uids)
     hold, places, gang_grant = _places(scene, asks, joined, len(reserve), burst, keep, f"{new_id}-gang")
     if _size(keep) > MAX_LEDGER_BYTES:
         full = tuple(sorted(reserve + joined))
@@ -145,7 +146,7 @@ def decide(scene: Scene, asks: Sequence[Ask], *, wanted: int, ask: bool, burst: 
 
 
 def _places(
-    scene: Scene, asks: Sequence[Ask], joined: list[int], others: int, burst: Burst, keep: dict[str, Reservation],
+    scene: Scene, asks: Sequence[Ask], joined: list[int], others: int, burst: Burst, keep: dict[str, LedgerEntry],
     grant_id: str,
 ) -> tuple[str, int, str]:  # fmt: skip
     """In a burst, places of the first joining gang's hold taken into a grant of this worker's (app/quota/core/
@@ -166,7 +167,7 @@ def _places(
 
 
 def _each(
-    scene: Scene, counted: Account, asks: Sequence[Ask], closing: set[str], keep: dict[str, Reservation]
+    scene: Scene, counted: Account, asks: Sequence[Ask], closing: set[str], keep: dict[str, LedgerEntry]
 ) -> tuple[list[Verdict | None], list[int], list[int], list[int], Amounts, Amounts]:  # fmt: skip
     """Each ask in order: its verdict, or reserved in the batch's entry (``reserve``, ``taking`` its room), or in an
     entry of ``keep`` (``joined``: its gang's hold, or the entry it grows; ``holding`` the room added), or
@@ -210,14 +211,14 @@ def _each(
 
 
 def grow(
-    scene: Scene, counted: Account, keep: dict[str, Reservation], taking: Amounts, one: Ask
+    scene: Scene, counted: Account, keep: dict[str, LedgerEntry], taking: Amounts, one: Ask
 ) -> tuple[Verdict | None, Amounts] | None:  # fmt: skip
     """A Pod reviewed again with a larger demand than its first review charged: its verdict and the room its entry
     grows by (the difference), the entry written into ``keep`` listing the request; (None, {}) undecided. None: its
     entry is not a closed ordinary one any more (a grant's, a hold's, dropped or expired), so it is charged in full
     like any Pod, and its first charge's room is held until that entry expires."""
     entry = keep.get(one.grows)
-    if entry is None or entry.open or entry.hold is not None:
+    if not isinstance(entry, Reserved):
         return None
     more = beyond(one.requested, one.charged)
     verdict = _verdict(scene, counted, taking, replace(one, requested=more))
@@ -263,10 +264,10 @@ def pace(burst: Burst, count: int, alike: int) -> int:
     return min(max(math.ceil(rate * WINDOW), BATCHES_AHEAD * alike), AHEAD_MAX)
 
 
-def _size(entries: Mapping[str, Reservation]) -> int:
+def _size(entries: Mapping[str, LedgerEntry]) -> int:
     return len(encode(entries))
 
 
-def _listed(entries: Mapping[str, Reservation]) -> set[str]:
+def _listed(entries: Mapping[str, LedgerEntry]) -> set[str]:
     """The request uids ``entries`` list: what each admitted, and each hold's joiners."""
-    return {uid for entry in entries.values() for uid in (*entry.uids, *(entry.hold.joined if entry.hold else ()))}
+    return {uid for entry in entries.values() for uid in entry.listed()}

@@ -5,9 +5,9 @@ stays inside it. Its annotation ``hami.io/quota-ledger`` holds
 ``{id: {"ttl": s, "expires": unix s, "amounts": {resource: amount}, "open": true?, "hold": {...}?, "gang": key?}}``
 (a hold: ``{"group", "size", "members", "each", "joined"?, "declared"?}``):
 room set aside for Pods admitted (or, while open, about to be admitted) that some worker may not have seen yet; the
-Pods carry the id in their ``hami.io/quota-reservation`` annotation. An entry with a ``hold`` is a gang's: its
-first member wrote it with room for the whole gang, and its later members take their room from it (Hold); an open
-entry with a ``gang`` is a grant of some of that hold's places (app/quota/core/scene.py's Grant).
+Pods carry the id in their ``hami.io/quota-reservation`` annotation. Its fields say its kind
+(app/quota/core/entries.py): with a ``hold``, a gang's (``Held``); ``open``, a grant (``Ahead``), of some of a
+hold's places with a ``gang`` (``Places``); else closed (``Reserved``).
 Each reader holds an entry's room for ``ttl`` seconds from when it first saw the entry (a hold: since it first saw
 its last member's write), on its own monotonic clock; ``expires`` (the writer's wall clock plus ``ttl``) is
 written only for the previous version's readers, which judge by it, and never read
@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.quota.core.amounts import Amounts, times
+from app.quota.core.entries import JOINERS, Ahead, Held, Hold, LedgerEntry, Places, Reserved
 
 LEDGER_ANNOTATION = "hami.io/quota-ledger"
 MARK_ANNOTATION = "hami.io/quota-ledger-mark"
@@ -45,58 +45,12 @@ MANAGED_BY = ",".join(f"{k}={v}" for k, v in MANAGED_BY_LABEL.items())  # its se
 MAX_LEDGER_BYTES = 250_000
 
 
-JOINERS = 16  # request uids a hold lists of its last joiners: a join decided again within seconds is one of them
-
-
-@dataclass(frozen=True)
-class Hold:
-    """A gang's room in its entry: ``size`` members of ``group`` (a key of app/quota/core/gang.py), ``members`` of
-    them admitted so far or handed to a grant of its places, ``each`` the first member's charge. The entry's amounts
-    are what its members were charged plus ``each`` for every member still to come (``unfilled``); a place handed to
-    a grant takes its room along. ``joined``: the request uids of its last JOINERS members to join it through the
-    ledger, so a join decided again (its write's answer lost and read again, or the API server sending the request
-    again, to any replica) finds itself there and is not joined twice. ``declared``: the size its first member
-    declared on itself (Kueue's total count; 0: a group object's), which every later member must declare too."""
-
-    group: str
-    size: int
-    members: int
-    each: Amounts
-    joined: tuple[str, ...] = ()
-    declared: int = 0
-
-    def unfilled(self) -> Amounts:
-        return times(self.each, max(self.size - self.members, 0))
-
-
-@dataclass(frozen=True)
-class Reservation:
-    """Amounts set aside for the Pods that will carry this entry's id, for ``ttl`` seconds from each reader's
-    first sight (None: written by the previous version, which wrote no ``ttl``: the reader's own TTL applies).
-    ``expires`` is for the previous version's readers only.
-
-    Closed (``open`` false): the amounts of Pods already admitted. Open: a grant, room a worker took ahead and
-    may still admit into, on its own, for a short window after writing it; it closes it by writing what it
-    admitted. Others count an open entry as wholly taken, but not as certainly taken (see app/quota/core/scene.py).
-    """
-
-    expires: float
-    amounts: Amounts
-    open: bool = False
-    ttl: float | None = None
-    hold: Hold | None = None
-    gang: str = ""  # open: a grant of this gang's places, which only its members go into
-    # the request uids admitted into it, where its id is none of theirs (a batch's; a grant's once closed): a request
-    # the API server sends again, to any replica, finds its room here (docs/rules.md#charged-once-per-pod)
-    uids: tuple[str, ...] = ()
-
-
 @dataclass(frozen=True)
 class Ledger:
     """The ledger as read: its entries, its mark, and the Lease it came from (None: not created yet)."""
 
     namespace: str
-    entries: dict[str, Reservation]
+    entries: dict[str, LedgerEntry]
     lease: dict[str, Any] | None
     rv: int = -1  # the Lease's resourceVersion (-1: not created yet)
     mark: int = 0
@@ -128,21 +82,21 @@ def decode(namespace: str, lease: Mapping[str, Any]) -> Ledger:
     return Ledger(namespace, _entries(raw), dict(lease), rv, mark, wanted, key if isinstance(key, str) else "")
 
 
-def encode(entries: Mapping[str, Reservation]) -> str:
+def encode(entries: Mapping[str, LedgerEntry]) -> str:
     """The annotation's text (compact: it is read and written on every admission)."""
     return json.dumps({uid: _encoded(e) for uid, e in entries.items()}, separators=(",", ":"))
 
 
-def _encoded(entry: Reservation) -> dict[str, Any]:
+def _encoded(entry: LedgerEntry) -> dict[str, Any]:
     out: dict[str, Any] = {} if entry.ttl is None else {"ttl": entry.ttl}
     out |= {"expires": entry.expires, "amounts": entry.amounts}
-    if entry.open:
+    if isinstance(entry, Ahead):
         out["open"] = True
-    if entry.gang:
+    if isinstance(entry, Places):
         out["gang"] = entry.gang
     if entry.uids:
         out["uids"] = list(entry.uids)
-    if entry.hold is not None:
+    if isinstance(entry, Held):
         hold = entry.hold
         out["hold"] = {"group": hold.group, "size": hold.size, "members": hold.members, "each": hold.each}
         if hold.joined:
@@ -152,21 +106,30 @@ def _encoded(entry: Reservation) -> dict[str, Any]:
     return out
 
 
-def _entries(raw: Any) -> dict[str, Reservation]:
+def _entries(raw: Any) -> dict[str, LedgerEntry]:
     """Parse the annotation; malformed entries are dropped (they can only have been written by hand)."""
-    out: dict[str, Reservation] = {}
+    out: dict[str, LedgerEntry] = {}
     if not isinstance(raw, dict):
         return out
     for uid, entry in raw.items():
         try:
-            amounts = {str(k): int(v) for k, v in entry["amounts"].items()}
-            opened = entry.get("open") is True
-            gang = str(entry.get("gang") or "")
-            uids = tuple(str(u) for u in entry.get("uids") or ())
-            out[str(uid)] = Reservation(float(entry["expires"]), amounts, opened, _ttl(entry), _hold(entry), gang, uids)
+            out[str(uid)] = _entry(entry)
         except (KeyError, TypeError, ValueError, AttributeError):
             continue
     return out
+
+
+def _entry(entry: Mapping[str, Any]) -> LedgerEntry:
+    """One entry, of the kind its fields say (app/quota/core/entries.py). Raises on a malformed one."""
+    expires, ttl = float(entry["expires"]), _ttl(entry)
+    amounts = {str(k): int(v) for k, v in entry["amounts"].items()}
+    uids = tuple(str(u) for u in entry.get("uids") or ())
+    opened, gang, hold = entry.get("open") is True, str(entry.get("gang") or ""), _hold(entry)
+    if hold is not None:  # never written open: a hold is one, whatever else a hand wrote beside it
+        return Held(expires, amounts, ttl, uids, hold=hold)
+    if gang and opened:
+        return Places(expires, amounts, ttl, uids, gang=gang)
+    return (Ahead if opened else Reserved)(expires, amounts, ttl, uids)
 
 
 def _hold(entry: Mapping[str, Any]) -> Hold | None:

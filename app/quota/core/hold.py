@@ -14,14 +14,14 @@ from dataclasses import replace
 
 from app.admission.ports import FITS, Verdict
 from app.quota.core.amounts import Amounts, beyond, minus, plus, times
-from app.quota.core.encoding import JOINERS, Hold, Reservation
+from app.quota.core.entries import JOINERS, Held, Hold, LedgerEntry, Places
 from app.quota.core.gang import KUEUE, KUEUE_TOTAL
 from app.quota.core.limits import gang_overflow, overflow
 from app.quota.core.scene import SLACK, WINDOW, Account, Ask, Scene
 
 
 def join(
-    scene: Scene, counted: Account, keep: dict[str, Reservation], taking: Amounts, one: Ask
+    scene: Scene, counted: Account, keep: dict[str, LedgerEntry], taking: Amounts, one: Ask
 ) -> tuple[Verdict | None, Amounts] | None:  # fmt: skip
     """A gang member's verdict and the room it adds to the ledger, its gang's hold written into ``keep``; None when
     it is charged alone (its gang's hold is full, or all but it are there). The first member holds room for every
@@ -33,17 +33,16 @@ def join(
     key = one.gang.key
     found = held(keep, key)
     if found is not None:
-        entry = keep[found]
-        assert entry.hold is not None
+        hold_id, entry = found
         if one.uid in entry.hold.joined:  # decided again (a lost answer, a request sent again): it joined already
-            return Verdict(reservation=found), {}
+            return Verdict(reservation=hold_id), {}
         if entry.hold.declared and one.gang.size != entry.hold.declared:
             return Verdict(disagrees(scene.namespace, entry.hold, one.gang.size), gang=True), {}
         if entry.hold.members >= entry.hold.size:
             return (None, {}) if granted_elsewhere(scene, counted, key) else None
         need = beyond(one.requested, entry.hold.each)
         members, joined = entry.hold.members + 1, (*entry.hold.joined, one.uid)[-JOINERS:]
-        hold_id, hold, denied = found, replace(entry.hold, members=members, joined=joined), ""
+        hold, denied = replace(entry.hold, members=members, joined=joined), ""
         amounts = plus(minus(entry.amounts, entry.hold.each), one.requested)
     else:
         missing = one.gang.size - scene.members.get(key, 0)
@@ -60,28 +59,27 @@ def join(
     if one.dry_run:
         return FITS, {}
     ttl = max(scene.hold_ttl, scene.ttl)
-    keep[hold_id] = Reservation(round(scene.wall + ttl, 1), amounts, ttl=ttl, hold=hold)
+    keep[hold_id] = Held(round(scene.wall + ttl, 1), amounts, ttl, hold=hold)
     return Verdict(reservation=hold_id), need
 
 
-def grant_places(scene: Scene, keep: dict[str, Reservation], key: str, most: int, grant_id: str) -> tuple[str, int]:
+def grant_places(scene: Scene, keep: dict[str, LedgerEntry], key: str, most: int, grant_id: str) -> tuple[str, int]:
     """Up to ``most`` of the places still open in gang ``key``'s hold moved into a new open entry ``grant_id``, a
     grant of this worker's (written into ``keep``), each with the room of one (the hold's ``each``): the hold's id
     and the places moved (0: none open)."""
     found = held(keep, key)
     if found is None:
         return "", 0
-    entry = keep[found]
-    assert entry.hold is not None
+    hold_id, entry = found
     places = min(most, entry.hold.size - entry.hold.members)
     if places <= 0:
         return "", 0
     room = times(entry.hold.each, places)
     hold = replace(entry.hold, members=entry.hold.members + places)
-    keep[found] = replace(entry, amounts=minus(entry.amounts, room), hold=hold)
+    keep[hold_id] = replace(entry, amounts=minus(entry.amounts, room), hold=hold)
     ttl = scene.ttl + WINDOW  # a member admitted into it as its window ends may appear a TTL later
-    keep[grant_id] = Reservation(round(scene.wall + ttl, 1), room, True, ttl, gang=key)
-    return found, places
+    keep[grant_id] = Places(round(scene.wall + ttl, 1), room, ttl, gang=key)
+    return hold_id, places
 
 
 def disagrees(namespace: str, hold: Hold, size: int) -> str:
@@ -93,9 +91,9 @@ def disagrees(namespace: str, hold: Hold, size: int) -> str:
     )
 
 
-def held(entries: dict[str, Reservation], key: str) -> str | None:
-    """The id of gang ``key``'s hold among ``entries`` (None: it has none)."""
-    return next((i for i, e in entries.items() if e.hold is not None and e.hold.group == key), None)
+def held(entries: dict[str, LedgerEntry], key: str) -> tuple[str, Held] | None:
+    """Gang ``key``'s hold among ``entries``, and its id (None: it has none)."""
+    return next(((i, e) for i, e in entries.items() if isinstance(e, Held) and e.hold.group == key), None)
 
 
 def granted_elsewhere(scene: Scene, counted: Account, key: str) -> bool:
@@ -104,7 +102,7 @@ def granted_elsewhere(scene: Scene, counted: Account, key: str) -> bool:
     which starts at its window's end; a member waits that long (asking for them) before it is charged alone."""
     since = scene.now - 2 * WINDOW - SLACK
     return any(
-        entry.open and entry.gang == key and counted.first_seen.get(entry_id, scene.now) > since
+        isinstance(entry, Places) and entry.gang == key and counted.first_seen.get(entry_id, scene.now) > since
         for entry_id, entry in counted.live.items()
         if entry_id not in scene.mine
     )

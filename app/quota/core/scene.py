@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from app.quota.core.amounts import Amounts, accumulate, is_zero, minus, per, plus, times, unseen, within
-from app.quota.core.encoding import Ledger, Reservation
+from app.quota.core.encoding import Ledger
+from app.quota.core.entries import Ahead, Held, LedgerEntry, Places, Reserved
 from app.quota.core.gang import Gang
 
 WINDOW = 1.0  # seconds a worker admits into a grant it wrote, counted from before the write
@@ -112,7 +113,7 @@ class Scene:
 
     namespace: str
     limits: Mapping[str, int]
-    entries: Mapping[str, Reservation]  # the ledger's, as read
+    entries: Mapping[str, LedgerEntry]  # the ledger's, as read
     mark: int  # the ledger's mark, which this worker's Pod watch has reached
     used: Amounts  # the namespace's Pods as seen
     taken: Mapping[str, Taken]  # per entry id: what the Pods carrying it were seen to take
@@ -161,10 +162,10 @@ class View:
 class Account:
     """What a scene adds up to."""
 
-    live: Mapping[str, Reservation]  # the entries not expired
+    live: Mapping[str, LedgerEntry]  # the entries not expired
     lower: Amounts  # taken at least: what a denial counts
     upper: Amounts  # taken at most: what an admission counts
-    keep: Mapping[str, Reservation]  # the entries a write keeps (this worker's closing grants cut to what they took)
+    keep: Mapping[str, LedgerEntry]  # the entries a write keeps (this worker's closing grants cut to what they took)
     mark: int  # the mark a write sets (moved past the Pods of the entries it drops)
     first_seen: Mapping[str, float]  # others' open grants still live, with their first sight here
 
@@ -173,16 +174,18 @@ def account(scene: Scene) -> Account:
     """The live entries; what is taken at least and at most (Pods as seen, plus what entries hold beyond what
     their Pods were seen to take); the entries a write keeps, and the mark that dropping the others needs."""
     live = {i: e for i, e in scene.entries.items() if scene.now < until(scene, i, e)}
-    first_seen = {i: scene.first_seen.get(i, scene.now) for i, e in live.items() if e.open and i not in scene.mine}
+    first_seen = {
+        i: scene.first_seen.get(i, scene.now) for i, e in live.items() if isinstance(e, Ahead) and i not in scene.mine
+    }
     certain_until = scene.now - WINDOW - SLACK  # others' grants first seen before this can take nothing more
-    granted = {e.gang for e in live.values() if e.open and e.gang}  # gangs some of whose places a grant holds
+    granted = {e.gang for e in live.values() if isinstance(e, Places)}  # gangs some of whose places a grant holds
     back = given_back(scene, live)
     lower, upper = dict(scene.used), dict(scene.used)
-    keep: dict[str, Reservation] = {}
+    keep: dict[str, LedgerEntry] = {}
     mark = scene.mark
     for entry_id, held in live.items():
         held = back.get(entry_id, held)
-        entry = released(scene, held) if held.hold is not None and not whole(scene, entry_id, held) else held
+        entry = released(scene, held) if isinstance(held, Held) and not whole(scene, entry_id, held) else held
         grant = scene.mine.get(entry_id)
         taken = scene.taken.get(entry_id)
         closing = grant is not None and grant.closing
@@ -191,28 +194,27 @@ def account(scene: Scene) -> Account:
         at_least = unseen(grant.spent if grant is not None else entry.amounts, seen)
         at_most = at_least if closing or grant is None else unseen(entry.amounts, seen)
         accumulate(upper, at_most)
-        certain = grant is not None or not entry.open or first_seen[entry_id] <= certain_until
+        certain = grant is not None or not isinstance(entry, Ahead) or first_seen[entry_id] <= certain_until
         if certain:
             accumulate(lower, at_least)
-        placed = entry.hold is not None and entry.hold.group in granted  # a grant may give it places back
+        placed = isinstance(entry, Held) and entry.hold.group in granted  # a grant may give it places back
         if certain and (closing or grant is None) and is_zero(at_least) and not placed:
             mark = max(mark, taken.rv if taken is not None else mark)  # its Pods took all its room: drop it
-        elif grant is not None and closing:
-            listed = (*entry.uids, *grant.uids)  # its batch's, and those admitted into it since
-            keep[entry_id] = replace(entry, amounts=dict(grant.spent), open=False, gang="", uids=listed)
+        elif grant is not None and closing:  # its batch's requests, and those admitted into it since
+            keep[entry_id] = Reserved(entry.expires, dict(grant.spent), entry.ttl, (*entry.uids, *grant.uids))
         else:
             keep[entry_id] = entry
     return Account(live, lower, upper, keep, mark, first_seen)
 
 
-def given_back(scene: Scene, live: Mapping[str, Reservation]) -> dict[str, Reservation]:
+def given_back(scene: Scene, live: Mapping[str, LedgerEntry]) -> dict[str, Held]:
     """The holds that this worker's closing gang grants give their unused places back to, as they are after it:
     each place one member fewer, and ``each`` more room (counted in this decision, so nothing else takes it)."""
-    out: dict[str, Reservation] = {}
+    out: dict[str, Held] = {}
     for grant in scene.mine.values():
         hold = out.get(grant.hold) or live.get(grant.hold)
-        written = live.get(grant.id)  # still open: a write that closed it (its answer lost) gave them back already
-        if not (grant.closing and grant.gang and written is not None and written.open and hold and hold.hold):
+        # still open: a write that closed it (its answer lost) gave them back already
+        if not (grant.closing and isinstance(live.get(grant.id), Places) and isinstance(hold, Held)):
             continue
         places = grant.slots - grant.count
         if places <= 0 or hold.hold.group != grant.gang:
@@ -223,31 +225,29 @@ def given_back(scene: Scene, live: Mapping[str, Reservation]) -> dict[str, Reser
     return out
 
 
-def released(scene: Scene, entry: Reservation) -> Reservation:
+def released(scene: Scene, entry: Held) -> Reserved:
     """A hold whose group object is gone, or whose places' life is over: its members' room only, an ordinary entry
     that lives the reservation TTL from each reader's sight of it as such (its Pods drop it sooner)."""
-    assert entry.hold is not None
-    amounts = minus(entry.amounts, entry.hold.unfilled())
-    return replace(entry, expires=round(scene.wall + scene.ttl, 1), amounts=amounts, ttl=scene.ttl, hold=None)
+    return entry.released(round(scene.wall + scene.ttl, 1), scene.ttl)
 
 
-def life(scene: Scene, entry: Reservation) -> float:
+def life(scene: Scene, entry: LedgerEntry) -> float:
     """How long ``entry`` holds room from this worker's first sight: its ``ttl``; one written by the previous
     version has none, and holds the longest any of ours would (a grant's)."""
     return entry.ttl if entry.ttl is not None else scene.ttl + WINDOW
 
 
-def until(scene: Scene, entry_id: str, entry: Reservation) -> float:
+def until(scene: Scene, entry_id: str, entry: LedgerEntry) -> float:
     """When ``entry`` stops holding room here (this worker's monotonic clock): its life from first sight; a hold
     also the reservation TTL from its last member's join seen here, for that member's room while it is on its way
     (places or not: a join renews no place, ``places_until``)."""
     first = scene.first_seen.get(entry_id, scene.now)
-    if entry.hold is None:
+    if not isinstance(entry, Held):
         return first + life(scene, entry)
     return max(places_until(scene, entry_id, entry), scene.renewed.get(entry_id, first) + scene.ttl)
 
 
-def places_until(scene: Scene, entry_id: str, entry: Reservation) -> float:
+def places_until(scene: Scene, entry_id: str, entry: Held) -> float:
     """When a hold stops holding room for the members still to come: its life from the last sight of a Pod that
     carries its id (or of the hold), CAP lives from its first sight at most. A member's Pod seen renews it, never a
     join alone: a member admitted and never stored (a later admission stage refused it) renews nothing, and no run of
@@ -258,7 +258,6 @@ def places_until(scene: Scene, entry_id: str, entry: Reservation) -> float:
     return min(seen, first + (CAP - 1) * life(scene, entry)) + life(scene, entry)
 
 
-def whole(scene: Scene, entry_id: str, entry: Reservation) -> bool:
+def whole(scene: Scene, entry_id: str, entry: Held) -> bool:
     """A hold still holds its places: its group object is there, and their life is not over."""
-    assert entry.hold is not None
     return entry.hold.group not in scene.gone and scene.now < places_until(scene, entry_id, entry)

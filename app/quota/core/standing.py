@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app.quota.core.amounts import Amounts, accumulate, unseen
-from app.quota.core.encoding import Hold, Ledger
+from app.quota.core.encoding import Ledger
+from app.quota.core.entries import Held, Hold, Places
 from app.quota.core.limits import set_by
 from app.quota.core.scene import View, account, until
 
@@ -67,12 +68,12 @@ def standing(view: View, quotas: Mapping[str, Amounts], pods: int, *, now: float
         for i, e in counted.live.items()
         if any(unseen(e.amounts, seen[i].amounts if i in seen else None).values())
     ]
-    gangs = tuple(sorted((e.hold for e in counted.keep.values() if e.hold is not None), key=lambda h: h.group))
+    gangs = tuple(sorted((e.hold for e in counted.keep.values() if isinstance(e, Held)), key=lambda h: h.group))
     unfilled: Amounts = {}
     for gang in gangs:
         accumulate(unfilled, gang.unfilled())
     for i, e in counted.keep.items():  # places of a hold in a worker's grant: room for members not created yet
-        if e.open and e.gang:
+        if isinstance(e, Places):
             accumulate(unfilled, unseen(e.amounts, seen[i].amounts if i in seen else None))
     figures = tuple(
         Figure(name, limit, quota, used.get(name, 0), taken.get(name, 0) - used.get(name, 0), unfilled.get(name, 0))

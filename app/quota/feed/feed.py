@@ -20,6 +20,7 @@ from typing import Any
 from app.admission.devices.base import Device
 from app.kube.stream import Stream
 from app.quota.core.encoding import Ledger, resource_version
+from app.quota.core.entries import Held
 from app.quota.core.gang import Gang
 from app.quota.core.scene import View
 from app.quota.core.standing import Standing, standing
@@ -242,7 +243,7 @@ class Feed:
         taken = self.pods.seen(namespace, wanted)
         used, first_seen = self.pods.used(namespace), self.ledgers.first_seen(namespace)
         members = self.pods.members(namespace)
-        holds = [e.hold.group for e in (ledger.entries.values() if ledger else ()) if e.hold is not None]
+        holds = [e.hold.group for e in (ledger.entries.values() if ledger else ()) if isinstance(e, Held)]
         gone = self.groups.gone(namespace, holds) if holds else frozenset()
         renewed = self.ledgers.renewed(namespace)
         return View(namespace, limits, ledger, first_seen, used, taken, pods_at, synced, broken, members, gone, renewed)

@@ -25,7 +25,8 @@ from app.admission.annotations import QUOTA_RESERVATION_ANNOTATION
 from app.admission.devices.base import Device
 from app.quota.core.amounts import Amounts, accumulate
 from app.quota.core.demand import pod_amounts
-from app.quota.core.encoding import LEDGER_PREFIX, Ledger, Reservation, decode, resource_version
+from app.quota.core.encoding import LEDGER_PREFIX, Ledger, decode, resource_version
+from app.quota.core.entries import Held, LedgerEntry
 from app.quota.core.gang import group
 from app.quota.core.limits import hard_limits, quota_factors, tightest
 from app.quota.core.scene import Taken, View
@@ -397,7 +398,7 @@ class LedgerTable:
         self._renewed[namespace] = {
             i: now if _joined(old_entries.get(i), e) else renewed.get(i, self._first_seen[namespace][i])
             for i, e in found.entries.items()
-            if e.hold is not None
+            if isinstance(e, Held)
         }
 
     def _newer(self, namespace: str, rv: int) -> bool:
@@ -429,20 +430,15 @@ def _ledger(obj: Mapping[str, Any]) -> Ledger | None:
     return decode(name[len(LEDGER_PREFIX) :], obj) if name.startswith(LEDGER_PREFIX) else None
 
 
-def _joined(before: Reservation | None, after: Reservation) -> bool:
+def _joined(before: LedgerEntry | None, after: LedgerEntry) -> bool:
     """A gang's hold took a new member (or handed places to a grant) between two sights of it; places given back
     by a grant are no member's arrival, and do not lengthen its life."""
-    return (
-        before is not None
-        and before.hold is not None
-        and after.hold is not None
-        and after.hold.members > before.hold.members
-    )
+    return isinstance(before, Held) and isinstance(after, Held) and after.hold.members > before.hold.members
 
 
-def _released(before: Reservation | None, after: Reservation) -> bool:
+def _released(before: LedgerEntry | None, after: LedgerEntry) -> bool:
     """A gang's hold became an ordinary entry (app/quota/core/scene.py's released) between two sights of it."""
-    return before is not None and before.hold is not None and after.hold is None
+    return isinstance(before, Held) and not isinstance(after, Held)
 
 
 def view(namespace: str, quotas: QuotaTable, pods: PodTable, ledger: Ledger | None) -> View:

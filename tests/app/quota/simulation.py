@@ -55,7 +55,8 @@ from app.admission.ports import QuotaUnavailable, Verdict
 from app.kube.errors import ApiError
 from app.quota.committer import COMMIT_FAILED, Committer
 from app.quota.contact import Contact
-from app.quota.core.encoding import Ledger, Reservation, decode
+from app.quota.core.encoding import Ledger, decode
+from app.quota.core.entries import Ahead, Held, LedgerEntry, Places
 from app.quota.core.gang import KUEUE, KUEUE_LABEL, KUEUE_TOTAL, UPSTREAM, Gang
 from app.quota.core.scene import CAP, WINDOW, View
 from app.quota.evaluator import QuotaEvaluator
@@ -94,7 +95,7 @@ def memory(obj: dict[str, Any]) -> int:
 
 def placed(found: Ledger) -> dict[str, str]:
     """The gangs' grants of ``found`` (grants of a hold's places), and the gang of each."""
-    return {grant_id: e.gang for grant_id, e in found.entries.items() if e.open and e.gang}
+    return {grant_id: e.gang for grant_id, e in found.entries.items() if isinstance(e, Places)}
 
 
 class Killed(BaseException):
@@ -238,7 +239,7 @@ class SimFeed:
         wanted = entries if entries is not None else (ledger.entries if ledger is not None else ())
         taken = self.pods.seen(namespace, wanted)
         first_seen, renewed = self.ledgers.first_seen(namespace), self.ledgers.renewed(namespace)
-        holds = [e.hold.group for e in (ledger.entries.values() if ledger else ()) if e.hold is not None]
+        holds = [e.hold.group for e in (ledger.entries.values() if ledger else ()) if isinstance(e, Held)]
         limits, used, members = self.quotas.limits(namespace), self.pods.used(namespace), self.pods.members(namespace)
         gone = self.groups.gone(namespace, holds)
         return View(namespace, limits, ledger, first_seen, used, taken, self.pod_rv, True, 0.0, members, gone, renewed)
@@ -592,7 +593,7 @@ class Simulation:
         self.carried: dict[str, float] = {}  # reservation -> when a Pod carrying it was last stored
         self.landed: dict[str, tuple[str, int]] = {}  # uid -> the reservation and memory of every admitted Pod stored
         self.holds_of: Ledger | None = None  # the stored ledger whose holds ``holds`` lists
-        self.holds: list[tuple[float, str, Reservation]] = []
+        self.holds: list[tuple[float, str, Held | Places]] = []
         self.charged: dict[str, int] = {}  # per reservation: the memory of every Pod admitted into it
         self.scheduler = greenlet.getcurrent()  # where every task switches back to
         self.reads = 0  # clock reads since the running task was resumed
@@ -853,7 +854,7 @@ class Simulation:
         self.placed.update(placed(found))
         self.checked_rv, stored = found.rv, set(found.entries)
         for entry_id, entry in found.entries.items():
-            life = max(self.hold, TTL) if entry.hold is not None else TTL + WINDOW
+            life = max(self.hold, TTL) if isinstance(entry, Held) else TTL + WINDOW
             latest = 1.7e9 + self.now + SKEW + life + 0.05  # for the previous version's readers; rounded to 0.1 s
             if entry.ttl is None or entry.ttl > life or entry.expires > latest:
                 raise self.violation(f"entry {entry_id} holds room past its TTL: {entry}")
@@ -874,22 +875,22 @@ class Simulation:
                 [
                     (self.hold_stored.setdefault(entry_id, self.now), entry_id, entry)
                     for entry_id, entry in found.entries.items()
-                    if entry.hold is not None or (entry.open and entry.gang)
+                    if isinstance(entry, Held | Places)
                 ],
             )  # fmt: skip
         unfilled = 0
         for stored, entry_id, entry in self.holds:
-            group = entry.hold.group if entry.hold is not None else entry.gang
+            group = entry.hold.group if isinstance(entry, Held) else entry.gang
             api, _, name = group.partition("/")
             if api != KUEUE and name not in self.server.groups:
                 continue
             life = max(self.hold, TTL)  # its places: from the last Pod with its id stored, CAP lives at most
             if (
-                entry.hold is not None
+                isinstance(entry, Held)
                 and self.now < min(max(stored, self.carried.get(entry_id, 0.0)), stored + (CAP - 1) * life) + life
             ):
                 unfilled += entry.hold.unfilled().get(MEM, 0)
-            elif entry.hold is None and self.now < stored + TTL + WINDOW:  # a gang's grant: its places not taken
+            elif isinstance(entry, Places) and self.now < stored + TTL + WINDOW:  # a gang's grant: its places not taken
                 unfilled += max(entry.amounts.get(MEM, 0) - self.charged.get(entry_id, 0), 0)
         if committed + unfilled > self.limit:
             raise self.violation(
@@ -905,7 +906,9 @@ class Simulation:
         if found is None or self.killed:
             return
         for hold_id, entry in found.entries.items():
-            if entry.hold is None or any(e.open and e.gang == entry.hold.group for e in found.entries.values()):
+            if not isinstance(entry, Held) or any(
+                isinstance(e, Places) and e.gang == entry.hold.group for e in found.entries.values()
+            ):
                 continue
             admissions = self.started.get(entry.hold.group.partition("/")[2], [])
             if any(isinstance(a.result, QuotaUnavailable) for a in admissions):
@@ -1000,9 +1003,9 @@ class Simulation:
         the Pods that went before; or an author rewrote a Pod's reservation: a reader that listed it holds its room
         in its entry again, stricter than this count)."""
         found = self.server.ledger_entries()
-        if found is None or self.killed or any(e.open for e in found.entries.values()):
+        if found is None or self.killed or any(isinstance(e, Ahead) for e in found.entries.values()):
             return None
-        holds = {i: e for i, e in found.entries.items() if e.hold is not None}
+        holds = {i: e for i, e in found.entries.items() if isinstance(e, Held)}
         if self.rewritten:  # a reader that listed a rewritten Pod counts its room in its entry again: stricter
             return None
         last = self.now + TTL + WINDOW + 1 + 1 - max(self.hold, TTL)  # written after this: live through the check
@@ -1010,7 +1013,6 @@ class Simulation:
             self.hold_stored.get(i, -math.inf) < last
             or (not e.hold.group.startswith(f"{KUEUE}/") and e.hold.group.partition("/")[2] not in self.server.groups)
             for i, e in holds.items()
-            if e.hold is not None
         ):
             return None
         shown = self.workers[0].feed.shown
@@ -1116,7 +1118,7 @@ class Hand:
             int(o["spec"]["containers"][0]["resources"]["limits"].get(MEM, 0)) for o in self.sim.server.pods.values()
         )
 
-    def ledger(self) -> dict[str, Reservation]:
+    def ledger(self) -> dict[str, LedgerEntry]:
         found = self.sim.server.ledger_entries()
         return dict(found.entries) if found is not None else {}
 

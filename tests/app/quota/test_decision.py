@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from app.admission.ports import FITS, Verdict
 from app.quota.core.decision import SHARE, Burst, Ruling, decide
-from app.quota.core.encoding import LEDGER_ANNOTATION, MAX_LEDGER_BYTES, Reservation, decode
+from app.quota.core.encoding import LEDGER_ANNOTATION, MAX_LEDGER_BYTES, decode
+from app.quota.core.entries import Ahead, LedgerEntry, Reserved
 from app.quota.core.scene import SLACK, WINDOW, Ask, Grant, Scene, Taken, account
 from testbed import ROOT
 
@@ -32,8 +33,8 @@ def scene(limit: int = 10, used: int = 0, **changes: object) -> Scene:
     return replace(base, **changes)
 
 
-def entry(memory: int, *, open: bool = False, expires: float = WALL + 30) -> Reservation:
-    return Reservation(expires, {MEM: memory}, open, TTL)
+def entry(memory: int, *, open: bool = False, expires: float = WALL + 30) -> LedgerEntry:
+    return (Ahead if open else Reserved)(expires, {MEM: memory}, TTL)
 
 
 def grant(uid: str, memory: int, spent: int, closing: bool = False) -> Grant:
@@ -59,8 +60,8 @@ def full(used: int, requested: int, limit: int) -> Verdict:
     return Verdict(f"exceeding resource quota: namespace ai {MEM} used {used} + requested {requested} > limit {limit}")
 
 
-TTL_ENTRY = Reservation(round(WALL + TTL, 1), {MEM: 4}, ttl=TTL)
-PREVIOUS = Reservation(WALL - 1000, {MEM: 9})  # as the previous version wrote it (no ttl), long expired by WALL
+TTL_ENTRY = Reserved(round(WALL + TTL, 1), {MEM: 4}, TTL)
+PREVIOUS = Reserved(WALL - 1000, {MEM: 9})  # as the previous version wrote it (no ttl), long expired by WALL
 SEEN = {"old": Taken({MEM: 3}, rv=42)}
 RESERVED = Verdict(reservation="u")  # in the entry the write adds, once it is stored
 CASES = {
@@ -126,7 +127,7 @@ CASES = {
     "this worker's closing grant is cut to what went into it": (
         scene(entries={"g": entry(8, open=True)}, mine={"g": grant("g", 8, spent=2, closing=True)}),
         [ask("u", 4)],
-        ((RESERVED,), ({"g": Reservation(WALL + 30, {MEM: 2}, ttl=TTL), "u": TTL_ENTRY}, 0, 0, "u")),
+        ((RESERVED,), ({"g": Reserved(WALL + 30, {MEM: 2}, TTL), "u": TTL_ENTRY}, 0, 0, "u")),
     ),
     "a request outside the limited resources fits": (scene(), [Ask("u", {GPU: 1})], ((FITS,), None)),
 }
@@ -142,7 +143,8 @@ def test_a_burst_takes_room_ahead_at_most_a_share_of_what_is_left() -> None:
         scene(limit=1000, used=200), [ask("a", 1), ask("b", 1)], wanted=0, ask=True, burst=Burst(3), new_id="g"
     )
     assert made.verdicts == (Verdict(reservation="g"),) * 2 and made.reserved == (0, 1) and made.write is not None
-    assert made.write.entry == "g" and made.write.entries["g"].open and made.write.entries["g"].ttl == TTL + WINDOW
+    written = made.write.entries["g"]
+    assert made.write.entry == "g" and isinstance(written, Ahead) and written.ttl == TTL + WINDOW
     assert made.write.ahead == {MEM: 16}  # 8 batches of 2; well under (1000 - 202) / 4
     tight = decide(scene(limit=30, used=2), [ask("a", 1), ask("b", 1)], wanted=0, ask=True, burst=Burst(3), new_id="g")
     assert tight.write is not None and tight.write.ahead == {MEM: (30 - 4) // SHARE}
@@ -165,7 +167,7 @@ def test_the_previous_versions_entries_hold_room_for_this_workers_ttl_from_first
     here; their ``expires`` is not read, so a wall clock an hour off changes nothing."""
     lease = {"metadata": {"resourceVersion": "7", "annotations": {LEDGER_ANNOTATION: PREVIOUS_TEXT}}}
     found = decode("ai", lease).entries
-    assert found == {"u": Reservation(WALL + TTL, {MEM: 4}), "g": Reservation(WALL + 61, {MEM: 3}, open=True)}
+    assert found == {"u": Reserved(WALL + TTL, {MEM: 4}), "g": Ahead(WALL + 61, {MEM: 3})}
     for wall in (WALL - 3600, WALL + 3600):
         at = scene(entries=found, wall=wall, first_seen=dict.fromkeys(found, NOW - TTL - WINDOW + 0.1))
         assert set(account(at).live) == {"u", "g"} and account(at).upper == {MEM: 7}
@@ -222,7 +224,7 @@ def scenes(draw: st.DrawFn) -> Scene:
     mine = {
         i: grant(i, e.amounts[MEM], draw(st.integers(0, e.amounts[MEM])), draw(st.booleans()))
         for i, e in found.items()
-        if e.open and draw(st.booleans())
+        if isinstance(e, Ahead) and draw(st.booleans())
     }
     return scene(limit=draw(st.integers(0, 30)), used=used, entries=found, taken=seen, first_seen=first_seen, mine=mine)
 

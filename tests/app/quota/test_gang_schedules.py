@@ -10,7 +10,8 @@ import pytest
 
 from app.admission.ports import Verdict
 from app.quota.core.decision import Burst, decide
-from app.quota.core.encoding import LEDGER_ANNOTATION, LEDGER_PREFIX, Hold, Reservation, decode, encode
+from app.quota.core.encoding import LEDGER_ANNOTATION, LEDGER_PREFIX, decode, encode
+from app.quota.core.entries import Held, Hold, LedgerEntry, Reserved
 from app.quota.core.gang import KUEUE_LABEL, KUEUE_TOTAL
 from app.quota.core.scene import Ask, Scene, Taken, account
 from app.quota.feed.tables import LedgerTable
@@ -94,8 +95,8 @@ def test_a_join_whose_answer_was_lost_is_recognised_on_the_re_read_and_joins_onc
     hand.wait(1.1)
     hand.sim.lose_next = 1
     assert entry(hand.admit([hand.obj("m2", 1000, group="g")])["m2"]) == "m1"
-    held = hand.ledger()["m1"].hold
-    assert held is not None and (held.members, held.joined) == (2, ("m2",))
+    hold = hand.ledger()["m1"]
+    assert isinstance(hold, Held) and (hold.hold.members, hold.hold.joined) == (2, ("m2",))
     for uid in ("m3", "m4"):
         hand.wait(1.1)
         assert admitted(hand.admit([hand.obj(uid, 1000, group="g")])[uid])
@@ -113,8 +114,8 @@ def test_a_join_the_api_server_sends_again_to_another_replica_joins_once() -> No
     assert entry(hand.admit([m2], worker=0, land=False)["m2"]) == "m1"
     again = hand.admit([m2], worker=1)["m2"]
     assert entry(again) == "m1" and not again.denial
-    held = hand.ledger()["m1"].hold
-    assert held is not None and held.members == 2
+    hold = hand.ledger()["m1"]
+    assert isinstance(hold, Held) and hold.hold.members == 2
 
 
 def test_a_hold_never_counts_its_finished_members_room_again() -> None:
@@ -212,9 +213,9 @@ def test_a_hold_released_by_its_group_s_deletion_is_a_new_sight_on_a_reader_that
     read before its watch brought two saw no join: the released entry lived 60 s from its first sight 250 s ago,
     expired at once, and w1's room, on its way, was counted nowhere: a fifth GPU into room for 4."""
     each, key = {GPU: 1}, "scheduling.k8s.io/g"
-    one = {"w0": Reservation(0.0, {GPU: 4}, ttl=300.0, hold=Hold(key, 4, 1, each))}
-    two = {"w0": Reservation(0.0, {GPU: 4}, ttl=300.0, hold=Hold(key, 4, 2, each, ("w1",)))}
-    let_go = {"w0": Reservation(0.0, {GPU: 2}, ttl=60.0)}
+    one = {"w0": Held(0.0, {GPU: 4}, 300.0, hold=Hold(key, 4, 1, each))}
+    two = {"w0": Held(0.0, {GPU: 4}, 300.0, hold=Hold(key, 4, 2, each, ("w1",)))}
+    let_go = {"w0": Reserved(0.0, {GPU: 2}, 60.0)}
     now = [0.0]
     watched, skipped = LedgerTable(clock=lambda: now[0]), LedgerTable(clock=lambda: now[0])
     for table in (watched, skipped):
@@ -238,7 +239,7 @@ def test_a_hold_released_by_its_group_s_deletion_is_a_new_sight_on_a_reader_that
         )
 
 
-def lease(entries: dict[str, Reservation], rv: int) -> dict[str, Any]:
+def lease(entries: dict[str, LedgerEntry], rv: int) -> dict[str, Any]:
     meta = {
         "name": f"{LEDGER_PREFIX}{NS}",
         "resourceVersion": str(rv),

@@ -13,7 +13,8 @@ import pytest
 from app.admission.ports import FITS, Verdict
 from app.quota.command import render
 from app.quota.core.decision import BURST, Burst, Ruling, Write, decide
-from app.quota.core.encoding import JOINERS, LEDGER_ANNOTATION, Hold, Reservation, decode, encode
+from app.quota.core.encoding import LEDGER_ANNOTATION, decode, encode
+from app.quota.core.entries import JOINERS, Held, Hold, LedgerEntry, Places, Reserved
 from app.quota.core.gang import Gang, group
 from app.quota.core.scene import CAP, SLACK, WINDOW, Ask, Grant, Scene, Taken, View, account
 from app.quota.core.standing import standing
@@ -43,12 +44,12 @@ def decided(at: Scene, *asks: Ask) -> Ruling:
 def hold(
     members: int, size: int = 4, each: int = 1, charged: int | None = None, key: str = TRAIN.key,
     joined: tuple[str, ...] = (),
-) -> Reservation:  # fmt: skip
+) -> Held:  # fmt: skip
     """A hold as the ledger keeps it: ``members`` admitted of ``size`` (charged ``each`` unless said), ``joined``
     listing the members that joined it through the ledger."""
     charged = members * each if charged is None else charged
     amounts = {GPU: charged + (size - members) * each}
-    return Reservation(round(WALL + HOLD, 1), amounts, ttl=HOLD, hold=Hold(key, size, members, {GPU: each}, joined))
+    return Held(round(WALL + HOLD, 1), amounts, HOLD, hold=Hold(key, size, members, {GPU: each}, joined))
 
 
 def free(at: Scene) -> int:
@@ -83,16 +84,15 @@ def test_two_gangs_in_one_batch_one_holds_the_other_is_refused() -> None:
     assert made.write is not None and dict(made.write.entries) == written
 
 
-def placed(entry: Reservation, count: int) -> Reservation:
+def placed(entry: Held, count: int) -> Held:
     """``entry``, a hold, after ``count`` of its places went into a grant."""
-    assert entry.hold is not None
     members = replace(entry.hold, members=entry.hold.members + count)
     return replace(entry, amounts={GPU: entry.amounts[GPU] - count * entry.hold.each[GPU]}, hold=members)
 
 
-def places(count: int, key: str = TRAIN.key) -> Reservation:
+def places(count: int, key: str = TRAIN.key) -> Places:
     """A grant of ``count`` places of gang ``key``'s hold, as the ledger keeps it."""
-    return Reservation(round(WALL + TTL + WINDOW, 1), {GPU: count}, True, TTL + WINDOW, gang=key)
+    return Places(round(WALL + TTL + WINDOW, 1), {GPU: count}, TTL + WINDOW, gang=key)
 
 
 def test_in_a_burst_a_worker_takes_places_of_the_hold_into_a_grant_and_no_free_room() -> None:
@@ -135,7 +135,7 @@ def test_closing_a_gang_grant_gives_its_unused_places_back_and_counts_them_at_on
     grant = Grant("g", {GPU: 2}, {GPU: 1}, NOW, 0, closing=True, gang=TRAIN.key, hold="w0", slots=2, count=1)
     at = scene(entries={"w0": placed(hold(2), 2), "g": places(2)}, mine={"g": grant})
     counted = account(at)
-    assert counted.keep == {"w0": placed(hold(2), 1), "g": Reservation(places(2).expires, {GPU: 1}, ttl=TTL + WINDOW)}
+    assert counted.keep == {"w0": placed(hold(2), 1), "g": Reserved(places(2).expires, {GPU: 1}, TTL + WINDOW)}
     assert counted.upper == counted.lower == {GPU: 4}  # two members, one place given back, one still open
     made = decided(at, ask("a", gpus=3, gang=None))
     assert made.verdicts[0] is not None and made.verdicts[0].denial  # the place given back is not free room
@@ -153,7 +153,7 @@ def test_a_member_waits_while_another_worker_s_grant_may_give_places_back() -> N
     certain = {"g": NOW - 2 * WINDOW - SLACK}  # a window more, and no place came back: the member is charged alone
     alone = decided(scene(entries=entries, first_seen=certain), ask("w4"))
     assert alone.verdicts == (Verdict(reservation="w4"),)
-    assert alone.write is not None and alone.write.entries["w4"].hold is None
+    assert alone.write is not None and not isinstance(alone.write.entries["w4"], Held)
 
 
 def test_later_members_take_their_room_from_the_hold_and_ordinary_pods_never_do() -> None:
@@ -185,21 +185,21 @@ def test_a_member_the_hold_lists_as_joined_gets_its_verdict_again_and_adds_nothi
     assert made.write.landed(at.entries, made.write.entries) and not made.write.landed(at.entries, at.entries)
     many = scene(room=40, entries={"w0": hold(2, size=40, joined=tuple(f"j{i}" for i in range(JOINERS)))})
     listed = decided(many, ask("w2")).write
-    assert listed is not None and listed.entries["w0"].hold is not None
-    assert listed.entries["w0"].hold.joined == (*(f"j{i}" for i in range(1, JOINERS)), "w2")  # the last ones
+    assert listed is not None and isinstance(kept := listed.entries["w0"], Held)
+    assert kept.hold.joined == (*(f"j{i}" for i in range(1, JOINERS)), "w2")  # the last ones
 
 
 def test_members_beyond_the_size_are_charged_alone() -> None:
     made = decided(scene(entries={"w0": hold(4)}), ask("w4"))
     assert made.verdicts == (Verdict(reservation="w4"),)
-    assert made.write is not None and made.write.entries["w4"].hold is None
+    assert made.write is not None and not isinstance(made.write.entries["w4"], Held)
 
 
 def test_a_member_that_replaces_a_lost_one_is_charged_alone() -> None:
     """Three of the four are there (the hold was filled and dropped): the fourth asks only its own room."""
     made = decided(scene(used=3, members={TRAIN.key: 3}), ask("w3"))
     assert made.verdicts == (Verdict(reservation="w3"),)
-    assert made.write is not None and made.write.entries["w3"].hold is None
+    assert made.write is not None and not isinstance(made.write.entries["w3"], Held)
     # all four lost (the job restarts): its first Pod holds for the whole gang again
     again = decided(scene(members={}), ask("r0"))
     assert again.write is not None and again.write.entries["r0"] == hold(1)
@@ -210,7 +210,7 @@ def test_a_hold_whose_group_is_gone_keeps_only_its_members_room() -> None:
     assert free(at) == 4
     made = decided(at, ask("a", gpus=4, gang=None))
     assert made.verdicts == (Verdict(reservation="a"),)
-    released = Reservation(round(WALL + TTL, 1), {GPU: 2}, ttl=TTL)
+    released = Reserved(round(WALL + TTL, 1), {GPU: 2}, TTL)
     assert made.write is not None and made.write.entries["w0"] == released
 
 
@@ -224,7 +224,7 @@ def test_a_hold_s_places_live_from_its_last_member_s_pod_seen_a_join_renews_only
     joined = scene(entries=entries, first_seen={"w0": NOW - HOLD}, renewed={"w0": NOW - TTL + 1})
     assert free(joined) == 4
     made = decided(joined, ask("a", gpus=4, gang=None))
-    released = Reservation(round(WALL + TTL, 1), {GPU: 2}, ttl=TTL)  # written as its members' room only
+    released = Reserved(round(WALL + TTL, 1), {GPU: 2}, TTL)  # written as its members' room only
     assert made.verdicts == (Verdict(reservation="a"),) and made.write is not None
     assert made.write.entries["w0"] == released
     # however often its members' Pods are seen, CAP lives from its first sight at most
@@ -260,7 +260,7 @@ def test_a_dry_run_checks_the_whole_gang_and_writes_nothing() -> None:
 
 
 def test_a_hold_survives_the_ledger_encoding() -> None:
-    entries = {"w0": hold(3, charged=5), "plain": Reservation(WALL, {GPU: 1}, ttl=TTL), "g": places(1)}
+    entries = {"w0": hold(3, charged=5), "plain": Reserved(WALL, {GPU: 1}, TTL), "g": places(1)}
     assert decode("ai", lease(entries, 1)).entries == entries
     joined = {"w1": hold(3, joined=("w2", "w3"))}  # the previous version's readers read no "joined": it is optional
     assert decode("ai", lease(joined, 1)).entries == joined and '"joined":["w2","w3"]' in encode(joined)
@@ -269,7 +269,7 @@ def test_a_hold_survives_the_ledger_encoding() -> None:
     assert decode("ai", {"metadata": {"annotations": {LEDGER_ANNOTATION: broken}}}).entries == {}
 
 
-def lease(entries: Mapping[str, Reservation], rv: int) -> dict[str, Any]:
+def lease(entries: Mapping[str, LedgerEntry], rv: int) -> dict[str, Any]:
     return {"metadata": {"resourceVersion": str(rv), "annotations": {LEDGER_ANNOTATION: encode(entries)}}}
 
 

@@ -18,7 +18,8 @@ from app import create_app
 from app.admission.ports import QuotaOff, QuotaUnavailable
 from app.admission.review import QUOTA_RESERVATION_ANNOTATION
 from app.quota.committer import ADMIT_BUDGET, REQUEST_TIMEOUT
-from app.quota.core.encoding import LEDGER_ANNOTATION, MARK_ANNOTATION, MAX_LEDGER_BYTES, Reservation, encode
+from app.quota.core.encoding import LEDGER_ANNOTATION, MARK_ANNOTATION, MAX_LEDGER_BYTES, encode
+from app.quota.core.entries import Reserved
 from app.quota.evaluator import QuotaEvaluator
 from app.quota.startup import QuotaStartError, open_quota
 from app.readiness import Readiness
@@ -404,7 +405,7 @@ def test_a_full_ledger_refuses_clearly_and_is_counted(cluster: Cluster, start_qu
     while size < MAX_LEDGER_BYTES - 60:  # room for no more than a few bytes
         # An entry takes about 80 bytes: filled in strides that never overshoot, so a few encodes, not thousands.
         for _ in range(max(1, (MAX_LEDGER_BYTES - 60 - size) // 120)):
-            entries[f"lost-{len(entries):06d}-{'x' * 24}"] = Reservation(expires, {MEM: 1})
+            entries[f"lost-{len(entries):06d}-{'x' * 24}"] = Reserved(expires, {MEM: 1})
         size = len(encode(entries))
     lease = {
         "metadata": {"name": cluster.ledger_name, "labels": {"app.kubernetes.io/managed-by": "hami-webhook"},

@@ -11,7 +11,8 @@ import pytest
 from app.admission.annotations import QUOTA_RESERVATION_ANNOTATION
 from app.quota.core.decision import denial, free
 from app.quota.core.demand import pod_amounts
-from app.quota.core.encoding import Ledger, Reservation
+from app.quota.core.encoding import Ledger
+from app.quota.core.entries import Ahead, Reserved
 from app.quota.core.limits import set_by
 from app.quota.core.scene import Scene
 from app.quota.core.seal import seal
@@ -62,10 +63,10 @@ def test_used_held_and_the_quota_that_sets_each_limit(tables: tuple[QuotaTable, 
     # The writers' ``expires`` are nonsense on purpose: no reader judges by another's wall clock.
     pods.replace(NS, [stored("p1", 2, 1000, "r1"), stored("p2", 1, 500), stored("p4", 1, 700, "r4")])
     entries = {
-        "r1": Reservation(0, {MEM: 3000, GPU: 3}, ttl=60),
-        "r2": Reservation(0, {MEM: 1200, GPU: 1}, open=True, ttl=15),
-        "r3": Reservation(1e12, {MEM: 5000, GPU: 1}, ttl=60),
-        "r4": Reservation(0, {MEM: 700, GPU: 1}, ttl=60),
+        "r1": Reserved(0, {MEM: 3000, GPU: 3}, 60),
+        "r2": Ahead(0, {MEM: 1200, GPU: 1}, 15),
+        "r3": Reserved(1e12, {MEM: 5000, GPU: 1}, 60),
+        "r4": Reserved(0, {MEM: 700, GPU: 1}, 60),
     }
     first_seen = {"r1": NOW - 30, "r2": NOW - 5, "r3": NOW - 61, "r4": NOW - 55}
     found = stand(quotas, pods, Ledger(NS, entries, None, 5), first_seen)
@@ -94,7 +95,7 @@ def test_free_is_one_figure_the_limit_less_what_is_taken_at_most(tables: tuple[Q
     """The workload warning's FREE (``free``, what the evaluator's ``room`` returns) is the command's and the
     gauges': another worker's grant seen a moment ago counts as taken, though a denial does not count it yet."""
     quotas, pods = tables
-    entries = {"g": Reservation(0, {MEM: 3000, GPU: 1}, open=True, ttl=15)}
+    entries = {"g": Ahead(0, {MEM: 3000, GPU: 1}, 15)}
     first_seen = {"g": NOW}
     shown = stand(quotas, pods, Ledger(NS, entries, None, 5), first_seen)
     limits = {name: limit for name, (limit, _) in set_by(quotas.objects(NS)).items()}
