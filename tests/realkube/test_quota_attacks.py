@@ -140,6 +140,23 @@ def test_behind_a_webhook_that_changes_every_pod_room_for_n_admits_n(
     assert memory(any_installed, ns) == 4000
 
 
+def test_behind_a_webhook_that_adds_a_device_each_pod_is_charged_its_whole_demand_once(
+    any_installed: Installed, ns: str, tmp_path: Path
+) -> None:
+    """An injector after ours adds a 1000 MiB GPU container to every Pod: the review again (a new request uid) sees
+    2000 where the first charged 1000, and charges the difference only, into the same entry. Room for four
+    1000 MiB Pods admits two such Pods, their whole demand stored, and nothing more (charged both times in full, a
+    Pod would take 3000 and the second be refused; charged once for its first review, the namespace would hold
+    8000)."""
+    sidecar = {"name": "gpu-sidecar", "image": "sidecar:1", "resources": {"limits": dict(ONE_GPU)}}
+    with sidecar_injector(any_installed.kube, tmp_path, sidecar):
+        answers = [create(any_installed, ns, device_pod(f"grown-{i}", labels=dict(LABEL))) for i in range(3)]
+    assert [status for status, _ in answers] == [201, 201, 403], [a.get("message") for _, a in answers]
+    assert "used 4000 + requested 1000 > limit 4000" in answers[2][1]["message"]  # its first review's 1000
+    assert all(len(created["spec"]["containers"]) == 2 for _, created in answers[:2])
+    assert memory(any_installed, ns) == 4000
+
+
 def kueue(group: str, count: str) -> dict[str, Any]:
     """The marks of a Kueue plain-Pod group's member declaring ``count`` Pods."""
     return {"labels": {KUEUE_LABEL: group}, "annotations": {KUEUE_TOTAL: count}}
