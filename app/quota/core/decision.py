@@ -65,9 +65,10 @@ class Write:
     hold: str = ""
     gang_grant: str = ""
     joined: tuple[str, ...] = ()  # the request uids this write lists in entries: joined into holds, or grown into
+    encoded: str = ""  # ``entries`` encoded, when the decision had to encode them already (their size)
 
     def text(self) -> str:
-        return encode(self.entries)
+        return self.encoded or encode(self.entries)
 
     def landed(self, before: Mapping[str, LedgerEntry], after: Mapping[str, LedgerEntry]) -> bool:
         """Whether ``after``, the ledger read once this write's answer was lost, holds it where ``before`` (the ledger
@@ -123,6 +124,7 @@ def decide(scene: Scene, asks: Sequence[Ask], *, wanted: int, ask: bool, burst: 
     if not reserve and not joined and not closes and raised == wanted:
         return decided  # denials and dry runs only: no write (an older ledger never counts more)
     entry, extra = "", {}
+    uids: tuple[str, ...] = ()
     if reserve:
         extra = ahead(scene.limits, plus(counted.upper, plus(taking, holding)), taking, len(reserve), burst)
         entry = asks[reserve[0]].uid if len(reserve) == 1 and not extra else new_id
@@ -130,18 +132,20 @@ def decide(scene: Scene, asks: Sequence[Ask], *, wanted: int, ask: bool, burst: 
         # a Pod admitted into a grant as its window ends may appear a TTL later
         ttl = scene.ttl + (WINDOW if extra else 0)
         keep[entry] = (Ahead if extra else Reserved)(round(scene.wall + ttl, 1), plus(taking, extra), ttl, uids)
-        if _size(keep) > MAX_LEDGER_BYTES:  # too big: take nothing ahead, then refuse the batch
-            at = round(scene.wall + scene.ttl, 1)
-            extra, keep[entry] = {}, Reserved(at, dict(taking), scene.ttl, uids)
     hold, places, gang_grant = _places(scene, asks, joined, len(reserve), burst, keep, f"{new_id}-gang")
-    if _size(keep) > MAX_LEDGER_BYTES:
+    text = encode(keep)  # once: its size decides, and it is what the write sends
+    if len(text) > MAX_LEDGER_BYTES and extra:  # too big: take nothing ahead, then refuse the batch
+        at = round(scene.wall + scene.ttl, 1)
+        extra, keep[entry] = {}, Reserved(at, dict(taking), scene.ttl, uids)
+        text = encode(keep)
+    if len(text) > MAX_LEDGER_BYTES:
         full = tuple(sorted(reserve + joined))
         refused = tuple(None if i in full else v for i, v in enumerate(verdicts))
         return replace(decided, verdicts=refused, full=full, write=Write(dict(counted.keep), counted.mark, raised))
     for index in reserve:
         verdicts[index] = Verdict(reservation=entry)
     joins = tuple(asks[i].uid for i in joined)
-    write = Write(keep, counted.mark, raised, entry, extra, places, hold, gang_grant, joins)
+    write = Write(keep, counted.mark, raised, entry, extra, places, hold, gang_grant, joins, text)
     return replace(decided, verdicts=tuple(verdicts), reserved=tuple(sorted(reserve + joined)), write=write)
 
 

@@ -90,10 +90,10 @@ def encode(entries: Mapping[str, LedgerEntry]) -> str:
 def _encoded(entry: LedgerEntry) -> dict[str, Any]:
     out: dict[str, Any] = {} if entry.ttl is None else {"ttl": entry.ttl}
     out |= {"expires": entry.expires, "amounts": entry.amounts}
-    if isinstance(entry, Ahead):
+    if isinstance(entry, Ahead):  # a Places too
         out["open"] = True
-    if isinstance(entry, Places):
-        out["gang"] = entry.gang
+        if isinstance(entry, Places):
+            out["gang"] = entry.gang
     if entry.uids:
         out["uids"] = list(entry.uids)
     if isinstance(entry, Held):
