@@ -134,10 +134,8 @@ class QuotaEvaluator:
         """The reservation the Pod carries: ``entry`` sealed with the namespace's key, which the write that made or
         holds the entry stored (a ledger written only by the previous version has none: the bare id, which the
         feed does not count against the entry, so its room holds until it expires)."""
-        found = self.feed.view(namespace, ()).ledger
-        if found is None or not found.key:
-            return entry
-        return seal(found.key, namespace, entry, self._nonce(), who, requested).text()
+        key = self.feed.key(namespace)
+        return seal(key, namespace, entry, self._nonce(), who, requested).text() if key else entry
 
     def _reviewed_again(self, namespace: str, pod: PodEdit, who: str) -> tuple[Seal, Amounts] | None:
         """The seal the Pod carries and what it charged, when this is a review of the same admission again (the API

@@ -93,6 +93,10 @@ class FeedPort(Protocol):
         """Whether the first lists are in, within ``timeout`` (0: now)."""
         ...
 
+    def key(self, namespace: str) -> str:
+        """The namespace's sealing key, as its newest ledger brought it ("": none yet; the next write stores one)."""
+        ...
+
     def consumed(self, namespace: str, entry: str, nonce: str) -> bool:
         """Whether a Pod carrying the seal of ``entry`` with ``nonce`` has been counted against it: a review
         presenting that seal is then of another Pod (app/quota/core/seal.py)."""

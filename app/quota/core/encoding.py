@@ -28,6 +28,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from app.quota.core.entries import JOINERS, Ahead, Held, Hold, LedgerEntry, Places, Reserved
@@ -56,6 +57,11 @@ class Ledger:
     mark: int = 0
     wanted: int = 0  # raised by a worker that cannot decide while grants hold room: their holders close them
     key: str = ""  # the sealing key ("": none stored yet; the next write stores one)
+
+    @cached_property
+    def gangs(self) -> frozenset[str]:
+        """The gangs it holds room for (read with every view of its namespace: counted once per ledger read)."""
+        return frozenset(e.hold.group for e in self.entries.values() if isinstance(e, Held))
 
 
 def resource_version(text: Any) -> int:

@@ -20,7 +20,6 @@ from typing import Any
 from app.admission.devices.base import Device
 from app.kube.stream import Stream
 from app.quota.core.encoding import Ledger, resource_version
-from app.quota.core.entries import Held
 from app.quota.core.gang import Gang
 from app.quota.core.scene import View
 from app.quota.core.standing import Standing, standing
@@ -69,6 +68,12 @@ class Feed:
         """The Pod's gang from the group objects watched (app/quota/ports.py's Groups)."""
         with self._lock:
             return self.groups.gang(namespace, pod)
+
+    def key(self, namespace: str) -> str:
+        """The namespace's sealing key, as its newest ledger brought it (app/quota/ports.py's FeedPort)."""
+        with self._lock:
+            found = self.ledgers.get(namespace)
+            return found.key if found is not None else ""
 
     def consumed(self, namespace: str, entry: str, nonce: str) -> bool:
         """A Pod carrying this seal has been counted (app/quota/ports.py's FeedPort)."""
@@ -243,7 +248,7 @@ class Feed:
         taken = self.pods.seen(namespace, wanted)
         used, first_seen = self.pods.used(namespace), self.ledgers.first_seen(namespace)
         members = self.pods.members(namespace)
-        holds = [e.hold.group for e in (ledger.entries.values() if ledger else ()) if isinstance(e, Held)]
+        holds = ledger.gangs if ledger is not None else frozenset()
         gone = self.groups.gone(namespace, holds) if holds else frozenset()
         renewed = self.ledgers.renewed(namespace)
         return View(namespace, limits, ledger, first_seen, used, taken, pods_at, synced, broken, members, gone, renewed)

@@ -239,7 +239,7 @@ class SimFeed:
         wanted = entries if entries is not None else (ledger.entries if ledger is not None else ())
         taken = self.pods.seen(namespace, wanted)
         first_seen, renewed = self.ledgers.first_seen(namespace), self.ledgers.renewed(namespace)
-        holds = [e.hold.group for e in (ledger.entries.values() if ledger else ()) if isinstance(e, Held)]
+        holds = ledger.gangs if ledger is not None else frozenset()
         limits, used, members = self.quotas.limits(namespace), self.pods.used(namespace), self.pods.members(namespace)
         gone = self.groups.gone(namespace, holds)
         return View(namespace, limits, ledger, first_seen, used, taken, self.pod_rv, True, 0.0, members, gone, renewed)
@@ -266,6 +266,10 @@ class SimFeed:
 
     def wait_synced(self, timeout: float) -> bool:
         return True
+
+    def key(self, namespace: str) -> str:
+        found = self.ledgers.get(namespace)
+        return found.key if found is not None else ""
 
     def consumed(self, namespace: str, entry: str, nonce: str) -> bool:
         return self.pods.consumed(namespace, entry, nonce)
