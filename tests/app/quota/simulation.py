@@ -232,6 +232,11 @@ class SimFeed:
             self.ledgers.replace(_copy(list(server.leases.values())))
             self.sight_entries()
 
+    def gone(self, server: ApiServer, kind: str) -> None:
+        """410 Gone: the watch's events not delivered are lost, it lists again."""
+        self.worker.sim.trace.append(f"{self.worker.sim.now:.3f} worker {self.worker.index} lists {kind} again")
+        self.relist(server, kind)
+
     def bookmark(self, server: ApiServer) -> None:
         """A bookmark on the Pod watch: its resourceVersion moves on to the server's."""
         self.pod_rv = server.rv
@@ -483,7 +488,7 @@ class Worker:
                     weigh(4)
                     act((feed.deliver, kind))
                     weigh(0.5 if kind == "leases" else 0.05)  # a relist amid a gang's joins and releases
-                    act((feed.relist, sim.server, kind))
+                    act((feed.gone, sim.server, kind))
                 elif kind == "pods":  # a bookmark: the watch's resourceVersion moves on
                     weigh(0.3)
                     act((feed.bookmark, sim.server))
@@ -570,7 +575,8 @@ class Worker:
         try:
             admission.result = self.port.admit(NS, PodEdit(obj), uid=admission.uid, dry_run=admission.dry_run, who=who)
             result = admission.result
-            if result.reservation and self.sim.authors.random() < self.sim.reinvocations:
+            in_time = self.sim.now - admission.sent <= CALL_TIMEOUT  # later, the API server gave up on the call
+            if result.reservation and in_time and self.sim.authors.random() < self.sim.reinvocations:
                 self.admit_again(obj, admission, who)
         except QuotaUnavailable as exc:
             admission.result = exc
