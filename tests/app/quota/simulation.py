@@ -30,9 +30,15 @@ events, and its requests hang until their timeout or the heal; a request it gave
 network resumes, or never when the partition ends by resetting connections. Its contact probe runs too.
 
 Gangs: some schedules declare up to three PodGroups (scheduling.k8s.io, sizes 2-4, watched like the other kinds)
-and make half their admissions members; a group may be deleted mid-run. Every hold that every reader still counts
-(its group not deleted, its last member's write less than its life ago) must be real room: the Pods stored or
-landing plus every such hold's unfilled room never exceed the limit, so two gangs never each hold part of it.
+and make half their admissions members; a group may be deleted mid-run; a quarter of the members are created late,
+half a hold's life to past it (an OrderedReady creator), and Lease watches are cut often, so joins, releases and
+relists meet at the end of a hold's life. Every hold that every reader still counts (its group not deleted, its last
+member's write less than its life ago) must be real room: the Pods stored or landing plus every such hold's unfilled
+room never exceed the limit, so two gangs never each hold part of it. Each reader must count the entry of a Pod
+admitted less than a TTL ago, which it has not seen, as live (``check_unseen``), and give a hold's places up by their
+life past its own last sight of the hold or of a Pod naming it (``check_places``). A mixed gang's refusal must name
+what it assumes (``check_assumed``); at the end a gang that fits the free room, its launcher first or second, is
+admitted whole (``admit_whole``).
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ from app.quota.contact import Contact
 from app.quota.core.encoding import Ledger, decode
 from app.quota.core.entries import Ahead, Held, LedgerEntry, Places
 from app.quota.core.gang import KUEUE, KUEUE_LABEL, KUEUE_TOTAL, UPSTREAM, Gang
-from app.quota.core.scene import CAP, WINDOW, View
+from app.quota.core.scene import CAP, WINDOW, Scene, View, until, whole
 from app.quota.evaluator import QuotaEvaluator
 from app.quota.feed.groups import GroupTable
 from app.quota.feed.tables import LedgerTable, PodTable, QuotaTable
@@ -71,8 +77,10 @@ MEM, GPU = "nvidia.com/gpumem", "nvidia.com/gpu"
 TTL = 60.0
 RESERVATION = "hami.io/quota-reservation"
 HOLD = 90.0  # HAMI_QUOTA_GANG_HOLD: longer than TTL, so a hold's own expiry is what gives it back
+ASSUMED = "(each Pod not seen yet counted as large as this one)"  # what a gang's refusal assumes (docs/quota.md)
 SKEW = 600.0  # the most a replica's wall clock is off, either way: ten TTLs (no decision may read it)
 LAND_WITHIN = 3.0  # an admitted Pod is stored within this many seconds of its admission, or never
+CALL_TIMEOUT = 30.0  # the most a webhook call lasts (timeoutSeconds' bound): answered later, the Pod is never made
 MAX_ADMITTING = 3  # admission threads of one worker at a time
 SPIN = 10_000  # clock reads in one step that mean a thread loops without ever waiting
 DEVICES = Settings.from_env({}).devices
@@ -86,6 +94,11 @@ def _copy(obj: Any) -> Any:
 def entry_of(verdict: Verdict) -> str:
     """The ledger entry an admission's seal names (app/quota/core/seal.py)."""
     return verdict.reservation.partition(".")[0]
+
+
+def entry_of_pod(obj: dict[str, Any]) -> str:
+    """The ledger entry an admitted Pod's seal names."""
+    return str(obj["metadata"]["annotations"][RESERVATION].partition(".")[0])
 
 
 def memory(obj: dict[str, Any]) -> int:
@@ -196,6 +209,10 @@ class SimFeed:
         self.groups = GroupTable()
         self.watches = {"pods": Watch(), "leases": Watch(), "podgroups": Watch()}
         self.shown: set[str] = set()  # the uids of every Pod a list or an event showed this feed
+        # simulated time of this feed's first sight of each ledger entry, and its last first sight of a Pod naming one
+        self.sighted: dict[str, float] = {}
+        self.pod_sighted: dict[str, float] = {}
+        self.unseen_checked: tuple[int, ...] = ()  # what Simulation.check_unseen last checked here
         self.pod_rv = 0
         for kind, watch in self.watches.items():
             server.watches[kind].append(watch)
@@ -206,6 +223,7 @@ class SimFeed:
         self.worker.feed_version += 1
         self.watches[kind].pending.clear()
         if kind == "pods":
+            self.sight_pods(o for u, o in server.pods.items() if u not in self.shown)
             self.shown |= set(server.pods)
             self.pods.replace(NS, _copy(list(server.pods.values())))
             self.pod_rv = server.rv
@@ -213,6 +231,12 @@ class SimFeed:
             self.groups.replace(UPSTREAM, _copy(list(server.groups.values())))
         else:
             self.ledgers.replace(_copy(list(server.leases.values())))
+            self.sight_entries()
+
+    def gone(self, server: ApiServer, kind: str) -> None:
+        """410 Gone: the watch's events not delivered are lost, it lists again."""
+        self.worker.sim.trace.append(f"{self.worker.sim.now:.3f} worker {self.worker.index} lists {kind} again")
+        self.relist(server, kind)
 
     def bookmark(self, server: ApiServer) -> None:
         """A bookmark on the Pod watch: its resourceVersion moves on to the server's."""
@@ -223,7 +247,8 @@ class SimFeed:
         self.worker.feed_version += 1
         event, obj = self.watches[kind].pending.popleft()
         if kind == "pods":
-            if event != "DELETED":  # a Pod it never saw, gone: nothing of it is known here
+            if event != "DELETED" and obj["metadata"]["uid"] not in self.shown:  # a Pod gone unseen: nothing known
+                self.sight_pods([obj])
                 self.shown.add(obj["metadata"]["uid"])
             self.pods.apply(event, obj)
             self.pod_rv = int(obj["metadata"]["resourceVersion"])
@@ -231,6 +256,20 @@ class SimFeed:
             self.groups.apply(UPSTREAM, event, obj)
         else:
             self.ledgers.apply(event, obj)
+            self.sight_entries()
+
+    def sight_pods(self, objs: Iterable[dict[str, Any]]) -> None:
+        """Pods shown here for the first time: a sight of the entry each names (sealed or not: the bound it gives
+        ``Simulation.check_places`` is the later for it)."""
+        for obj in objs:
+            if named := (obj["metadata"].get("annotations") or {}).get(RESERVATION, "").partition(".")[0]:
+                self.pod_sighted[named] = self.worker.sim.now
+
+    def sight_entries(self) -> None:
+        """The entries of the newest ledger here that it had not seen before are first seen now."""
+        if (found := self.ledgers.get(NS)) is not None:
+            for entry_id in found.entries.keys() - self.sighted.keys():
+                self.sighted[entry_id] = self.worker.sim.now
 
     # --- FeedView ---------------------------------------------------------------------------------
 
@@ -249,6 +288,7 @@ class SimFeed:
 
     def offer(self, found: Ledger) -> None:
         self.ledgers.offer(found)
+        self.sight_entries()
 
     def wait_ledger(self, namespace: str, rv: int, timeout: float) -> Ledger | None:
         def newer() -> Ledger | None:
@@ -308,6 +348,7 @@ class Admission:
         ""  # Kueue's: the total count on the Pod (its author's word: now and then not its group's, or no count)
     )
     result: Verdict | QuotaUnavailable | None = None
+    sent: float = 0.0  # when the API server called the webhook
 
 
 class Task:
@@ -451,8 +492,8 @@ class Worker:
                 if watch.pending:
                     weigh(4)
                     act((feed.deliver, kind))
-                    weigh(0.05)
-                    act((feed.relist, sim.server, kind))
+                    weigh(0.5 if kind == "leases" else 0.05)  # a relist amid a gang's joins and releases
+                    act((feed.gone, sim.server, kind))
                 elif kind == "pods":  # a bookmark: the watch's resourceVersion moves on
                     weigh(0.3)
                     act((feed.bookmark, sim.server))
@@ -533,12 +574,14 @@ class Worker:
         return answer
 
     def admit(self, admission: Admission) -> None:
+        admission.sent = self.sim.now
         obj = self.sim.pod_object(admission)
         who = f"author\x00{admission.uid}"  # the requester and the Pod's name, as every review of it sees them
         try:
             admission.result = self.port.admit(NS, PodEdit(obj), uid=admission.uid, dry_run=admission.dry_run, who=who)
             result = admission.result
-            if result.reservation and self.sim.authors.random() < self.sim.reinvocations:
+            in_time = self.sim.now - admission.sent <= CALL_TIMEOUT  # later, the API server gave up on the call
+            if result.reservation and in_time and self.sim.authors.random() < self.sim.reinvocations:
                 self.admit_again(obj, admission, who)
         except QuotaUnavailable as exc:
             admission.result = exc
@@ -627,6 +670,10 @@ class Simulation:
         self.trace: deque[str] = deque(maxlen=40)
         self.problems: list[str] = []  # found in a worker's thread, raised by the scheduler
         self.checked_rv = -1  # the stored ledger's resourceVersion when last checked
+        self.places_epoch = -1  # the epoch when the holds' places were last checked
+        self.gang_denials: dict[str, list[str]] = {}  # per group: its members' denials
+        self.coming: dict[str, tuple[str, float]] = {}  # per Pod admitted to be stored: its entry and call's start
+        self.stragglers: list[tuple[float, int, Admission]] = []  # members created late: when, through which worker
         self.present: set[str] = set()  # the entries stored then
         self.gone: set[str] = set()  # entries that left the stored ledger
 
@@ -664,6 +711,8 @@ class Simulation:
         if result.denial:
             if not result.denial.startswith(f"exceeding resource quota: namespace {NS} "):
                 self.problems.append(f"a denial that does not say why: {result.denial!r}")
+            if admission.group:
+                self.gang_denials.setdefault(admission.group, []).append(result.denial)
             self.denied += 1
             return
         if admission.dry_run:
@@ -673,7 +722,10 @@ class Simulation:
         self.charged[entry] = self.charged.get(entry, 0) + admission.memory
         if not result.reservation:
             self.problems.append(f"{admission.uid} admitted without a reservation")
-        if self.rng.random() >= self.never_lands:
+        if self.now - admission.sent > CALL_TIMEOUT:  # the API server gave up on the call: the Pod is not made
+            self.trace.append(f"{self.now:.3f} {admission.uid} answered after its call timed out")
+        elif self.rng.random() >= self.never_lands:
+            self.coming[admission.uid] = (entry, admission.sent)
             obj = self.pod_object(admission)
             obj["metadata"]["annotations"][RESERVATION] = result.reservation
             self.landing[admission.uid] = (self.now + self.rng.uniform(0, LAND_WITHIN), obj)
@@ -726,9 +778,17 @@ class Simulation:
             actions.append((self.launch,))
         weights.append(1)
         actions.append((self.advance,))
-        if self.quiet():
-            weights.append(0.2)
-            actions.append((self.advance, 25.0))  # toward the end of a hold's life
+        if self.quiet():  # toward the end of a hold's life: often while one waits for members
+            found = self.server.ledger_entries()
+            waiting = found is not None and any(e.hold and e.hold.members < e.hold.size for e in found.entries.values())
+            weights.append(1.0 if waiting else 0.2)
+            actions.append((self.advance, 25.0))
+            if self.stragglers and self.idle(found):
+                weights.append(1.0)  # time passes to the next late member
+                actions.append((self.straggle,))
+        if self.stragglers and self.stragglers[0][0] <= self.now:
+            weights.append(1.0)
+            actions.append((self.straggle,))
         return weights, actions
 
     def quiet(self) -> bool:
@@ -737,6 +797,12 @@ class Simulation:
         timeout); a long step with events pending would make a watch lag that long, which it does not claim to
         survive (seed 2607 of SIM_BASE 868916498 did: an entry expired before its Pod was seen)."""
         return not self.landing and not any(w.pending for x in self.workers for w in x.feed.watches.values())
+
+    def idle(self, found: Ledger | None) -> bool:
+        """Nothing on its way: no admission, no grant open (a step longer than a TTL would stall its worker past its
+        life: the places it holds lost, as a killed worker's)."""
+        open_grant = found is not None and any(e.open for e in found.entries.values())
+        return not open_grant and not any(w.busy("admission") for w in self.workers)
 
     def pick(self, weights: list[float], actions: list[tuple[Any, ...]]) -> tuple[Any, ...]:
         """``self.rng.choices(actions, weights)[0]``, the same draw, without its checks and copies."""
@@ -780,9 +846,24 @@ class Simulation:
             admission.memory = 4000
         if group in self.kueue:  # now and then a member declares another size than its group's, or no number
             admission.declares = self.rng.choice([str(self.kueue[group])] * 16 + [str(self.kueue[group] + 1), "\u00b2"])
-        if group and not admission.dry_run:
-            self.started.setdefault(group, []).append(admission)
+        if group and self.rng.random() < 0.25:  # a member created late (an OrderedReady creator, a retried one)
+            due = self.now + self.rng.uniform(0.5, 1.1) * self.hold
+            bisect.insort(self.stragglers, (due, worker.index, admission), key=lambda s: s[0])
+            return
+        self.spawn_admission(worker, admission)
+
+    def spawn_admission(self, worker: Worker, admission: Admission) -> None:
+        if admission.group and not admission.dry_run:
+            self.started.setdefault(admission.group, []).append(admission)
         worker.spawn("admission", lambda: worker.admit(admission))
+
+    def straggle(self) -> None:
+        """The first late member comes (time passes to it)."""
+        due, index, admission = self.stragglers.pop(0)
+        if due > self.now:
+            self.advance(due - self.now)
+        self.trace.append(f"{self.now:.3f} {admission.uid} of {admission.group} created late")
+        self.spawn_admission(self.workers[index], admission)
 
     def launch(self) -> None:
         """A gang's Pod that asks for no device (an MPI launcher, a Spark driver): created by its controller, never
@@ -849,10 +930,14 @@ class Simulation:
         committed = self.committed
         if committed > self.limit:
             raise self.violation(f"over-admitted: Pods stored or landing hold {committed} > limit {self.limit}")
+        if self.epoch != self.places_epoch:
+            self.places_epoch = self.epoch
+            self.check_places()
         found = self.server.ledger_entries()
         if found is None:
             return
         self.check_holds(found, committed)
+        self.check_unseen(found)
         if found.rv == self.checked_rv:
             return
         self.placed.update(placed(found))
@@ -864,6 +949,10 @@ class Simulation:
                 raise self.violation(f"entry {entry_id} holds room past its TTL: {entry}")
         if stored & self.gone:  # its readers would count its life again from their next sight
             raise self.violation(f"entries {sorted(stored & self.gone)} came back to the ledger after they left it")
+        if left := self.present - stored:  # no room is given back while a Pod admitted into it is on its way
+            for uid, (_, obj) in self.landing.items():
+                if (carries := entry_of_pod(obj)) in left:
+                    raise self.violation(f"entry {carries} left the ledger while {uid}, admitted into it, is landing")
         self.gone |= self.present - stored
         self.present = stored
 
@@ -901,6 +990,78 @@ class Simulation:
                 f"holds are not real room: Pods {committed} + unfilled holds {unfilled} > {self.limit}"
             )
 
+    def check_unseen(self, found: Ledger) -> None:
+        """Every reader of the stored ledger counts the entry of each Pod admitted less than a TTL ago that it has not
+        seen yet as live (an entry lives a TTL from each reader's first sight of it, or of it released; a hold also a
+        TTL from each reader's sight of its last join, a relist's included: docs/quota.md, "Giving it back"); a Pod
+        shown later than that its watch does not claim to survive (``quiet``)."""
+        if self.coming and min(sent for _, sent in self.coming.values()) + TTL <= self.now:
+            self.coming = {u: c for u, c in self.coming.items() if self.now < c[1] + TTL}
+        for worker in self.workers if self.coming else ():
+            feed = worker.feed
+            if (seen := feed.ledgers.get(NS)) is None or seen.rv != found.rv:
+                continue  # an older ledger: a write on it fails its compare-and-swap
+            key = (self.epoch, found.rv, worker.feed_version, len(self.coming))
+            if feed.unseen_checked == key:
+                continue
+            feed.unseen_checked = key
+            unseen = {u: e for u, (e, _) in self.coming.items() if u not in feed.shown and e in found.entries}
+            if not unseen:
+                continue
+            scene = self.sights(worker, found, unseen.values())
+            for uid, carries in unseen.items():
+                if scene.now >= until(scene, carries, found.entries[carries]):
+                    raise self.violation(
+                        f"worker {worker.index} gave back {carries} before it saw {uid}, admitted into it"
+                    )
+
+    def sights(self, worker: Worker, found: Ledger, entries: Iterable[str]) -> Scene:
+        """``found`` as a decision of ``worker`` would read it now: its sights of the entries and their Pods, and the
+        groups it saw deleted (the limits and the Pods' usage left out: the checks judge time, not room)."""
+        feed = worker.feed
+        groups = [e.hold.group for e in found.entries.values() if e.hold is not None]
+        return Scene(
+            NS, {}, found.entries, found.mark, {}, feed.pods.seen(NS, entries), worker.time(), self.now + worker.offset,
+            TTL, first_seen=feed.ledgers.first_seen(NS), gone=feed.groups.gone(NS, groups), hold_ttl=self.hold,
+            renewed=feed.ledgers.renewed(NS),
+        )  # fmt: skip
+
+    def check_places(self) -> None:
+        """No reader holds a gang's places (room for members still to come) longer than the hold's life past the
+        later of its first sight of the hold and its last sight of a Pod naming it, nor past CAP lives from its first
+        sight: a join alone (a member admitted and never stored) renews nothing (docs/quota.md, "Giving it back")."""
+        life = max(self.hold, TTL)
+        for worker in self.workers:
+            feed = worker.feed
+            found = feed.ledgers.get(NS)
+            holds = [
+                (i, e) for i, e in (found.entries.items() if found else ()) if e.hold and e.hold.members < e.hold.size
+            ]
+            if not holds:
+                continue
+            assert found is not None
+            scene = self.sights(worker, found, [i for i, _ in holds])
+            for hold_id, entry in holds:
+                first = feed.sighted.get(hold_id, self.now)
+                seen = max(first, feed.pod_sighted.get(hold_id, first))
+                if self.now >= min(seen, first + (CAP - 1) * life) + life and whole(scene, hold_id, entry):
+                    raise self.violation(
+                        f"worker {worker.index} holds the places of {hold_id} {self.now - seen:.3f} s after its last "
+                        f"sight of it or of a Pod naming it, {self.now - first:.3f} s after its first"
+                    )
+
+    def check_assumed(self) -> None:
+        """A gang whose Pods are of several sizes (a launcher that asks for no device among them), refused for its
+        members together, is told that the figure counts each Pod not seen yet as large as the refused one: why a
+        gang that would fit in some order was refused in this one (docs/rules.md)."""
+        for group, denials in self.gang_denials.items():
+            sizes = {a.memory for a in self.started.get(group, [])} | ({0} if group in self.launched else set())
+            for denial in denials if len(sizes) > 1 else ():
+                if " Pods together" in denial and ASSUMED not in denial:
+                    raise self.violation(
+                        f"gang {group} of sizes {sorted(sizes)} refused without its assumption: {denial}"
+                    )
+
     def check_members(self) -> None:
         """No member takes two places: once every admission is answered, a hold whose gang has no grant open counts
         no more members than the admissions answered into it or into its gang's grants (a join decided again, its
@@ -928,12 +1089,18 @@ class Simulation:
         before = random.getstate()
         random.seed(self.seed)  # the back-off's jitter: drawn in the one running thread, so in a fixed order
         try:
-            while self.admissions_left or self.landing or any(w.busy("admission") for w in self.workers):
+            while (
+                self.admissions_left
+                or self.stragglers
+                or self.landing
+                or any(w.busy("admission") for w in self.workers)
+            ):
                 self.step += 1
                 action, *arguments = self.pick(*self.choices())
                 action(*arguments)
                 self.check()
             self.check_members()
+            self.check_assumed()
             free = self.settle()
             recounted = sum(memory(o) for o in [*self.server.pods.values(), *(o for _, o in self.landing.values())])
             if recounted != self.committed:
@@ -997,7 +1164,46 @@ class Simulation:
         self.deliver_all()
         free = (self.limit - sum(map(memory, self.server.pods.values()))) // 1000
         self.fill(worker, "after", free)
+        if self.gangs:
+            self.advance(TTL + WINDOW + 1)  # the room the fill's Pods (never stored) were admitted into is back
+            self.deliver_all()
+            self.admit_whole(worker, self.limit - sum(map(memory, self.server.pods.values())))
         return free
+
+    def admit_whole(self, worker: Worker, free: int) -> None:
+        """A gang that fits the free room, its members one after the other and nothing else asking, is admitted
+        whole: its launcher (a Pod that asks for no device) created before its first member fills a place of no
+        room; created after it, its place is held at that member's size (docs/rules.md), so the gang is sized for
+        that. Its members of one size, as large as the room allows."""
+        self.never_lands = self.rewrites = 0.0
+        first = self.rng.random() < 0.5  # the launcher before the first member
+        members = self.rng.choice([1, 2, 3])
+        each = free // (members if first else members + 1)
+        if each < 1:
+            return
+        name, size = "whole", members + 1
+        if self.rng.random() < 0.3:
+            self.kueue[name] = size
+        else:
+            self.server.create_group(name, size)
+        launcher = self.pod_object(Admission(f"launcher-{name}", 0, False, name, str(size)))
+        for i in range(members + 1):
+            if i == int(not first):
+                self.trace.append(f"{self.now:.3f} launcher-{name} stored")
+                self.server.create_pod(launcher)
+            self.deliver_all()
+            if i == members:
+                break
+            admission = Admission(f"{name}-{i}", each, False, name, str(size))
+            self.finish(worker, "admission", lambda a=admission: worker.admit(a))
+            result = admission.result
+            if not (isinstance(result, Verdict) and result.reservation) or admission.uid not in self.landing:
+                raise self.violation(
+                    f"gang {name} of {size} (the launcher {'first' if first else 'second'}, {members} of {each}) in "
+                    f"room for {free}: member {i} not admitted: {result!r}"
+                )
+            self.land(admission.uid)
+            self.check()
 
     def held_by_holds(self) -> int | None:
         """The room the ledger's holds hold for worker 0 beyond what the Pods carrying their ids that its feed was

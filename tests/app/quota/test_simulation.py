@@ -3,8 +3,10 @@ replicas running the real QuotaEvaluator and decision against a model of the API
 410s, lost compare-and-swaps, lost answers, SIGKILLs, partitions healed by resuming or resetting, and Pods that
 never land; gangs of PodGroups and of Kueue, with launchers that ask for no device and members of mixed sizes.
 After every step: never more admitted than the limit, no entry holding room past its TTL, every refusal with its
-reason, holds that are real room; after the burst: no member counted twice in a hold, and a TTL on, the room that
-neither Pods nor live holds hold can be admitted, and no more; once the holds expired, all the room Pods do not hold.
+reason, holds that are real room, no reader giving back an entry before it saw the Pods admitted into it (a TTL), no
+reader holding a gang's places past their life; after the burst: no member counted twice in a hold, every refusal of
+a mixed gang naming its assumption, and a TTL on, the room that neither Pods nor live holds hold can be admitted, and
+no more; once the holds expired, all the room Pods do not hold, and a gang that fits it admitted whole.
 
 The schedules run in one process per core (each schedule is single-threaded in effect: its threads pass a baton).
 Each run takes the first FIXED seeds (0, 1, ...: every run meets the same ones) and as many fresh ones from a base
