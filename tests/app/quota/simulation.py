@@ -780,7 +780,9 @@ class Simulation:
         actions.append((self.advance,))
         if self.quiet():  # toward the end of a hold's life: often while one waits for members
             found = self.server.ledger_entries()
-            waiting = found is not None and any(e.hold and e.hold.members < e.hold.size for e in found.entries.values())
+            waiting = found is not None and any(
+                isinstance(e, Held) and e.hold.members < e.hold.size for e in found.entries.values()
+            )
             weights.append(1.0 if waiting else 0.2)
             actions.append((self.advance, 25.0))
             if self.stragglers and self.idle(found):
@@ -801,7 +803,7 @@ class Simulation:
     def idle(self, found: Ledger | None) -> bool:
         """Nothing on its way: no admission, no grant open (a step longer than a TTL would stall its worker past its
         life: the places it holds lost, as a killed worker's)."""
-        open_grant = found is not None and any(e.open for e in found.entries.values())
+        open_grant = found is not None and any(isinstance(e, Ahead) for e in found.entries.values())
         return not open_grant and not any(w.busy("admission") for w in self.workers)
 
     def pick(self, weights: list[float], actions: list[tuple[Any, ...]]) -> tuple[Any, ...]:
@@ -1019,7 +1021,7 @@ class Simulation:
         """``found`` as a decision of ``worker`` would read it now: its sights of the entries and their Pods, and the
         groups it saw deleted (the limits and the Pods' usage left out: the checks judge time, not room)."""
         feed = worker.feed
-        groups = [e.hold.group for e in found.entries.values() if e.hold is not None]
+        groups = found.gangs
         return Scene(
             NS, {}, found.entries, found.mark, {}, feed.pods.seen(NS, entries), worker.time(), self.now + worker.offset,
             TTL, first_seen=feed.ledgers.first_seen(NS), gone=feed.groups.gone(NS, groups), hold_ttl=self.hold,
@@ -1035,7 +1037,9 @@ class Simulation:
             feed = worker.feed
             found = feed.ledgers.get(NS)
             holds = [
-                (i, e) for i, e in (found.entries.items() if found else ()) if e.hold and e.hold.members < e.hold.size
+                (i, e)
+                for i, e in (found.entries.items() if found else ())
+                if isinstance(e, Held) and e.hold.members < e.hold.size
             ]
             if not holds:
                 continue
