@@ -117,8 +117,9 @@ class QuotaEvaluator:
         ask = replace(ask, gang=gang)
         # a gang member's room may be in its hold, which a denial from the cache counts as taken: the ledger decides
         # a Pod reviewed again has room in its entry already, which a denial from the cache would count as taken
-        at_once = None if gang or ask.grows else self._denied_at_once(namespace, ask)
-        verdict = self.committer.alone(namespace, ask) or at_once
+        verdict = self.committer.alone(namespace, ask) or (
+            None if gang or ask.grows else self._denied_at_once(namespace, ask)
+        )
         if verdict is None:
             ticket = Ticket(ask, deadline)
             self.committer.settle(namespace, ticket)
