@@ -32,7 +32,7 @@ DEFAULT_CORE_NAME = "enflame.com/gcu-core"
 class EnflameDRS(OwnsItsQuotaNames):
     """HAMi's Enflame DRS rules: a slice count, or else a memory and/or core-percentage share of one card."""
 
-    drs_name: str
+    count_name: str
     memory_name: str
     core_name: str
     key: str = "Enflame"
@@ -40,22 +40,22 @@ class EnflameDRS(OwnsItsQuotaNames):
     @classmethod
     def from_config(cls, section: ConfigSection) -> EnflameDRS:
         return cls(
-            drs_name=section.str("resourceNameDRSGCU") or section.str("resourceNameVGCU") or DEFAULT_DRS_NAME,
+            count_name=section.str("resourceNameDRSGCU") or section.str("resourceNameVGCU") or DEFAULT_DRS_NAME,
             memory_name=section.str("resourceNameGCUMemory") or DEFAULT_MEMORY_NAME,
             core_name=section.str("resourceNameGCUCore") or DEFAULT_CORE_NAME,
         )
 
     @cached_property
     def quota_names(self) -> QuotaNames:
-        return QuotaNames(memory=self.memory_name, cores=self.core_name, count=self.drs_name)
+        return QuotaNames(memory=self.memory_name, cores=self.core_name, count=self.count_name)
 
     def mutate(self, ctr: ContainerEdit, pod: PodEdit) -> bool:
         """Found when any of the three is named in limits or requests; the side that lacks it gets a copy."""
-        slices = ctr.limit_or_request(self.drs_name)
+        slices = ctr.limit_or_request(self.count_name)
         if slices is not None:
             if slices.nanos <= 0:
-                raise DeviceRequestError(f"{self.drs_name} must be greater than 0")
-            _fill_both_sides(ctr, self.drs_name)
+                raise DeviceRequestError(f"{self.count_name} must be greater than 0")
+            _fill_both_sides(ctr, self.count_name)
             return True
         memory = ctr.limit_or_request(self.memory_name)
         cores = ctr.limit_or_request(self.core_name)
@@ -73,7 +73,7 @@ class EnflameDRS(OwnsItsQuotaNames):
 
     def quota_request(self, ctr: ContainerEdit) -> QuotaRequest | None:
         """HAMi's quirk kept: DRS slices are charged as memory (one device, Memreq = slices, no cores)."""
-        slices = ctr.limit_or_request(self.drs_name)
+        slices = ctr.limit_or_request(self.count_name)
         if slices is not None:
             whole = whole_in_range(slices, 1, INT32_MAX)
             return None if whole is None else QuotaRequest(nums=1, memory=whole)

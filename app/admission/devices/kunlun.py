@@ -36,20 +36,20 @@ def partition(memory: int) -> int:
 class KunlunVXPU(OwnsItsQuotaNames):
     """HAMi's vXPU rules: found by vcount in limits; vmemory is rounded up in limits and requests."""
 
-    vcount_name: str
+    count_name: str
     vmemory_name: str
     key: str = "XPU"
 
     @classmethod
     def from_config(cls, section: ConfigSection) -> KunlunVXPU:
-        return cls(vcount_name=section.str("resourceVCountName"), vmemory_name=section.str("resourceVMemoryName"))
+        return cls(count_name=section.str("resourceVCountName"), vmemory_name=section.str("resourceVMemoryName"))
 
     @cached_property
     def quota_names(self) -> QuotaNames:
-        return QuotaNames(memory=self.vmemory_name, count=self.vcount_name)
+        return QuotaNames(memory=self.vmemory_name, count=self.count_name)
 
     def mutate(self, ctr: ContainerEdit, pod: PodEdit) -> bool:
-        if not self.vcount_name or self.vcount_name not in ctr.limits:
+        if not self.count_name or self.count_name not in ctr.limits:
             return False
         memory = ctr.limit(self.vmemory_name) if self.vmemory_name else None
         if memory is not None:
@@ -59,7 +59,7 @@ class KunlunVXPU(OwnsItsQuotaNames):
 
     def quota_request(self, ctr: ContainerEdit) -> QuotaRequest | None:
         """Only memory counts: the partition asked for, or a whole card when vmemory is absent or not whole."""
-        count = ctr.limit_or_request(self.vcount_name) if self.vcount_name else None
+        count = ctr.limit_or_request(self.count_name) if self.count_name else None
         nums = whole_in_range(count, 1, INT32_MAX)
         if nums is None:
             return None
