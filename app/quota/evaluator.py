@@ -22,14 +22,14 @@ from app.admission.edit import PodEdit
 from app.admission.ports import FITS, QuotaUnavailable, Verdict
 from app.quota.committer import ADMIT_BUDGET, Committer
 from app.quota.contact import Contact
-from app.quota.core.amounts import Amounts
+from app.quota.core.amounts import Amounts, beyond, is_zero
 from app.quota.core.decision import denial, free
 from app.quota.core.demand import amounts, demands
 from app.quota.core.encoding import Ledger
 from app.quota.core.gang import Gang, GroupRefused
 from app.quota.core.limits import limited
 from app.quota.core.scene import Ask, View, account
-from app.quota.core.seal import parse, same_admission, seal
+from app.quota.core.seal import Seal, charged, parse, seal
 from app.quota.ports import SYSTEM_CLOCK, Clock, FeedPort, Groups, StreamsPort
 from app.quota.state import Ticket
 
@@ -97,10 +97,16 @@ class QuotaEvaluator:
         listing = max(min(SYNC_WAIT, deadline - self._clock.monotonic()), 0)
         if view.pods_at < 0 and not self.feed.wait_pods(namespace, 0, listing):
             raise QuotaUnavailable(f"the Pods of namespace {namespace} have not been listed yet")
-        again = self._reviewed_again(namespace, pod, who, requested)
-        if again:  # the same Pod, reviewed again after another webhook changed it: charged once already
-            return Verdict(reservation=again)
-        return self._charge(namespace, pod, Ask(uid, requested, dry_run), who, deadline)
+        ask = Ask(uid, requested, dry_run)
+        again = self._reviewed_again(namespace, pod, who)
+        if again is not None:  # the same Pod, reviewed again after another webhook changed it: charged already
+            found, before = again
+            if before == requested:
+                return Verdict(reservation=found.text())
+            if is_zero(beyond(requested, before)):  # it asks less: its entry holds the rest until it expires
+                return Verdict(reservation=self._sealed(namespace, found.entry, who, requested))
+            ask = replace(ask, grows=found.entry, charged=before)  # its entry grows by the difference
+        return self._charge(namespace, pod, ask, who, deadline)
 
     def _charge(self, namespace: str, pod: PodEdit, ask: Ask, who: str, deadline: float) -> Verdict:
         """The ledger's verdict on ``ask`` (without the API server where it can), its reservation sealed."""
@@ -110,7 +116,9 @@ class QuotaEvaluator:
             return Verdict(str(refused), gang=True)
         ask = replace(ask, gang=gang)
         # a gang member's room may be in its hold, which a denial from the cache counts as taken: the ledger decides
-        verdict = self.committer.alone(namespace, ask) or (None if gang else self._denied_at_once(namespace, ask))
+        # a Pod reviewed again has room in its entry already, which a denial from the cache would count as taken
+        at_once = None if gang or ask.grows else self._denied_at_once(namespace, ask)
+        verdict = self.committer.alone(namespace, ask) or at_once
         if verdict is None:
             ticket = Ticket(ask, deadline)
             self.committer.settle(namespace, ticket)
@@ -131,24 +139,23 @@ class QuotaEvaluator:
             return entry
         return seal(found.key, namespace, entry, self._nonce(), who, requested).text()
 
-    def _reviewed_again(self, namespace: str, pod: PodEdit, who: str, requested: Amounts) -> str:
-        """The seal the Pod carries when this is a review of the same admission again (the API server reinvokes the
-        webhook after a later webhook changed the Pod, with a new request uid): sealed by this webhook for this
-        requester, Pod name and demand, its entry still live, and no Pod carrying it counted yet ("" when not:
-        the Pod is charged, and the seal it carried replaced). docs/rules.md#charged-once-per-pod."""
+    def _reviewed_again(self, namespace: str, pod: PodEdit, who: str) -> tuple[Seal, Amounts] | None:
+        """The seal the Pod carries and what it charged, when this is a review of the same admission again (the API
+        server reinvokes the webhook after a later webhook changed the Pod, with a new request uid): sealed by this
+        webhook for this requester and Pod name, its entry still live, and no Pod carrying it counted yet (None when
+        not: the Pod is charged, and the seal it carried replaced). docs/rules.md#charged-once-per-pod."""
         written = pod.written_annotations.get(QUOTA_RESERVATION_ANNOTATION)
         found = parse(written) if isinstance(written, str) and who else None
         if found is None:
-            return ""
+            return None
         view = self.feed.view(namespace, (found.entry,))
         ledger = view.ledger
         if ledger is None or not ledger.key or found.entry not in ledger.entries or view.broken_for > 0:
-            return ""
-        if not same_admission(ledger.key, namespace, found, who, requested):
-            return ""
-        if found.entry not in account(self.committer.scene(view, ledger)).live:
-            return ""
-        return "" if self.feed.consumed(namespace, found.entry, found.nonce) else found.text()
+            return None
+        before = charged(ledger.key, namespace, found, who)
+        if before is None or found.entry not in account(self.committer.scene(view, ledger)).live:
+            return None
+        return None if self.feed.consumed(namespace, found.entry, found.nonce) else (found, before)
 
     def _denied_at_once(self, namespace: str, ask: Ask) -> Verdict | None:
         """A denial from the cached ledger, without waiting for a commit in flight: what does not fit even

@@ -45,8 +45,9 @@ class NamespaceState:
 
     def alone(self, ask: Ask, now: float) -> Verdict | None:
         """The verdict this worker gives without the ledger: the same request again, or room in one of its open
-        grants; None when the ledger must decide."""
-        return self.again(ask.uid) or self.from_grant(ask, now)
+        grants (not for a Pod reviewed again, whose entry grows: docs/rules.md#charged-once-per-pod); None when the
+        ledger must decide."""
+        return self.again(ask.uid) or (None if ask.grows else self.from_grant(ask, now))
 
     def again(self, uid: str) -> Verdict | None:
         """The API server sent this very request again: its room is reserved already."""

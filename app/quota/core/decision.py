@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from app.admission.ports import FITS, Verdict
-from app.quota.core.amounts import Amounts, accumulate, plus
+from app.quota.core.amounts import Amounts, accumulate, beyond, plus, times
 from app.quota.core.encoding import MAX_LEDGER_BYTES, Reservation, encode
 from app.quota.core.hold import grant_places, join
 from app.quota.core.limits import limited, overflow
@@ -63,18 +63,19 @@ class Write:
     places: int = 0  # places of a gang's hold (``hold``) taken into a grant of this worker's (``gang_grant``)
     hold: str = ""
     gang_grant: str = ""
-    joined: tuple[str, ...] = ()  # the request uids this write joins into gangs' holds
+    joined: tuple[str, ...] = ()  # the request uids this write lists in entries: joined into holds, or grown into
 
     def text(self) -> str:
         return encode(self.entries)
 
     def landed(self, before: Mapping[str, Reservation], after: Mapping[str, Reservation]) -> bool:
         """Whether ``after``, the ledger read once this write's answer was lost, holds it where ``before`` (the ledger
-        it was decided on) did not: an entry it adds (its batch's, its gang grant), or a member it joins into a hold
-        (each hold lists its last joiners). A write that lands twice would charge its asks twice."""
+        it was decided on) did not: an entry it adds (its batch's, its gang grant), or a request it lists (a member
+        joined into a hold, which lists its last joiners; a Pod reviewed again whose entry it grows). A write that
+        lands twice would charge its asks twice."""
         if any(entry and entry not in before and entry in after for entry in (self.entry, self.gang_grant)):
             return True
-        listed, listed_before = _joiners(after), _joiners(before)
+        listed, listed_before = _listed(after), _listed(before)
         return any(uid in listed and uid not in listed_before for uid in self.joined)
 
 
@@ -97,8 +98,7 @@ def free(scene: Scene) -> dict[str, int]:
     Pod within it is admitted without waiting on anyone's grant; the other bound (less what is taken at least)
     only says what may come free. The one FREE: the workload warning's, ``hami-webhook quota``'s and the
     gauges' (app/quota/core/standing.py counts the same ``upper``); docs/quota.md, "Looking at quota"."""
-    taken = account(scene).upper
-    return {name: max(limit - taken.get(name, 0), 0) for name, limit in scene.limits.items()}
+    return beyond(scene.limits, account(scene).upper)
 
 
 def denial(scene: Scene, requested: Mapping[str, int]) -> str:
@@ -151,10 +151,9 @@ def _places(
     """In a burst, places of the first joining gang's hold taken into a grant of this worker's (app/quota/core/
     hold.py), as many as ``pace`` says, unless the ledger would outgrow its Lease: (its hold, the places, the
     grant's id), or ("", 0, "")."""
-    if not joined:
+    gang = next((asks[i].gang for i in joined if asks[i].gang is not None), None)
+    if gang is None:
         return "", 0, ""
-    gang = asks[joined[0]].gang
-    assert gang is not None
     members = sum(1 for i in joined if asks[i].gang == gang)
     most = pace(burst, others + len(joined), members)
     before = dict(keep)
@@ -169,8 +168,9 @@ def _places(
 def _each(
     scene: Scene, counted: Account, asks: Sequence[Ask], closing: set[str], keep: dict[str, Reservation]
 ) -> tuple[list[Verdict | None], list[int], list[int], list[int], Amounts, Amounts]:  # fmt: skip
-    """Each ask in order: its verdict, or reserved in the batch's entry (``reserve``, ``taking`` its room), or in its
-    gang's hold (``joined``, written into ``keep``; ``holding`` the room added), or undecided."""
+    """Each ask in order: its verdict, or reserved in the batch's entry (``reserve``, ``taking`` its room), or in an
+    entry of ``keep`` (``joined``: its gang's hold, or the entry it grows; ``holding`` the room added), or
+    undecided."""
     verdicts: list[Verdict | None] = [None] * len(asks)
     reserve: list[int] = []
     joined: list[int] = []
@@ -186,9 +186,12 @@ def _each(
             verdicts[index] = Verdict(reservation=admitted[one.uid])
             continue
         both = plus(taking, holding)
-        hold = join(scene, counted, keep, both, one) if one.gang and limited(scene.limits, one.requested) else None
-        if hold is not None:
-            verdicts[index], taken = hold
+        if one.gang and limited(scene.limits, one.requested):
+            into = join(scene, counted, keep, both, one)
+        else:
+            into = grow(scene, counted, keep, both, one) if one.grows else None
+        if into is not None:
+            verdicts[index], taken = into
             if taken:
                 accumulate(holding, taken)
                 joined.append(index)
@@ -204,6 +207,26 @@ def _each(
             accumulate(taking, one.requested)
             reserve.append(index)
     return verdicts, reserve, joined, undecided, taking, holding
+
+
+def grow(
+    scene: Scene, counted: Account, keep: dict[str, Reservation], taking: Amounts, one: Ask
+) -> tuple[Verdict | None, Amounts] | None:  # fmt: skip
+    """A Pod reviewed again with a larger demand than its first review charged: its verdict and the room its entry
+    grows by (the difference), the entry written into ``keep`` listing the request; (None, {}) undecided. None: its
+    entry is not a closed ordinary one any more (a grant's, a hold's, dropped or expired), so it is charged in full
+    like any Pod, and its first charge's room is held until that entry expires."""
+    entry = keep.get(one.grows)
+    if entry is None or entry.open or entry.hold is not None:
+        return None
+    more = beyond(one.requested, one.charged)
+    verdict = _verdict(scene, counted, taking, replace(one, requested=more))
+    if verdict is not None:
+        return verdict, {}
+    if overflow(scene.namespace, scene.limits, plus(counted.upper, taking), more):
+        return None, {}
+    keep[one.grows] = replace(entry, amounts=plus(entry.amounts, more), uids=(*entry.uids, one.uid))
+    return Verdict(reservation=one.grows), more
 
 
 def _verdict(scene: Scene, counted: Account, taking: Amounts, one: Ask) -> Verdict | None:
@@ -226,7 +249,7 @@ def ahead(limits: Mapping[str, int], taken: Amounts, taking: Amounts, count: int
     for name, amount in each.items():
         if name in limits and amount:
             pods = min(pods, max(limits[name] - taken.get(name, 0), 0) // SHARE // amount)
-    return {name: amount * pods for name, amount in each.items() if amount * pods} if pods else {}
+    return {name: amount for name, amount in times(each, pods).items() if amount}
 
 
 def pace(burst: Burst, count: int, alike: int) -> int:
@@ -244,6 +267,6 @@ def _size(entries: Mapping[str, Reservation]) -> int:
     return len(encode(entries))
 
 
-def _joiners(entries: Mapping[str, Reservation]) -> set[str]:
-    """The request uids every hold of ``entries`` lists as joined."""
-    return {uid for entry in entries.values() if entry.hold is not None for uid in entry.hold.joined}
+def _listed(entries: Mapping[str, Reservation]) -> set[str]:
+    """The request uids ``entries`` list: what each admitted, and each hold's joiners."""
+    return {uid for entry in entries.values() for uid in (*entry.uids, *(entry.hold.joined if entry.hold else ()))}

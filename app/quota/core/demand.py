@@ -16,7 +16,7 @@ from typing import Any
 
 from app.admission.devices.base import Device, QuotaNames
 from app.admission.edit import ContainerEdit, PodEdit
-from app.quota.core.amounts import Amounts, accumulate, plus
+from app.quota.core.amounts import Amounts, accumulate, larger, plus
 
 
 @dataclass(frozen=True)
@@ -67,21 +67,14 @@ def _effective(
         asked = _asked(device, names, ctr)
         if ctr.sidecar:
             accumulate(running, asked)
-            peak = _max(peak, running)
+            peak = larger(peak, running)
         elif asked:
-            peak = _max(peak, plus(running, asked))
+            peak = larger(peak, plus(running, asked))
     for ctr in apps:
         accumulate(running, _asked(device, names, ctr))
-    return _max(running, peak) if peak else running
+    return larger(running, peak) if peak else running
 
 
 def _asked(device: Device, names: QuotaNames, ctr: ContainerEdit) -> Amounts:
     request = device.quota_request(ctr)
     return {} if request is None else request.amounts(names)
-
-
-def _max(a: Amounts, b: Amounts) -> Amounts:
-    out = dict(a)
-    for name, amount in b.items():
-        out[name] = max(out.get(name, 0), amount)
-    return out

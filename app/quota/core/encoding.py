@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.quota.core.amounts import Amounts
+from app.quota.core.amounts import Amounts, times
 
 LEDGER_ANNOTATION = "hami.io/quota-ledger"
 MARK_ANNOTATION = "hami.io/quota-ledger-mark"
@@ -66,8 +66,7 @@ class Hold:
     declared: int = 0
 
     def unfilled(self) -> Amounts:
-        missing = max(self.size - self.members, 0)
-        return {name: amount * missing for name, amount in self.each.items()}
+        return times(self.each, max(self.size - self.members, 0))
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from app.admission.ports import FITS, Verdict
-from app.quota.core.amounts import Amounts, plus
+from app.quota.core.amounts import Amounts, beyond, minus, plus, times
 from app.quota.core.encoding import JOINERS, Hold, Reservation
 from app.quota.core.gang import KUEUE, KUEUE_TOTAL
 from app.quota.core.limits import gang_overflow, overflow
@@ -41,16 +41,15 @@ def join(
             return Verdict(disagrees(scene.namespace, entry.hold, one.gang.size), gang=True), {}
         if entry.hold.members >= entry.hold.size:
             return (None, {}) if granted_elsewhere(scene, counted, key) else None
-        need = {name: max(amount - entry.hold.each.get(name, 0), 0) for name, amount in one.requested.items()}
+        need = beyond(one.requested, entry.hold.each)
         members, joined = entry.hold.members + 1, (*entry.hold.joined, one.uid)[-JOINERS:]
         hold_id, hold, denied = found, replace(entry.hold, members=members, joined=joined), ""
-        amounts = {name: entry.amounts.get(name, 0) - entry.hold.each.get(name, 0) for name in entry.amounts}
-        amounts = plus(amounts, one.requested)
+        amounts = plus(minus(entry.amounts, entry.hold.each), one.requested)
     else:
         missing = one.gang.size - scene.members.get(key, 0)
         if missing <= 1:
             return None
-        need = {name: amount * missing for name, amount in one.requested.items()}
+        need = times(one.requested, missing)
         declared = one.gang.size if key.startswith(f"{KUEUE}/") else 0  # the author's word: every member's too
         hold_id, hold, amounts = one.uid, Hold(key, missing, 1, dict(one.requested), declared=declared), need
         denied = gang_overflow(scene.namespace, scene.limits, plus(counted.lower, taking), one.gang, missing, need)
@@ -77,9 +76,9 @@ def grant_places(scene: Scene, keep: dict[str, Reservation], key: str, most: int
     places = min(most, entry.hold.size - entry.hold.members)
     if places <= 0:
         return "", 0
-    room = {name: amount * places for name, amount in entry.hold.each.items()}
+    room = times(entry.hold.each, places)
     hold = replace(entry.hold, members=entry.hold.members + places)
-    keep[found] = replace(entry, amounts={name: a - room.get(name, 0) for name, a in entry.amounts.items()}, hold=hold)
+    keep[found] = replace(entry, amounts=minus(entry.amounts, room), hold=hold)
     ttl = scene.ttl + WINDOW  # a member admitted into it as its window ends may appear a TTL later
     keep[grant_id] = Reservation(round(scene.wall + ttl, 1), room, True, ttl, gang=key)
     return found, places

@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from app.quota.core.amounts import Amounts, accumulate, plus, unseen
+from app.quota.core.amounts import Amounts, accumulate, is_zero, minus, per, plus, times, unseen, within
 from app.quota.core.encoding import Ledger, Reservation
 from app.quota.core.gang import Gang
 
@@ -43,6 +43,10 @@ class Ask:
     requested: Amounts
     dry_run: bool = False
     gang: Gang | None = None  # the Pod's gang: its room comes from the gang's hold, or a grant of its places
+    # Reviewed again with a larger demand (another webhook changed the Pod): the entry its first review reserved in,
+    # and what that charged; the entry grows by the difference (docs/rules.md#charged-once-per-pod)
+    grows: str = ""
+    charged: Amounts = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -68,16 +72,16 @@ class Grant:
     uids: list[str] = field(default_factory=list)  # the requests admitted into it (its closed entry lists them)
 
     def room(self) -> Amounts:
-        return {name: amount - self.spent.get(name, 0) for name, amount in self.amounts.items()}
+        return minus(self.amounts, self.spent)
 
     def place(self) -> Amounts:
         """A gang's grant: the room of one place (a member bigger than that joins the hold through the ledger)."""
-        return {name: amount // self.slots for name, amount in self.amounts.items()}
+        return per(self.amounts, self.slots)
 
     def unused(self) -> bool:
         """Room to give back by closing it: room not spent (for a gang's grant also places not taken: members
         smaller than a place leave room in it, which its closing writes down to what they took)."""
-        return (self.gang != "" and self.count < self.slots) or any(v > 0 for v in self.room().values())
+        return (self.gang != "" and self.count < self.slots) or any(amount > 0 for amount in self.room().values())
 
     def admits(self, ask: Ask, now: float) -> bool:
         """Whether ``ask`` goes into this grant now (its room taken, unless a dry run): open, in its window, room
@@ -88,7 +92,7 @@ class Grant:
             or self.closing
             or now >= self.closes_at
             or (self.gang and self.count >= self.slots)
-            or any(room.get(n, 0) < a for n, a in ask.requested.items())
+            or not within(ask.requested, room)
         ):
             return False
         if not ask.dry_run:
@@ -191,7 +195,7 @@ def account(scene: Scene) -> Account:
         if certain:
             accumulate(lower, at_least)
         placed = entry.hold is not None and entry.hold.group in granted  # a grant may give it places back
-        if certain and (closing or grant is None) and not any(at_least.values()) and not placed:
+        if certain and (closing or grant is None) and is_zero(at_least) and not placed:
             mark = max(mark, taken.rv if taken is not None else mark)  # its Pods took all its room: drop it
         elif grant is not None and closing:
             listed = (*entry.uids, *grant.uids)  # its batch's, and those admitted into it since
@@ -213,7 +217,7 @@ def given_back(scene: Scene, live: Mapping[str, Reservation]) -> dict[str, Reser
         places = grant.slots - grant.count
         if places <= 0 or hold.hold.group != grant.gang:
             continue
-        room = {name: amount * places for name, amount in hold.hold.each.items()}
+        room = times(hold.hold.each, places)
         members = replace(hold.hold, members=hold.hold.members - places)
         out[grant.hold] = replace(hold, amounts=plus(hold.amounts, room), hold=members)
     return out
@@ -223,8 +227,7 @@ def released(scene: Scene, entry: Reservation) -> Reservation:
     """A hold whose group object is gone, or whose places' life is over: its members' room only, an ordinary entry
     that lives the reservation TTL from each reader's sight of it as such (its Pods drop it sooner)."""
     assert entry.hold is not None
-    unfilled = entry.hold.unfilled()
-    amounts = {name: amount - unfilled.get(name, 0) for name, amount in entry.amounts.items()}
+    amounts = minus(entry.amounts, entry.hold.unfilled())
     return replace(entry, expires=round(scene.wall + scene.ttl, 1), amounts=amounts, ttl=scene.ttl, hold=None)
 
 

@@ -484,3 +484,39 @@ def test_a_pod_reviewed_again_is_charged_once_and_a_copy_of_its_seal_is_charged(
     assert denied(run(injected, settings, port, uid="call-4")) == (
         f"exceeding resource quota: namespace {cluster.ns} {MEM} used 4000 + requested 2000 > limit 4000"
     )
+
+
+def test_a_pod_reviewed_again_with_a_larger_demand_is_charged_the_difference(cluster: Cluster, start_quota) -> None:
+    """A later webhook that adds a device container makes the Pod ask more: its entry grows by the difference only,
+    the Pod carries a seal for its whole demand, and once stored it takes the entry's room exactly
+    (docs/rules.md#charged-once-per-pod). A difference that does not fit is refused on the difference."""
+    cluster.quota({f"limits.{MEM}": "4000"})
+    port, settings = start_quota()
+    obj = gpu_pod(2000, cluster.ns)
+    obj["metadata"]["name"] = "train"
+    first = run(obj, settings, port, uid="call-1")
+    grown = json.loads(json.dumps(first.patched))
+    grown["spec"]["containers"].append(container("helper", limits={GPU: "1", MEM: "1000"}))
+    again = run(grown, settings, port, uid="call-2")
+    assert again.response["allowed"]
+    sealed = again.patched["metadata"]["annotations"][QUOTA_RESERVATION_ANNOTATION]
+    assert (
+        sealed.startswith("call-1.")
+        and sealed != first.patched["metadata"]["annotations"][QUOTA_RESERVATION_ANNOTATION]
+    )
+    ledger = cluster.ledger()
+    assert {uid: entry["amounts"] for uid, entry in ledger.items()} == {"call-1": {MEM: 3000, GPU: 2}}
+    assert ledger["call-1"]["uids"] == ["call-2"]
+    assert (
+        run(grown, settings, port, uid="call-2")
+        .patched["metadata"]["annotations"][QUOTA_RESERVATION_ANNOTATION]
+        .startswith("call-1.")
+    )  # the API server sending the second call again: listed, charged once
+    assert cluster.ledger()["call-1"]["amounts"] == {MEM: 3000, GPU: 2}
+    cluster.create_pod(again.patched)
+    nonce = sealed.split(".")[1]
+    eventually(lambda: port.feed.consumed(cluster.ns, "call-1", nonce), what="the grown Pod counted against its entry")
+    assert run(gpu_pod(1000, cluster.ns), settings, port, uid="call-3").response["allowed"]  # 3000 + 1000: full
+    assert denied(run(gpu_pod(1000, cluster.ns), settings, port, uid="call-4")) == (
+        f"exceeding resource quota: namespace {cluster.ns} {MEM} used 4000 + requested 1000 > limit 4000"
+    )

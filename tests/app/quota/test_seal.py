@@ -1,10 +1,11 @@
 """Only the webhook writes a reservation (docs/rules.md#only-the-webhook-writes-a-reservation): the seal it puts on a
 Pod (app/quota/core/seal.py), and the feed counting a Pod against an entry only with a seal it verifies, each once
-(app/quota/feed/tables.py's PodTable). The review's side of it, a Pod reviewed again, is in test_reinvoked.py."""
+(app/quota/feed/tables.py's PodTable). The review's side of it, a Pod reviewed again, is in test_kube.py."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from app.admission.annotations import QUOTA_RESERVATION_ANNOTATION
 from app.quota.core.demand import pod_amounts
 from app.quota.core.encoding import KEY_ANNOTATION, LEDGER_ANNOTATION, LEDGER_PREFIX
-from app.quota.core.seal import parse, same_admission, seal, vouched
+from app.quota.core.seal import charged, parse, seal, vouched
 from app.quota.feed.tables import LedgerTable, PodTable
 from app.settings import Settings
 from testbed.pods import container, pod
@@ -36,15 +37,18 @@ def test_a_seal_is_the_webhook_s_for_its_namespace_and_demand_only() -> None:
     assert not vouched(KEY, NS, parse(made.text().replace("entry-1", "hold-9")), ASKED)  # pointed at another entry
 
 
-def test_the_same_admission_is_bound_to_its_requester_and_pod_name() -> None:
+def test_the_same_admission_is_bound_to_its_requester_and_pod_name_and_says_what_it_charged() -> None:
     made = seal(KEY, NS, "entry-1", "n1", WHO, ASKED)
-    assert same_admission(KEY, NS, made, WHO, ASKED)
-    assert not same_admission(KEY, NS, made, "mallory\x00train-0", ASKED)
-    assert not same_admission(KEY, NS, made, "alice\x00train-1", ASKED)
+    assert charged(KEY, NS, made, WHO) == ASKED
+    assert charged(KEY, NS, made, "mallory\x00train-0") is None
+    assert charged(KEY, NS, made, "alice\x00train-1") is None
+    assert charged("another key", NS, made, WHO) is None
+    more = seal(KEY, NS, "entry-1", "n1", WHO, {MEM: 8000, GPU: 1})  # a demand written by another admission
+    assert charged(KEY, NS, replace(made, demand=more.demand), WHO) is None  # swapped in: the MAC fails
     assert vouched(KEY, NS, made, ASKED)  # the feed, which cannot know who created a Pod, checks the MAC alone
 
 
-@pytest.mark.parametrize("text", ["entry-1", "", "a.b.c", "a..c.d", "a.b.c.d.e", "x" * 300 + ".b.c.d"])
+@pytest.mark.parametrize("text", ["entry-1", "", "a.b.c.d", "a..c.d.e", "a.b.c.d.e.f", "x" * 600 + ".b.c.d.e"])
 def test_anything_else_is_no_seal(text: str) -> None:
     assert parse(text) is None
 
