@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from app.admission.fits import Inventory
@@ -48,9 +49,49 @@ def register(devices: list[Obj]) -> str:
     return json.dumps(devices, separators=(",", ":"))
 
 
-def node_metadata(name: str, devices: list[Obj], key: str = NVIDIA_REGISTER) -> Obj:
-    """A Node as a PartialObjectMetadata list item carries it: its name and the register annotation."""
-    return {"metadata": {"name": name, "annotations": {key: register(devices)}}}
+def register_text(devices: list[Obj]) -> str:
+    """The register annotation's value in HAMi's older text (EncodeNodeDevices, Hygon and Iluvatar):
+    ``id,count,devmem,devcore,type,numa,health,index,mode:`` per device."""
+    fields = ("id", "count", "devmem", "devcore", "type", "numa", "health", "index", "mode")
+    return "".join(
+        ",".join(str(d.get(f, False)).lower() if f == "health" else str(d.get(f, 0)) for f in fields) + ":"
+        for d in devices
+    )
+
+
+@dataclass(frozen=True)
+class Vendor:
+    """How a vendor's device plugin registers: its annotation, its format, and the cards the tests give it."""
+
+    key: str
+    annotation: str
+    text: bool = False  # EncodeNodeDevices' text, else MarshalNodeDevices' JSON
+    cards: tuple[tuple[str, int], ...] = ()  # (type, MiB)
+
+    def encode(self, devices: list[Obj]) -> str:
+        return register_text(devices) if self.text else register(devices)
+
+
+VENDORS = {
+    "NVIDIA": Vendor("NVIDIA", NVIDIA_REGISTER),
+    "DCU": Vendor("DCU", "hami.io/node-dcu-register", True, (("DCU-Z100", 32752), ("DCU-K100_AI", 65520))),
+    "AMD": Vendor("AMD", "hami.io/node-amd-register", False, (("AMD-MI250X", 65520), ("AMD-MI300X", 196592))),
+    "Biren": Vendor("Biren", "hami.io/node-biren-register", False, (("Biren-BR104", 32768),)),
+    "Vastai": Vendor("Vastai", "hami.io/node-va-register", False, (("Vastai-VA1L", 16384),)),
+}
+"""The vendors whose register annotations HAMi's scheduler reads with the chart's device config."""
+
+
+def device(vendor: str, index: int, node: str, card: str, memory_mib: int, split: int = 10, **more: Any) -> Obj:
+    """One device of ``vendor`` on ``node`` (its id derived from both and the index), in HAMi's DeviceInfo fields."""
+    found = gpu(index, node, memory_mib, split, card=card, **more)
+    return found | {"id": f"{vendor}-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node}-{index}')}"}
+
+
+def node_metadata(name: str, devices: list[Obj], key: str = NVIDIA_REGISTER, text: bool = False) -> Obj:
+    """A Node as a PartialObjectMetadata list item carries it: its name and the register annotation (in HAMi's
+    older text with ``text``: Hygon's, Iluvatar's)."""
+    return {"metadata": {"name": name, "annotations": {key: register_text(devices) if text else register(devices)}}}
 
 
 # -- generated clusters and Pods, for the differential run against HAMi's scheduler -------------------------------

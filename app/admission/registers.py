@@ -61,10 +61,11 @@ def _field(item: Any, key: str) -> Any:
 
 
 def _int(value: Any, bounds: tuple[int, int] = INT32) -> int:
-    """A JSON number Go reads into an integer field: whole and within range, else the decode fails; null is 0."""
+    """A JSON number Go reads into an integer field: an integer literal within range (Go refuses ``1.0`` and
+    ``1e3`` there too), else the decode fails; null is 0."""
     if value is None:
         return 0
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+    if isinstance(value, bool) or not isinstance(value, int):
         raise Unregistered(f"not an integer: {value!r}")
     if not bounds[0] <= int(value) <= bounds[1]:
         raise Unregistered(f"out of range: {value!r}")
@@ -248,3 +249,7 @@ def _capacity(value: Any) -> int:
             raise Unregistered(f"capacity out of range: {value!r}")
         return int(value)
     raise Unregistered(f"capacity is not a number: {value!r}")
+
+
+FORMATS: dict[str, Decoder] = {"json": decode_json, "text": decode_text, "metax": decode_metax, "drs": decode_drs}
+"""Each register format by the name a vendor gives it."""

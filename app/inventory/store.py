@@ -2,8 +2,9 @@
 
 The Node watch's thread calls ``listed``/``event``; reviews call ``current``, which hands out the last published
 Inventory without a lock. A node's devices are a vendor's as HAMi's scheduler counts them (getNodeResources): every
-device the node registers, in any vendor's annotation, whose type holds the vendor's key, case aside. A Node event whose register annotations did not change (a heartbeat, a handshake, a
-label) costs a dict lookup and a string comparison: Nodes change often, their devices rarely.
+device the node registers, in any vendor's annotation, whose type holds the vendor's key, case aside. A Node event
+whose register annotations did not change (a heartbeat, a handshake, a label) costs a dict lookup and a string
+comparison: Nodes change often, their devices rarely.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
-"""AMD GPUs (backend ``AMD``, device-config section ``amd``): count, memory and a compute-unit percentage."""
+"""AMD GPUs (backend ``AMD``, device-config section ``amd``): count, memory and a compute-unit percentage, the devices
+registered on Nodes in HAMi's JSON."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app.admission.devices.base import (
@@ -11,6 +13,7 @@ from app.admission.devices.base import (
     QuotaRequest,
     whole_in_range,
 )
+from app.admission.devices.registered import DeviceRequest, RegisteredFits, share
 from app.admission.edit import ContainerEdit, PodEdit
 from app.admission.quantity import INT32_MAX
 
@@ -18,10 +21,15 @@ WHOLE_CARD_PERCENTAGE = 100
 
 
 @dataclass(frozen=True)
-class AMD(CountMemoryCore):
-    """HAMi's AMD rules: limits only; the percentage is checked when a count is asked for."""
+class AMD(RegisteredFits, CountMemoryCore):
+    """HAMi's AMD rules: limits only; the percentage is checked when a count is asked for. Its filter (pkg/device/amd
+    Fit) for fits nowhere."""
 
     key: str = "AMD"
+    register_name = "hami.io/node-amd-register"
+    noun, short = "AMD GPU", "GPU"
+    type_keys = ("amd.com/use-gputype", "amd.com/nouse-gputype")
+    id_keys = (("amd.com/use-gpu-uuid", "amd.com/nouse-gpu-uuid"),)
 
     def mutate(self, ctr: ContainerEdit, pod: PodEdit) -> bool:
         if self.count_name in ctr.limits and self.core_name in ctr.limits:
@@ -40,6 +48,20 @@ class AMD(CountMemoryCore):
         if cores is None:
             return None
         return QuotaRequest(nums=nums, memory=0 if memory is None else memory.value, cores=cores)
+
+    def fit_request(self, ctr: ContainerEdit, annotations: Mapping[str, str]) -> DeviceRequest | None:
+        """GenerateResourceRequests, limits only: a count of 1 to 2^31-1, memory a whole 0 to 2^31-1 MiB (0 or none:
+        the whole card), a core percentage of 1 to 100, else no request. The Fit asks the percentage of the card's
+        cores, at least one and at most all of them: on an empty card only that it has cores (1 here)."""
+        nums = whole_in_range(ctr.limit(self.count_name), 1, INT32_MAX) if self.count_name else None
+        if nums is None:
+            return None
+        memory = ctr.limit(self.memory_name) if self.memory_name else None
+        mib = 0 if memory is None else whole_in_range(memory, 0, INT32_MAX)
+        percentage = ctr.limit(self.core_name) if self.core_name else None
+        if mib is None or (percentage is not None and whole_in_range(percentage, 1, 100) is None):
+            return None
+        return share(self.selected(annotations), nums, mib, 1)
 
 
 def build(root: ConfigSection) -> tuple[AMD, ...]:

@@ -4,13 +4,12 @@ Nodes in HAMi's text format."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from app.admission.devices.base import ConfigSection, SlicedDevice, count_memory_core
-from app.admission.devices.registered import DeviceRequest, RegisteredFits, whole
+from app.admission.devices.registered import DeviceRequest, RegisteredFits, share, whole
 from app.admission.edit import ContainerEdit
 from app.admission.quantity import INT32_MAX
-from app.admission.registers import decode_text
 
 
 @dataclass(frozen=True)
@@ -19,7 +18,7 @@ class Hygon(RegisteredFits, SlicedDevice):
 
     register_name = "hami.io/node-dcu-register"
     noun, short = "Hygon DCU", "DCU"
-    decoder = staticmethod(decode_text)
+    register_format = "text"
     type_keys = ("hygon.com/use-dcutype", "hygon.com/nouse-dcutype")
     id_keys = (("hygon.com/use-gpuuuid", "hygon.com/nouse-gpuuuid"),)
 
@@ -37,13 +36,7 @@ class Hygon(RegisteredFits, SlicedDevice):
         cores = whole(ctr.limit_or_request(self.core_name)) if self.core_name else None
         if cores is not None and not 0 <= cores <= INT32_MAX:
             return None
-        return replace(
-            self.selected(annotations),
-            nums=nums,
-            memory=memory or 0,
-            percentage=0 if memory else 100,
-            cores=min(100 if cores is None else cores, 100),
-        )
+        return share(self.selected(annotations), nums, memory or 0, 100 if cores is None else cores)
 
 
 def build(root: ConfigSection) -> tuple[Hygon, ...]:

@@ -19,7 +19,7 @@ from app.admission import notices
 from app.admission.edit import ContainerEdit
 from app.admission.fits import Inventory, Registered, Shape
 from app.admission.quantity import Quantity
-from app.admission.registers import Decoder, decode_json
+from app.admission.registers import FORMATS
 
 NO_PERCENTAGE = 101  # HAMi's "no memory percentage asked"
 
@@ -87,7 +87,7 @@ class RegisteredFits:
     """The register annotation; ``{key}`` stands for the vendor's key (Iluvatar, Ascend: one per chip)."""
     noun: ClassVar[str]  # what a device is called in a warning ("Hygon DCU"); ``{key}`` as above
     short: ClassVar[str] = "device"  # and in a short phrase ("MiB per DCU")
-    decoder: ClassVar[Decoder] = staticmethod(decode_json)
+    register_format: ClassVar[str] = "json"  # how its plugin writes the annotation: a key of registers.FORMATS
     type_keys: ClassVar[tuple[str, str]] = ("", "")  # the use/nouse type annotations, where the Fit reads them
     id_keys: ClassVar[tuple[tuple[str, str], ...]] = ()  # the use/nouse id annotations (the Fit checks each pair)
     more_keys: ClassVar[tuple[str, ...]] = ()  # any other annotation its request reads
@@ -104,7 +104,7 @@ class RegisteredFits:
         return self.noun.format(key=self.key)
 
     def decode(self, raw: str, node: str) -> list[tuple[Registered, str]]:
-        return self.decoder(raw, node)
+        return FORMATS[self.register_format](raw, node)
 
     @property
     def type_pair(self) -> tuple[str, str]:
@@ -283,3 +283,11 @@ def count_request(ctr: ContainerEdit, name: str, selected: DeviceRequest) -> Dev
     if nums is None or go_int32(nums) <= 0:
         return None
     return replace(selected, nums=go_int32(nums), memory=None, cores=None)
+
+
+def share(selected: DeviceRequest, nums: int, memory: int, cores: int) -> DeviceRequest:
+    """The request of a vendor whose Fit shares a card by memory and cores (Hygon, Iluvatar, AMD): ``memory`` in
+    MiB, 0 for the whole card (HAMi's 100 per cent); the Fit reads more than 100 cores as 100."""
+    return replace(
+        selected, nums=nums, memory=memory, percentage=NO_PERCENTAGE if memory else 100, cores=min(cores, 100)
+    )

@@ -1,0 +1,143 @@
+"""Fits nowhere for the vendors other than NVIDIA whose device plugins register on Nodes (docs/rules.md#fits-nowhere):
+each vendor's filter as HAMi's Fit makes it, on nodes registered in that vendor's format, and the author's line."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.admission.fits import fitting
+from app.inventory.store import Store
+from app.settings import Settings
+from testbed.nodes import VENDORS, Held, device, node_metadata
+from testbed.pods import container, pod
+from testbed.reviews import run
+
+SETTINGS = Settings.from_env({})
+ILUVATAR = Settings.from_env({"HAMI_ENABLE_ILUVATAR": "true"})
+
+
+def cluster(settings: Settings = SETTINGS) -> Store:
+    """Per vendor: a node of four cards (two per NUMA node, the last unhealthy), a node of one small card."""
+    store = Store(fitting(settings.devices))
+    items = []
+    for key in ("DCU", "AMD", "Biren", "Vastai"):
+        vendor = VENDORS[key]
+        (small, small_mib), (big, big_mib) = (vendor.cards * 2)[:2]
+        four = f"{key.lower()}-4"
+        cards = [device(key, i, four, big, big_mib, numa=i // 2, health=i < 3) for i in range(4)]
+        items.append(node_metadata(four, cards, vendor.annotation, vendor.text))
+        one = f"{key.lower()}-1"
+        items.append(node_metadata(one, [device(key, 0, one, small, small_mib, split=0 if key == "AMD" else 4)],
+                                   vendor.annotation, vendor.text))  # fmt: skip
+    store.listed(None, items, "1")
+    return store
+
+
+def warned(limits: dict[str, str], annotations: dict[str, str] | None = None, store: Store | None = None) -> list[str]:
+    outcome = run(
+        pod(container("train", limits=limits), annotations=annotations), SETTINGS, inventory=Held(store or cluster())
+    )
+    assert outcome.response["allowed"], outcome.response
+    return [w for w in outcome.response.get("warnings", []) if w.startswith("container train asks")]
+
+
+CASES = [
+    pytest.param({"hygon.com/dcunum": "3"}, {}, [], id="dcu-three-healthy"),
+    pytest.param(
+        {"hygon.com/dcunum": "4"}, {},
+        ["container train asks 4 Hygon DCUs; the most a registered node has that fit it is 3 (node dcu-4)"],
+        id="dcu-count-healthy",
+    ),
+    pytest.param(
+        {"hygon.com/dcunum": "5"}, {},
+        ["container train asks 5 Hygon DCUs; the most a registered node has is 4 (node dcu-4)"],
+        id="dcu-count",
+    ),
+    pytest.param({"hygon.com/dcunum": "1", "hygon.com/dcumem": "65520"}, {}, [], id="dcu-whole-memory"),
+    pytest.param(
+        {"hygon.com/dcunum": "1", "hygon.com/dcumem": "65521"}, {},
+        ["container train asks 65521 MiB per DCU; the largest registered Hygon DCU has 65520 MiB (node dcu-4)"],
+        id="dcu-memory",
+    ),
+    pytest.param({"hygon.com/dcunum": "1", "hygon.com/dcucores": "250"}, {}, [], id="dcu-cores-read-as-100"),
+    pytest.param(
+        {"hygon.com/dcunum": "1"}, {"hygon.com/use-dcutype": "K200"},
+        ["container train asks hygon.com/use-dcutype 'K200'; registered: DCU-K100_AI, DCU-Z100"],
+        id="dcu-type",
+    ),
+    pytest.param({"hygon.com/dcunum": "1"}, {"hygon.com/use-dcutype": "z100"}, [], id="dcu-type-any-case"),
+    pytest.param(
+        {"hygon.com/dcunum": "1"}, {"hygon.com/use-gpuuuid": "DCU-none"},
+        ["container train asks hygon.com/use-gpuuuid 'DCU-none'; no registered DCU has such an id"],
+        id="dcu-uuid",
+    ),
+    pytest.param({"amd.com/gpu": "3", "amd.com/gpumem": "196592"}, {}, [], id="amd-whole-memory"),
+    pytest.param(
+        {"amd.com/gpu": "1", "amd.com/gpumem": "200000"}, {},
+        ["container train asks 200000 MiB per GPU; the largest registered AMD GPU has 196592 MiB (node amd-4)"],
+        id="amd-memory",
+    ),
+    pytest.param(
+        {"amd.com/gpu": "1"}, {"amd.com/nouse-gputype": "MI300X"},
+        ["container train asks amd.com/gpu; every registered AMD GPU has a split count of 0"],
+        id="amd-split-count",  # the MI250X left has a split count of 0
+    ),
+    pytest.param({"amd.com/gpu": "1"}, {"amd.com/use-gputype": "mi300x"}, [], id="amd-type-any-case"),
+    pytest.param({"amd.com/gpu": "2", "amd.com/gpucores": "30"}, {}, [], id="amd-core-percentage"),
+    pytest.param(
+        {"birentech.com/gpu": "4"}, {},
+        ["container train asks 4 Biren GPUs; the most a registered node has that fit it is 3 (node biren-4)"],
+        id="biren-count-healthy",
+    ),
+    pytest.param({"birentech.com/gpu": "1"}, {}, [], id="biren-one"),
+    pytest.param(
+        {"vastaitech.com/va": "9"}, {},
+        ["container train asks 9 Vastai devices; the most a registered node has is 4 (node vastai-4)"],
+        id="vastai-count",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("limits", "annotations", "expected"), CASES)
+def test_each_vendors_filter_on_its_registered_nodes(
+    limits: dict[str, str], annotations: dict[str, str], expected: list[str]
+) -> None:
+    assert warned(limits, annotations) == expected
+
+
+def test_a_refused_id_narrows_to_the_nodes_holding_it() -> None:
+    store = cluster()
+    four = [device("Biren", i, "biren-4", "Biren-BR104", 32768)["id"] for i in range(3)]
+    assert warned({"birentech.com/gpu": "2"}, {"birentech.com/nouse-gpuuuid": four[0]}, store) == []
+    line = (
+        "container train asks 2 Biren GPUs by birentech.com/nouse-gpuuuid; no node has that many of the GPUs it allows"
+    )
+    assert warned({"birentech.com/gpu": "2"}, {"birentech.com/nouse-gpuuuid": ",".join(four[:2])}, store) == [line]
+
+
+def test_iluvatar_reads_its_text_per_chip() -> None:
+    store = Store(fitting(ILUVATAR.devices))
+    name, key = "ilu-0", "hami.io/node-BI-V150-register"
+    cards = [device("ILU", i, name, "BI-V150", 32768) for i in range(2)]
+    store.listed(None, [node_metadata(name, cards, key, text=True)], "1")
+
+    def asks(limits: dict[str, str]) -> list[str]:
+        outcome = run(pod(container("train", limits=limits)), ILUVATAR, inventory=Held(store))
+        return [w for w in outcome.response.get("warnings", []) if w.startswith("container train asks")]
+
+    assert asks({"iluvatar.ai/BI-V150-vgpu": "2", "iluvatar.ai/BI-V150.vMem": "128"}) == []  # 128 x 256 MiB
+    assert asks({"iluvatar.ai/BI-V150-vgpu": "1", "iluvatar.ai/BI-V150.vMem": "129"}) == [
+        "container train asks 33024 MiB per GPU; the largest registered Iluvatar BI-V150 has 32768 MiB (node ilu-0)"
+    ]
+
+
+def test_a_text_hami_refuses_leaves_that_vendors_devices_of_the_node_out() -> None:
+    store = cluster()
+    items = [
+        node_metadata("dcu-4", [device("DCU", 0, "dcu-4", "DCU-Z100", 32752)], VENDORS["DCU"].annotation, text=True),
+        {"metadata": {"name": "dcu-bad", "annotations": {VENDORS["DCU"].annotation: "DCU-x,4,1024,100,DCU,0,yes:"}}},
+    ]
+    store.listed(None, items, "2")
+    inventory = store.current()
+    assert inventory is not None
+    assert [kind.example for kind in inventory.shapes["DCU"].values()] == ["dcu-4"]
