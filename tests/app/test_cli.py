@@ -173,13 +173,14 @@ def test_preview_checks_against_an_inventory_file(tmp_path: Path, capsys) -> Non
 
 
 def test_nodes_prints_each_nodes_devices(tmp_path: Path, capsys) -> None:
-    from testbed.nodes import VENDORS, device, node_metadata
+    from testbed.nodes import node_metadata
+    from testbed.vendors import VENDORS, device
 
     path = _nodes_file(tmp_path)
     listed = json.loads(path.read_text())
     dcu, amd = VENDORS["DCU"], VENDORS["AMD"]
     devices = [device("DCU", i, "dcu-0", "DCU-K100_AI", 65520, 4, numa=i) for i in range(2)]
-    both = node_metadata("dcu-0", devices, dcu.annotation, text=True)
+    both = node_metadata("dcu-0", devices, dcu.annotation, dcu.encode)
     both["metadata"]["annotations"] |= node_metadata("dcu-0", [device("AMD", 0, "dcu-0", "AMD-MI300X", 196592)],
                                                      amd.annotation)["metadata"]["annotations"]  # fmt: skip
     path.write_text(json.dumps(listed | {"items": [*listed["items"], both]}))

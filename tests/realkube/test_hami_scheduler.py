@@ -34,8 +34,8 @@ from testbed import hami
 from testbed.api import GPU, Api, create, pod
 from testbed.cluster import RealKube
 from testbed.install import Installed, install, token
-from testbed.nodes import VENDORS, generated_nodes, generated_pod
 from testbed.tls import client_context
+from testbed.vendors import VENDORS, generated_nodes, generated_pod
 from tests.manifests.conftest import overlay_file, write_overlay
 from tests.realkube.fixtures import NEWEST, OLDEST, Clusters
 from tests.realkube.hami_scheduler import (
@@ -59,8 +59,9 @@ Obj = dict[str, Any]
 NODES = ("gpu-node-1", "gpu-node-2")
 DIFFERENTIAL_CLUSTERS, PODS_PER_CLUSTER = 6, 60  # the suite's differential run: 360 Pods, seconds
 DOCUMENTED = ("several device containers", "another vendor's devices (not checked)")
-PREFIXES = ("nvidia.com/", "hygon.com/", "amd.com/", "birentech.com/", "vastaitech.com/")  # their resources
 """Why the check may say nothing of a Pod HAMi leaves Pending (docs/rules.md#fits-nowhere): nothing else."""
+PREFIXES = ("nvidia.com/", *(f"{vendor.asks[0][0].split('/')[0]}/" for vendor in VENDORS.values() if vendor.asks))
+"""The resources of the vendors generated here, all of them checked."""
 PODS = 3
 # What HAMi's scheduler writes on a Pod it binds (pkg/util, pkg/device/nvidia): its /filter the node, the time
 # and the devices, its /bind the bind phase and time.
@@ -111,8 +112,9 @@ def scheduler(
 
 
 def test_fits_nowhere_never_warns_a_pod_hamis_scheduler_places(installed: Installed, scheduler: Scheduling) -> None:
-    """The differential run (docs/rules.md#fits-nowhere): generated Nodes of NVIDIA, Hygon DCU, AMD, Biren and
-    Vastai devices (one vendor each, in its own register format) registered in the cluster, generated
+    """The differential run (docs/rules.md#fits-nowhere): generated Nodes of NVIDIA, Hygon DCU, AMD, Biren, Vastai,
+    Kunlunxin vXPU, MetaX sGPU and Enflame DRS devices (one vendor each, in its own register format) registered in
+    the cluster, generated
     Pods created (server-side dry run) through the API server and our webhook, which warns or not from its inventory
     of the Nodes; each Pod as the webhook mutated it then given to HAMi's scheduler with those Nodes, empty. No Pod
     HAMi places may have been warned; a Pod warned must be one HAMi leaves Pending. HAMI_FITS_DIFFERENTIAL=CLUSTERS

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from app.admission import notices
 from app.admission.edit import ContainerEdit
@@ -56,6 +56,9 @@ class DeviceRequest:
         if any(t in card for t in self.refuse_types):
             return False
         return self.mode is None or device.mode in self.mode
+
+
+Asked = TypeVar("Asked", bound=DeviceRequest)
 
 
 def listed(annotations: Mapping[str, str], key: str) -> list[str]:
@@ -141,7 +144,8 @@ class RegisteredFits:
     def fit_request(self, ctr: ContainerEdit, annotations: Mapping[str, str]) -> DeviceRequest | None:
         raise NotImplementedError  # each vendor reads its container as its GenerateResourceRequests does
 
-    def selected(self, annotations: Mapping[str, str]) -> DeviceRequest:
+    def selected(self, annotations: Mapping[str, str], kind: type[Asked] = DeviceRequest) -> Asked:  # type: ignore[assignment]
+        # (mypy cannot see that the default's type is the TypeVar's bound)
         """The Pod's type and id selectors as the Fit reads them, in a request of nothing yet (``replace`` fills in
         the rest). Where two id pairs are
         read (Kunlunxin), a device must pass both: the ids asked are those both lists name (where those are none,
@@ -149,7 +153,7 @@ class RegisteredFits:
         use, refuse = self.type_pair
         asked = [set(found) for found in (listed(annotations, u) for u, _ in self.id_pairs) if found]
         ids = set.intersection(*asked) if asked else set()
-        return DeviceRequest(
+        return kind(
             nums=0,
             use_types=tuple(t.upper() for t in listed(annotations, use)),
             refuse_types=tuple(t.upper() for t in listed(annotations, refuse)),

@@ -8,16 +8,19 @@ import pytest
 from app.admission.fits import fitting
 from app.inventory.store import Store
 from app.settings import Settings
-from testbed.nodes import VENDORS, Held, device, node_metadata
+from testbed.nodes import Held, node_metadata
 from testbed.pods import container, pod
 from testbed.reviews import run
+from testbed.vendors import VENDORS, device, register_text
 
 SETTINGS = Settings.from_env({})
 ILUVATAR = Settings.from_env({"HAMI_ENABLE_ILUVATAR": "true"})
 
 
 def cluster(settings: Settings = SETTINGS) -> Store:
-    """Per vendor: a node of four cards (two per NUMA node, the last unhealthy), a node of one small card."""
+    """Per vendor: a node of four cards (two per NUMA node, the last unhealthy), and for the first four a node of
+    one small card (AMD's with a split count of 0). Enflame's DRS devices are all healthy (its format has no
+    health), with three profiles."""
     store = Store(fitting(settings.devices))
     items = []
     for key in ("DCU", "AMD", "Biren", "Vastai"):
@@ -25,10 +28,16 @@ def cluster(settings: Settings = SETTINGS) -> Store:
         (small, small_mib), (big, big_mib) = (vendor.cards * 2)[:2]
         four = f"{key.lower()}-4"
         cards = [device(key, i, four, big, big_mib, numa=i // 2, health=i < 3) for i in range(4)]
-        items.append(node_metadata(four, cards, vendor.annotation, vendor.text))
+        items.append(node_metadata(four, cards, vendor.annotation, vendor.encode))
         one = f"{key.lower()}-1"
         items.append(node_metadata(one, [device(key, 0, one, small, small_mib, split=0 if key == "AMD" else 4)],
-                                   vendor.annotation, vendor.text))  # fmt: skip
+                                   vendor.annotation, vendor.encode))  # fmt: skip
+    for key in ("XPU", "Metax-SGPU", "Enflame"):
+        vendor, four = VENDORS[key], f"{key.lower()}-4"
+        card, mib = vendor.cards[0]
+        drs = {"drs": ["1g.8gb", "2g.16gb", "6g.48gb"], "count": 6} if key == "Enflame" else {}
+        cards = [device(key, i, four, card, mib, numa=i // 2, health=i < 3) | drs for i in range(4)]
+        items.append(node_metadata(four, cards, vendor.annotation, vendor.encode))
     store.listed(None, items, "1")
     return store
 
@@ -91,6 +100,51 @@ CASES = [
     ),
     pytest.param({"birentech.com/gpu": "1"}, {}, [], id="biren-one"),
     pytest.param(
+        {"kunlunxin.com/vxpu": "3"}, {},
+        ["container train asks 3 Kunlunxin XPUs; HAMi hands them out only by 1, 2, 4, 8"], id="xpu-count-by-topology",
+    ),
+    pytest.param(
+        {"kunlunxin.com/vxpu": "4"}, {},
+        ["container train asks 4 Kunlunxin XPUs; the most a registered node has that fit it is 3 (node xpu-4)"],
+        id="xpu-count-healthy",
+    ),
+    pytest.param({"kunlunxin.com/vxpu": "2", "kunlunxin.com/vxpu-memory": "100000"}, {}, [], id="xpu-whole-card"),
+    pytest.param(
+        {"kunlunxin.com/vxpu": "1"}, {"hami.io/use-xpu-uuid": "a", "baidu.com/use-gpuuuid": "b"},
+        ["container train asks hami.io/use-xpu-uuid 'a,b'; no registered XPU has such an id"], id="xpu-two-id-pairs",
+    ),
+    pytest.param({"metax-tech.com/sgpu": "3", "metax-tech.com/vmemory": "64"}, {}, [], id="metax-whole-memory"),
+    pytest.param(
+        {"metax-tech.com/sgpu": "1", "metax-tech.com/vmemory": "70"}, {},
+        ["container train asks 71680 MiB per GPU; the largest registered MetaX sGPU device has 65536 MiB "
+         "(node metax-sgpu-4)"],
+        id="metax-memory-in-gib",
+    ),
+    pytest.param(
+        {"metax-tech.com/sgpu": "1", "metax-tech.com/vcore": "150"}, {},
+        ["container train asks 150 cores per GPU; the most a registered MetaX sGPU device has is 100 "
+         "(node metax-sgpu-4)"],
+        id="metax-cores-unclamped",
+    ),
+    pytest.param(
+        {"metax-tech.com/sgpu": "1", "metax-tech.com/vcore": "150"}, {"metax-tech.com/sgpu-app-class": "online"}, [],
+        id="metax-online-cores-unchecked",
+    ),
+    pytest.param({"enflame.com/drs-gcu": "2"}, {}, [], id="drs-slices"),
+    pytest.param(
+        {"enflame.com/drs-gcu": "3"}, {},
+        ["container train asks enflame.com/drs-gcu 3; registered profiles: 6g.48gb, 2g.16gb, 1g.8gb"],
+        id="drs-no-such-profile",
+    ),
+    pytest.param({"enflame.com/gcu-memory": "20"}, {}, [], id="drs-memory-gb"),
+    pytest.param({"enflame.com/gcu-memory": "16384", "enflame.com/gcu-core": "50"}, {}, [], id="drs-memory-mib"),
+    pytest.param(
+        {"enflame.com/gcu-memory": "60"}, {},
+        ["container train asks enflame.com/gcu-memory 60, enflame.com/gcu-core 0; registered profiles: 6g.48gb, "
+         "2g.16gb, 1g.8gb"],
+        id="drs-memory",
+    ),
+    pytest.param(
         {"vastaitech.com/va": "9"}, {},
         ["container train asks 9 Vastai devices; the most a registered node has is 4 (node vastai-4)"],
         id="vastai-count",
@@ -119,7 +173,7 @@ def test_iluvatar_reads_its_text_per_chip() -> None:
     store = Store(fitting(ILUVATAR.devices))
     name, key = "ilu-0", "hami.io/node-BI-V150-register"
     cards = [device("ILU", i, name, "BI-V150", 32768) for i in range(2)]
-    store.listed(None, [node_metadata(name, cards, key, text=True)], "1")
+    store.listed(None, [node_metadata(name, cards, key, register_text)], "1")
 
     def asks(limits: dict[str, str]) -> list[str]:
         outcome = run(pod(container("train", limits=limits)), ILUVATAR, inventory=Held(store))
@@ -134,7 +188,9 @@ def test_iluvatar_reads_its_text_per_chip() -> None:
 def test_a_text_hami_refuses_leaves_that_vendors_devices_of_the_node_out() -> None:
     store = cluster()
     items = [
-        node_metadata("dcu-4", [device("DCU", 0, "dcu-4", "DCU-Z100", 32752)], VENDORS["DCU"].annotation, text=True),
+        node_metadata(
+            "dcu-4", [device("DCU", 0, "dcu-4", "DCU-Z100", 32752)], VENDORS["DCU"].annotation, register_text
+        ),
         {"metadata": {"name": "dcu-bad", "annotations": {VENDORS["DCU"].annotation: "DCU-x,4,1024,100,DCU,0,yes:"}}},
     ]
     store.listed(None, items, "2")
