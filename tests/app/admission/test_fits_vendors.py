@@ -197,3 +197,38 @@ def test_a_text_hami_refuses_leaves_that_vendors_devices_of_the_node_out() -> No
     inventory = store.current()
     assert inventory is not None
     assert [kind.example for kind in inventory.shapes["DCU"].values()] == ["dcu-4"]
+
+
+ASCEND = Settings.from_env({"HAMI_ENABLE_ASCEND": "true"})
+NPU, NPU_MEMORY, NPU_CORE = "huawei.com/Ascend910B3", "huawei.com/Ascend910B3-memory", "huawei.com/Ascend910B3-core"
+HAMI_CORE = {"huawei.com/vnpu-mode": "hami-core"}
+
+
+@pytest.mark.parametrize(
+    ("limits", "annotations", "expected"),
+    [
+        pytest.param({NPU: "2"}, {}, [], id="two-whole-npus"),
+        pytest.param(
+            {NPU: "3"}, {},
+            ["container train asks 3 Ascend910B3 NPUs; the most a registered node has is 2 (node npu-0)"],
+            id="count",
+        ),
+        pytest.param({NPU: "1", NPU_MEMORY: "16000"}, {}, [], id="template"),
+        pytest.param({NPU: "1", NPU_MEMORY: "60000", NPU_CORE: "100"}, HAMI_CORE, [], id="hami-core-cores-are-100"),
+        pytest.param(
+            {NPU: "1", NPU_MEMORY: "70000"}, HAMI_CORE,
+            ["container train asks 70000 MiB per NPU; the largest registered Ascend910B3 NPU has 65536 MiB "
+             "(node npu-0)"],
+            id="hami-core-memory",
+        ),
+    ],
+)  # fmt: skip
+def test_ascend_reads_its_json_per_chip(
+    limits: dict[str, str], annotations: dict[str, str], expected: list[str]
+) -> None:
+    store = Store(fitting(ASCEND.devices))
+    cards = [device("NPU", i, "npu-0", "Ascend910B3", 65536, cores=20) for i in range(2)]
+    store.listed(None, [node_metadata("npu-0", cards, "hami.io/node-register-Ascend910B3")], "1")
+    outcome = run(pod(container("train", limits=limits), annotations=annotations), ASCEND, inventory=Held(store))
+    assert outcome.response["allowed"], outcome.response
+    assert [w for w in outcome.response.get("warnings", []) if w.startswith("container train asks")] == expected
