@@ -131,7 +131,7 @@ class EnflameDRS(RegisteredFits, OwnsItsQuotaNames):
             cores=0 if cores is None else cores.value,
         )
 
-    @property
+    @cached_property
     def found_by(self) -> tuple[str, ...]:
         return tuple(name for name in (self.count_name, self.memory_name, self.core_name) if name)
 

@@ -78,7 +78,7 @@ class KunlunVXPU(RegisteredFits, OwnsItsQuotaNames):
         memory = whole_in_range(ctr.limit_or_request(self.vmemory_name), 0, CARD_MEMORY)
         return QuotaRequest(nums=nums, memory=CARD_MEMORY if memory is None else partition(memory))
 
-    @property
+    @cached_property
     def fit_names(self) -> tuple[str, ...]:
         return tuple(name for name in (self.count_name, self.vmemory_name) if name)
 

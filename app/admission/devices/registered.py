@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import ClassVar, TypeVar
 
 from app.admission import notices
@@ -98,32 +99,32 @@ class RegisteredFits:
     counts: ClassVar[tuple[int, ...]] = ()  # the only counts the Fit can hand out (empty: any)
     split_checked: ClassVar[bool] = True  # the Fit refuses a device whose split count is 0
 
-    @property
+    @cached_property
     def register_annotation(self) -> str:
         return self.register_name.format(key=self.key)
 
-    @property
+    @cached_property
     def what(self) -> str:
         return self.noun.format(key=self.key)
 
     def decode(self, raw: str, node: str) -> list[tuple[Registered, str]]:
         return FORMATS[self.register_format](raw, node)
 
-    @property
+    @cached_property
     def type_pair(self) -> tuple[str, str]:
         use, refuse = self.type_keys
         return use.format(key=self.key), refuse.format(key=self.key)
 
-    @property
+    @cached_property
     def id_pairs(self) -> tuple[tuple[str, str], ...]:
         return tuple((use.format(key=self.key), refuse.format(key=self.key)) for use, refuse in self.id_keys)
 
-    @property
+    @cached_property
     def found_by(self) -> tuple[str, ...]:
         """The resources any of which makes the container ask for this vendor's devices."""
         return (self.count_name,) if self.count_name else ()
 
-    @property
+    @cached_property
     def fit_names(self) -> tuple[str, ...]:
         """The resources the request reads (a memo's key)."""
         candidates = (self.count_name, getattr(self, "memory_name", ""), getattr(self, "core_name", ""))
@@ -145,11 +146,10 @@ class RegisteredFits:
         raise NotImplementedError  # each vendor reads its container as its GenerateResourceRequests does
 
     def selected(self, annotations: Mapping[str, str], kind: type[Asked] = DeviceRequest) -> Asked:  # type: ignore[assignment]
-        # (mypy cannot see that the default's type is the TypeVar's bound)
-        """The Pod's type and id selectors as the Fit reads them, in a request of nothing yet (``replace`` fills in
-        the rest). Where two id pairs are
-        read (Kunlunxin), a device must pass both: the ids asked are those both lists name (where those are none,
-        either list's: a miss, never a false alarm)."""
+        """The Pod's type and id selectors as the Fit reads them, in a request (of ``kind``) of nothing yet
+        (``replace`` fills in the rest). Where two id pairs are read (Kunlunxin), a device must pass both: the ids
+        asked are those both lists name (where those are none, either list's: a miss, never a false alarm). (The
+        ignore: mypy cannot see that the default is of the TypeVar's bound.)"""
         use, refuse = self.type_pair
         asked = [set(found) for found in (listed(annotations, u) for u, _ in self.id_pairs) if found]
         ids = set.intersection(*asked) if asked else set()
