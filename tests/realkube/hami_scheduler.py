@@ -172,7 +172,9 @@ class Scheduling:
         context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # the chart's self-made certificate
         connection = http.client.HTTPSConnection("127.0.0.1", self.port, context=context, timeout=30)
         try:
-            body = json.dumps({"pod": pod, "nodes": {"items": nodes}})
+            # The names too: a Pod asking nothing of HAMi is answered with the names it was given (all of them).
+            names = [node["metadata"]["name"] for node in nodes]
+            body = json.dumps({"pod": pod, "nodes": {"items": nodes}, "nodenames": names})
             connection.request("POST", "/filter", body, {"Content-Type": "application/json"})
             answer = json.loads(connection.getresponse().read())
         finally:
@@ -180,6 +182,7 @@ class Scheduling:
         answer = {key.lower(): value for key, value in answer.items()}  # ExtenderFilterResult has no json tags
         assert not answer.get("error"), answer
         placed = [node["metadata"]["name"] for node in (answer.get("nodes") or {}).get("items") or []]
+        placed = placed or list(answer.get("nodenames") or [])
         return placed, answer.get("failednodes") or {}
 
 

@@ -176,10 +176,12 @@ def _why_pending(pod: Obj, reasons: dict[str, str]) -> str:
     """A Pod HAMi leaves Pending that the check said nothing of, by the documented decision that explains it: a Pod
     of several device containers (checked one by one), another vendor's devices (not among those checked here), or
     else HAMi's reasons on its nodes (words only, no counts), which would be a bug to look at."""
-    asking = [c for c in (*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]) if c.get("resources")]
+    containers = (*pod["spec"].get("initContainers", []), *pod["spec"]["containers"])
+    asking = [c for c in containers if (c.get("resources") or {}).get("limits")]
     if len(asking) > 1:
         return "several device containers"
-    if not any(name.startswith(PREFIXES) for c in asking for name in c["resources"].get("limits", {})):
+    names = {name for c in asking for name in c["resources"]["limits"]}
+    if names and not any(name.startswith(PREFIXES) for name in names):
         return "another vendor's devices (not checked)"
     words = {part.split(" ", 1)[-1] for reason in reasons.values() for part in reason.split(", ")}
     return ", ".join(sorted(words))
