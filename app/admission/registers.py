@@ -50,14 +50,12 @@ def _list(raw: str) -> list[Any]:
     return items
 
 
-def _field(item: Any, key: str) -> Any:
-    """``key`` of a JSON object as Go's encoding/json finds it: exact first, else case-insensitively."""
+def _object(item: Any) -> dict[str, Any]:
+    """A JSON object's fields as Go's encoding/json fills a struct: keys matched case aside, so each key's folded
+    name, the last of the keys that fold alike winning (each sets the field in turn). Read with lower-case names."""
     if not isinstance(item, dict):
         raise Unregistered("a device is not an object")
-    if key in item:
-        return item[key]
-    lowered = key.lower()
-    return next((v for k, v in item.items() if k.lower() == lowered), None)
+    return {name.lower(): value for name, value in item.items()}
 
 
 def _int(value: Any, bounds: tuple[int, int] = INT32) -> int:
@@ -90,35 +88,36 @@ def decode_json(raw: str, _node: str = "") -> Devices:
     """HAMi's DeviceInfo list (MarshalNodeDevices): id, count, devmem, devcore, type, numa, mode, health, MIG
     profiles. Go's uint index: a negative one fails the whole annotation."""
     found = []
-    for item in _list(raw):
-        _int(_field(item, "index"), (0, 2**64 - 1))
-        profiles = _field(item, "migProfiles") or []
+    for item in map(_object, _list(raw)):
+        _int(item.get("index"), (0, 2**64 - 1))
+        profiles = item.get("migprofiles") or []
         if not isinstance(profiles, list):
             raise Unregistered("migProfiles is not a list")
         device = Registered(
-            count=_int(_field(item, "count")),
-            memory=_int(_field(item, "devmem")),
-            cores=_int(_field(item, "devcore")),
-            type=intern(_text(_field(item, "type"))),
-            numa=_int(_field(item, "numa"), INT64),
-            mode=intern(_text(_field(item, "mode"))),
-            health=_bool(_field(item, "health")),
+            count=_int(item.get("count")),
+            memory=_int(item.get("devmem")),
+            cores=_int(item.get("devcore")),
+            type=intern(_text(item.get("type"))),
+            numa=_int(item.get("numa"), INT64),
+            mode=intern(_text(item.get("mode"))),
+            health=_bool(item.get("health")),
             profiles=tuple(_mig(p) for p in profiles),
         )
-        found.append((device, _text(_field(item, "id"))))
+        found.append((device, _text(item.get("id"))))
     return found
 
 
-def _mig(item: Any) -> Profile:
-    placements = _field(item, "placements") or []
+def _mig(raw: Any) -> Profile:
+    item = _object(raw)
+    placements = item.get("placements") or []
     if not isinstance(placements, list):
         raise Unregistered("placements is not a list")
     return Profile(
-        name=intern(_text(_field(item, "name"))),
-        memory=_int(_field(item, "memoryMB")),
-        cores=_int(_field(item, "core")),
-        slices=_int(_field(item, "sliceCount"), UINT32),
-        placements=tuple((_int(_field(p, "start"), UINT32), _int(_field(p, "size"), UINT32)) for p in placements),
+        name=intern(_text(item.get("name"))),
+        memory=_int(item.get("memorymb")),
+        cores=_int(item.get("core")),
+        slices=_int(item.get("slicecount"), UINT32),
+        placements=tuple((_int(p.get("start"), UINT32), _int(p.get("size"), UINT32)) for p in map(_object, placements)),
     )
 
 
@@ -168,21 +167,21 @@ def decode_metax(raw: str, _node: str = "") -> Devices:
     """MetaX's sGPU list: uuid, totalDevCount, totalCompute, totalVRam, numa, healthy (its type is always
     Metax-SGPU)."""
     found = []
-    for item in _list(raw):
+    for item in map(_object, _list(raw)):
         device = Registered(
-            count=_int(_field(item, "totalDevCount")),
-            memory=_int(_field(item, "totalVRam")),
-            cores=_int(_field(item, "totalCompute")),
+            count=_int(item.get("totaldevcount")),
+            memory=_int(item.get("totalvram")),
+            cores=_int(item.get("totalcompute")),
             type=METAX_SGPU,
-            numa=_int(_field(item, "numa")),
+            numa=_int(item.get("numa")),
             mode="",
-            health=_bool(_field(item, "healthy")),
+            health=_bool(item.get("healthy")),
         )
         for key in ("bdf", "model", "qosPolicy"):  # read by Go too: a wrong type fails the whole list
-            _text(_field(item, key))
+            _text(item.get(key.lower()))
         for key in ("availableDevCount", "availableCompute", "availableVRam", "linkZone"):
-            _int(_field(item, key))
-        found.append((device, _text(_field(item, "uuid"))))
+            _int(item.get(key.lower()))
+        found.append((device, _text(item.get("uuid"))))
     return found
 
 
@@ -207,7 +206,8 @@ def decode_drs(raw: str, node: str = "") -> Devices:
     spec = _json(raw)
     if not isinstance(spec, dict):
         raise Unregistered("not an object")
-    names = _field(spec, "profiles") or {}
+    spec = _object(spec)
+    names = spec.get("profiles") or {}
     if not isinstance(names, dict) or not all(isinstance(v, str) for v in names.values()):
         raise Unregistered("profiles is not a map of strings")
     sizes = [drs_profile(name) for name in names]
@@ -222,14 +222,14 @@ def decode_drs(raw: str, node: str = "") -> Devices:
             if s > 0 and m > 0
         )
     )
-    devices = _field(spec, "devices") or []
+    devices = spec.get("devices") or []
     if not isinstance(devices, list):
         raise Unregistered("devices is not a list")
     found = []
-    for position, item in enumerate(devices):
-        index = _text(_field(item, "index"))
-        _text(_field(item, "minor"))
-        capacity = _capacity(_field(item, "capacity"))
+    for position, item in enumerate(map(_object, devices)):
+        index = _text(item.get("index"))
+        _text(item.get("minor"))
+        capacity = _capacity(item.get("capacity"))
         if capacity <= 0:
             raise Unregistered(f"invalid DRS capacity {capacity}")
         number = int(index) if GO_INT.fullmatch(index) else position

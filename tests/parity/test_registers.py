@@ -21,6 +21,7 @@ JSON_CASES = {
     "json-as-written": '[{"id":"G-0","count":10,"devmem":81920,"devcore":100,"type":"{T}-X","health":true},'
     '{"id":"G-1","index":1,"count":10,"devmem":81920,"devcore":100,"type":"{T}-X","numa":1,"mode":"hami-core"}]',
     "json-keys-any-case": '[{"ID":"G-0","Count":4,"DevMem":1024,"DevCore":50,"Type":"{T}-Y","Health":true}]',
+    "json-keys-twice": '[{"id":"G-0","ID":"G-1","count":4,"COUNT":5,"type":"{T}"}]',
     "json-float-literal": '[{"id":"G-0","count":1.0,"type":"{T}"}]',
     "json-exponent": '[{"id":"G-0","devmem":1e3,"type":"{T}"}]',
     "json-fraction": '[{"id":"G-0","count":1.5,"type":"{T}"}]',
