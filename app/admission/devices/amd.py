@@ -4,7 +4,7 @@ registered on Nodes in HAMi's JSON."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.admission.devices.base import (
     ConfigSection,
@@ -15,6 +15,7 @@ from app.admission.devices.base import (
 )
 from app.admission.devices.registered import DeviceRequest, RegisteredFits, share
 from app.admission.edit import ContainerEdit, PodEdit
+from app.admission.fits import Registered
 from app.admission.quantity import INT32_MAX
 
 WHOLE_CARD_PERCENTAGE = 100
@@ -51,8 +52,7 @@ class AMD(RegisteredFits, CountMemoryCore):
 
     def fit_request(self, ctr: ContainerEdit, annotations: Mapping[str, str]) -> DeviceRequest | None:
         """GenerateResourceRequests, limits only: a count of 1 to 2^31-1, memory a whole 0 to 2^31-1 MiB (0 or none:
-        the whole card), a core percentage of 1 to 100, else no request. The Fit asks the percentage of the card's
-        cores, at least one and at most all of them: on an empty card only that it has cores (1 here)."""
+        the whole card), a core percentage of 1 to 100, else no request (its cores: ``takes``)."""
         nums = whole_in_range(ctr.limit(self.count_name), 1, INT32_MAX) if self.count_name else None
         if nums is None:
             return None
@@ -61,7 +61,16 @@ class AMD(RegisteredFits, CountMemoryCore):
         percentage = ctr.limit(self.core_name) if self.core_name else None
         if mib is None or (percentage is not None and whole_in_range(percentage, 1, 100) is None):
             return None
-        return share(self.selected(annotations), nums, mib, 1)
+        return replace(share(self.selected(annotations), nums, mib, 0), cores=None)
+
+    def takes(self, request: DeviceRequest, device: Registered) -> int:
+        """The Fit asks a share of the card's cores, at least one, at most all: an empty card only needs some."""
+        return int(device.cores > 0 and super().takes(request, device))
+
+    def lacking(self, head: str, request: DeviceRequest, chosen: list[Registered]) -> str:
+        if any(device.cores > 0 for device in chosen):
+            return ""
+        return f"{head} {self.count_name}; no registered AMD GPU it allows has any cores"
 
 
 def build(root: ConfigSection) -> tuple[AMD, ...]:

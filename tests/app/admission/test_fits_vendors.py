@@ -232,3 +232,19 @@ def test_ascend_reads_its_json_per_chip(
     outcome = run(pod(container("train", limits=limits), annotations=annotations), ASCEND, inventory=Held(store))
     assert outcome.response["allowed"], outcome.response
     assert [w for w in outcome.response.get("warnings", []) if w.startswith("container train asks")] == expected
+
+
+def test_an_amd_card_without_cores_takes_nothing() -> None:
+    """AMD's Fit asks a share (at least one) of a card's cores: a card registering none holds no container."""
+    store, amd = Store(fitting(SETTINGS.devices)), VENDORS["AMD"]
+    cards = [device("AMD", i, "amd-0", "AMD-MI300X", 196592, cores=cores) for i, cores in enumerate((0, 0))]
+    store.listed(None, [node_metadata("amd-0", cards, amd.annotation, amd.encode)], "1")
+    assert warned({"amd.com/gpu": "1"}, store=store) == [
+        "container train asks amd.com/gpu; no registered AMD GPU it allows has any cores"
+    ]
+    cards[1]["devcore"] = 100
+    store.listed(None, [node_metadata("amd-0", cards, amd.annotation, amd.encode)], "2")
+    assert warned({"amd.com/gpu": "1"}, store=store) == []
+    assert warned({"amd.com/gpu": "2"}, store=store) == [
+        "container train asks 2 AMD GPUs; the most a registered node has that fit it is 1 (node amd-0)"
+    ]
