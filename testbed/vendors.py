@@ -118,9 +118,23 @@ VENDORS = {
          ("enflame.com/gcu-memory", (0, 8, 20, 48, 60, 16384), 0.5), ("enflame.com/gcu-core", (0, 20, 50, 100), 0.4)),
         ids=("enflame.com/use-gpuuuid", "enflame.com/nouse-gpuuuid"),
     ),
+    "BI-V150": Vendor(
+        "BI-V150", "hami.io/node-BI-V150-register", register_text, (("BI-V150", 32768), ("BI-V150", 16384)),
+        (("iluvatar.ai/BI-V150-vgpu", COUNTS, 1), ("iluvatar.ai/BI-V150.vMem", (1, 64, 128, 129, 200), 0.6),
+         ("iluvatar.ai/BI-V150.vCore", (0, 30, 100, 150), 0.4)),
+        ids=("hami.io/use-BI-V150-uuid", "hami.io/no-use-BI-V150-uuid"),
+    ),
+    "Ascend910B3": Vendor(
+        "Ascend910B3", "hami.io/node-register-Ascend910B3", register, (("Ascend910B3", 65536), ("Ascend910B3", 32768)),
+        (("huawei.com/Ascend910B3", COUNTS, 1),
+         ("huawei.com/Ascend910B3-memory", (1000, 16384, 32768, 60000, 65536, 70000), 0.6),
+         ("huawei.com/Ascend910B3-core", (0, 30, 100), 0.2)),
+        (("huawei.com/vnpu-mode", ("hami-core",)),),
+        ("hami.io/use-Ascend910B3-uuid", "hami.io/no-use-Ascend910B3-uuid"),
+    ),
 }  # fmt: skip
-"""The vendors whose register annotations HAMi's scheduler reads with the chart's device config (Iluvatar and
-Ascend only with its flags: testbed/vendors.py leaves them to the unit tests)."""
+"""The vendors whose register annotations HAMi's scheduler reads: with the chart's device config, and Iluvatar's and
+Ascend's (one chip each here) with its --enable-iluvatar and --enable-ascend."""
 
 
 def device(vendor: str, index: int, node: str, card: str, memory_mib: int, split: int = 10, **more: Any) -> Obj:
@@ -134,13 +148,14 @@ def device(vendor: str, index: int, node: str, card: str, memory_mib: int, split
     return found | {"id": f"{vendor}-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node}-{index}')}"}
 
 
-def generated_nodes(rng: random.Random, prefix: str, count: int) -> list[tuple[str, str, list[Obj]]]:
+def generated_nodes(rng: random.Random, prefix: str, count: int, first: int = 0) -> list[tuple[str, str, list[Obj]]]:
     """``count`` nodes, each of one vendor's random cards, sizes, split counts, NUMA layouts, health (NVIDIA's
-    modes, Enflame's profiles): (name, vendor, devices)."""
+    modes, Enflame's profiles): (name, vendor, devices). The vendors take turns from the ``first``-th (a run
+    passing how many nodes it made so far covers them all in as many nodes)."""
     found = []
     for n in range(count):
         name = f"{prefix}-{n}"
-        vendor = rng.choices(list(VENDORS), (4, 2, 2, 1, 1, 2, 2, 2))[0]
+        vendor = list(VENDORS)[(first + n) % len(VENDORS)]
         card, memory = rng.choice(VENDORS[vendor].cards)
         mode = rng.choices(("hami-core", "mig", "mps"), (6, 2, 1))[0] if vendor == "NVIDIA" else ""
         gpus = rng.choice((1, 2, 4, 8))

@@ -76,9 +76,11 @@ TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
 NOT_READY = "node.kubernetes.io/not-ready"
 
 
-def install_chart(kube: RealKube, reference: hami.Reference, work: Path, scheduler: str = SCHEDULER) -> int:
-    """Apply the chart's objects (above) as `helm install --set schedulerName=SCHEDULER` would; the port the
-    extender will listen on."""
+def install_chart(
+    kube: RealKube, reference: hami.Reference, work: Path, scheduler: str = SCHEDULER, **values: str
+) -> int:
+    """Apply the chart's objects (above) as `helm install --set schedulerName=SCHEDULER` (and any other ``values``)
+    would; the port the extender will listen on."""
     from certgen.local import write_local
 
     port = free_port()
@@ -86,7 +88,7 @@ def install_chart(kube: RealKube, reference: hami.Reference, work: Path, schedul
     # Pod sets no securityContext, so an admin installing HAMi there relaxes it first, as here.
     enforce = "pod-security.kubernetes.io/enforce=privileged"
     kube.kubectl("label", "namespace", HAMI_NAMESPACE, enforce, "--overwrite")
-    values = {"schedulerName": scheduler}
+    values = {"schedulerName": scheduler, **values}
     objects = reference.manifests(kube.version, *TEMPLATES, release=RELEASE, namespace=HAMI_NAMESPACE, values=values)
     for obj in objects:
         if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == SCHEDULER_ACCOUNT:

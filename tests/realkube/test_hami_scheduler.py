@@ -57,8 +57,8 @@ pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
 
 Obj = dict[str, Any]
 NODES = ("gpu-node-1", "gpu-node-2")
-DIFFERENTIAL_CLUSTERS, PODS_PER_CLUSTER = 6, 60  # the suite's differential run: 360 Pods, seconds
-DOCUMENTED = ("several device containers", "another vendor's devices (not checked)")
+DIFFERENTIAL_CLUSTERS, PODS_PER_CLUSTER = 8, 45  # the suite's differential run: 360 Pods, all ten vendors
+DOCUMENTED = ("several device containers", "another vendor's devices (not checked)", "Ascend hami-core mode")
 """Why the check may say nothing of a Pod HAMi leaves Pending (docs/rules.md#fits-nowhere): nothing else."""
 PREFIXES = ("nvidia.com/", *(f"{vendor.asks[0][0].split('/')[0]}/" for vendor in VENDORS.values() if vendor.asks))
 """The resources of the vendors generated here, all of them checked."""
@@ -84,6 +84,7 @@ def installed(
     kube = clusters.own(request.param, "hami-scheduler")
     overlay = write_overlay(tmp_path_factory.mktemp("overlay") / OVERLAY, OVERLAY)
     overlay_file(overlay, OVERLAY, "scheduler-name.yaml")
+    _enable_ascend_and_iluvatar(overlay)
     if kube.minor < 36:  # no floor before 1.36: the overlay leaves it out, as its comment says
         kustomization = overlay / "kustomization.yaml"
         kept = [line for line in kustomization.read_text().splitlines() if "components/floor" not in line]
@@ -96,6 +97,24 @@ def installed(
         clusters.discard(kube)
 
 
+HAMI_VENDORS = {"devices.ascend.enabled": "true", "devices.iluvatar.enabled": "true"}
+"""HAMi's chart values that switch on Ascend and Iluvatar (its scheduler's --enable-ascend, --enable-iluvatar), as
+our webhook's HAMI_ENABLE_ASCEND and HAMI_ENABLE_ILUVATAR do: the differential covers them too."""
+
+
+def _enable_ascend_and_iluvatar(overlay: Path) -> None:
+    """The overlay's Deployment with HAMI_ENABLE_ASCEND and HAMI_ENABLE_ILUVATAR, a strategic-merge patch."""
+    env = [{"name": f"HAMI_ENABLE_{name}", "value": "true"} for name in ("ASCEND", "ILUVATAR")]
+    patch = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "hami-webhook", "namespace": HAMI_NAMESPACE},
+        "spec": {"template": {"spec": {"containers": [{"name": "webhook", "env": env}]}}},
+    }  # fmt: skip
+    (overlay / "vendors.yaml").write_text(json.dumps(patch))
+    kustomization = overlay / "kustomization.yaml"
+    kustomization.write_text(kustomization.read_text() + "patches:\n  - path: vendors.yaml\n")
+
+
 @pytest.fixture(scope="module")
 def scheduler(
     installed: Installed, hami_reference: hami.Reference, clusters: Clusters, tmp_path_factory: pytest.TempPathFactory
@@ -104,7 +123,7 @@ def scheduler(
     kube = installed.kube
     work = tmp_path_factory.mktemp("hami-scheduler")
     kube_scheduler = clusters.scheduler(kube.version.lstrip("v"))
-    port = install_chart(kube, hami_reference, work, NAME)
+    port = install_chart(kube, hami_reference, work, NAME, **HAMI_VENDORS)
     plugin_token = token(kube, DEVICE_PLUGIN, HAMI_NAMESPACE)
     device_plugin = kube.kubeconfig_for(plugin_token, work / "device-plugin.kubeconfig")
     with run_scheduler(kube, hami_reference, kube_scheduler, port, work, NAME) as running:
@@ -113,8 +132,8 @@ def scheduler(
 
 def test_fits_nowhere_never_warns_a_pod_hamis_scheduler_places(installed: Installed, scheduler: Scheduling) -> None:
     """The differential run (docs/rules.md#fits-nowhere): generated Nodes of NVIDIA, Hygon DCU, AMD, Biren, Vastai,
-    Kunlunxin vXPU, MetaX sGPU and Enflame DRS devices (one vendor each, in its own register format) registered in
-    the cluster, generated
+    Kunlunxin vXPU, MetaX sGPU, Enflame DRS, Iluvatar and Ascend devices (one vendor each, in its own register
+    format) registered in the cluster, generated
     Pods created (server-side dry run) through the API server and our webhook, which warns or not from its inventory
     of the Nodes; each Pod as the webhook mutated it then given to HAMi's scheduler with those Nodes, empty. No Pod
     HAMi places may have been warned; a Pod warned must be one HAMi leaves Pending. HAMI_FITS_DIFFERENTIAL=CLUSTERS
@@ -128,9 +147,11 @@ def test_fits_nowhere_never_warns_a_pod_hamis_scheduler_places(installed: Instal
     by_vendor: Counter[str] = Counter()
     false_alarms: list[str] = []
     misses: Counter[str] = Counter()
+    made = 0  # nodes generated so far: the vendors take turns
     try:
         for k in range(clusters):
-            generated = generated_nodes(rng, f"fit-{k}", rng.randint(1, 3))
+            generated = generated_nodes(rng, f"fit-{k}", rng.randint(1, 3), made)
+            made += len(generated)
             for name, vendor, devices in generated:
                 node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
                 node["metadata"]["annotations"] = {VENDORS[vendor].annotation: VENDORS[vendor].encode(devices)}
@@ -174,8 +195,9 @@ def test_fits_nowhere_never_warns_a_pod_hamis_scheduler_places(installed: Instal
 
 def _why_pending(pod: Obj, reasons: dict[str, str]) -> str:
     """A Pod HAMi leaves Pending that the check said nothing of, by the documented decision that explains it: a Pod
-    of several device containers (checked one by one), another vendor's devices (not among those checked here), or
-    else HAMi's reasons on its nodes (words only, no counts), which would be a bug to look at."""
+    of several device containers (checked one by one), another vendor's devices (not among those checked here), an
+    Ascend Pod in hami-core mode (the node's switch is not read), or else HAMi's reasons on its nodes (words only,
+    no counts), which would be a bug to look at."""
     containers = (*pod["spec"].get("initContainers", []), *pod["spec"]["containers"])
     asking = [c for c in containers if (c.get("resources") or {}).get("limits")]
     if len(asking) > 1:
@@ -183,6 +205,9 @@ def _why_pending(pod: Obj, reasons: dict[str, str]) -> str:
     names = {name for c in asking for name in c["resources"]["limits"]}
     if names and not any(name.startswith(PREFIXES) for name in names):
         return "another vendor's devices (not checked)"
+    hami_core = pod["metadata"].get("annotations", {}).get("huawei.com/vnpu-mode") == "hami-core"
+    if hami_core and any(name.startswith("huawei.com/") for name in names):
+        return "Ascend hami-core mode"  # refused on a node without hami-vnpu-core, which the check does not read
     words = {part.split(" ", 1)[-1] for reason in reasons.values() for part in reason.split(", ")}
     return ", ".join(sorted(words))
 
