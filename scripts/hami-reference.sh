@@ -11,6 +11,8 @@
 #                         vendors and device-config loading, with the dependency versions HAMi's go.sum pins
 #                         (cgo on: go-nvml is in the import graph, never called on the webhook path)
 #   hami-scheduler        HAMi's own cmd/scheduler from the same copy, unchanged (its extender: /filter, /bind)
+#   hami-registers        tests/hami/registers/main.go in the same copy: Nodes' register annotations read by
+#                         every vendor's GetNodeDevices, as HAMi's scheduler reads them
 #   render-device-config  tests/hami/render: Helm's engine rendering the chart's device-config.yaml, or any of
 #                         its templates for a Kubernetes version
 #   chart/                the tree's charts/hami, for the renderer
@@ -39,7 +41,8 @@ fingerprint() {
     else
       (cd "$SRC" && find go.mod go.sum pkg cmd charts/hami -type f -print0 | sort -z | xargs -0 sha256sum)
     fi
-    (cd "$ROOT" && sha256sum scripts/hami-reference.sh tests/hami/webhook/main.go tests/hami/render/go.* tests/hami/render/main.go)
+    (cd "$ROOT" && sha256sum scripts/hami-reference.sh tests/hami/webhook/main.go tests/hami/registers/main.go \
+      tests/hami/render/go.* tests/hami/render/main.go)
   } | sha256sum | cut -c1-16
 }
 
@@ -61,6 +64,10 @@ build_hami() {
   (cd "$module" && CGO_ENABLED=1 go build -trimpath -ldflags "-s -w" -o "$out/hami-webhook" ./cmd/parity-webhook)
   say "building HAMi's scheduler (most of it is the webhook's packages, built above)"
   (cd "$module" && CGO_ENABLED=1 go build -trimpath -ldflags "-s -w" -o "$out/hami-scheduler" ./cmd/scheduler)
+  mkdir -p "$module/cmd/hami-registers"
+  cp "$ROOT/tests/hami/registers/main.go" "$module/cmd/hami-registers/main.go"
+  say "building the register reader (the vendors' GetNodeDevices, built above)"
+  (cd "$module" && CGO_ENABLED=1 go build -trimpath -ldflags "-s -w" -o "$out/hami-registers" ./cmd/hami-registers)
   download "$ROOT/tests/hami/render"
   say "building the chart renderer (Helm's engine)"
   (cd "$ROOT/tests/hami/render" && go build -trimpath -ldflags "-s -w" -o "$out/render-device-config" .)

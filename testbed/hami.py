@@ -10,6 +10,7 @@ over TLS on 127.0.0.1 until the block ends.
 from __future__ import annotations
 
 import http.client
+import json
 import ssl
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
@@ -48,6 +49,14 @@ class Reference:
     def scheduler(self) -> Path:
         """HAMi's cmd/scheduler: its scheduler extender (/filter, /bind) and webhook, unchanged."""
         return self.bin / "hami-scheduler"
+
+    def registers(self, nodes: Sequence[tuple[str, Mapping[str, str]]], config: Path, *flags: str) -> list[Any]:
+        """What HAMi's scheduler reads from each Node's annotations (tests/hami/registers/main.go): per node, per
+        vendor the device config at ``config`` and ``flags`` switch on, its devices or its error."""
+        command = [str(self.bin / "hami-registers"), f"--device-config-file={config}", *flags]
+        listed = json.dumps([{"name": name, "annotations": dict(annotations)} for name, annotations in nodes])
+        done = subprocess.run(command, input=listed, check=True, capture_output=True, text=True)
+        return list(json.loads(done.stdout))
 
     @property
     def source(self) -> str:

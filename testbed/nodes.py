@@ -8,14 +8,15 @@ left out), with the chart's defaults: deviceSplitCount 10, memory and core scali
 from __future__ import annotations
 
 import json
-import random
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from app.admission.fits import Inventory
 from app.inventory.store import Store
 
 Obj = dict[str, Any]
+Encoder = Callable[[list[Obj]], str]
 NVIDIA_REGISTER = "hami.io/node-nvidia-register"
 A10 = "NVIDIA-NVIDIA A10"
 
@@ -48,12 +49,11 @@ def register(devices: list[Obj]) -> str:
     return json.dumps(devices, separators=(",", ":"))
 
 
-def node_metadata(name: str, devices: list[Obj], key: str = NVIDIA_REGISTER) -> Obj:
-    """A Node as a PartialObjectMetadata list item carries it: its name and the register annotation."""
-    return {"metadata": {"name": name, "annotations": {key: register(devices)}}}
+def node_metadata(name: str, devices: list[Obj], key: str = NVIDIA_REGISTER, encode: Encoder = register) -> Obj:
+    """A Node as a PartialObjectMetadata list item carries it: its name and the register annotation, written by
+    ``encode`` (a vendor's format: testbed/vendors.py)."""
+    return {"metadata": {"name": name, "annotations": {key: encode(devices)}}}
 
-
-# -- generated clusters and Pods, for the differential run against HAMi's scheduler -------------------------------
 
 CARDS = (
     ("NVIDIA-Tesla T4", 15360),
@@ -71,63 +71,6 @@ MIG_A100 = [  # an A100 80GB's profiles as HAMi's device plugin registers them: 
      "placements": [{"start": i, "size": 4} for i in (0, 4)]},
     {"name": "7g.80gb", "memoryMB": 80896, "core": 100, "sliceCount": 7, "placements": [{"start": 0, "size": 8}]},
 ]  # fmt: skip
-
-
-def generated_nodes(rng: random.Random, prefix: str, count: int) -> list[tuple[str, list[Obj]]]:
-    """``count`` GPU nodes of random cards, sizes, split counts, NUMA layouts, modes and health."""
-    found = []
-    for n in range(count):
-        name = f"{prefix}-{n}"
-        card, memory = rng.choice(CARDS)
-        mode = rng.choices(("hami-core", "mig", "mps"), (6, 2, 1))[0]
-        gpus = rng.choice((1, 2, 4, 8))
-        numa = rng.random() < 0.6
-        devices = [
-            gpu(
-                i, name, memory, rng.choice((10, 10, 4, 1, 0)),
-                cores=rng.choice((100, 100, 100, 50)), card=card, numa=i * 2 // gpus if numa else 0,
-                mode=mode, health=rng.random() > 0.1, mig=MIG_A100 if mode == "mig" else None,
-            )
-            for i in range(gpus)
-        ]  # fmt: skip
-        found.append((name, devices))
-    return found
-
-
-def generated_pod(rng: random.Random, ids: list[str]) -> Obj:
-    """A Pod asking NVIDIA GPUs (or now and then another vendor's devices) with random counts, memory in MiB or
-    percent, cores, and HAMi's selectors: types, ids (some of ``ids``, some no node has), mode, NUMA binding."""
-    from testbed.pods import container, pod
-
-    def limits() -> dict[str, str]:
-        if rng.random() < 0.05:
-            return {"cambricon.com/vmlu": "1"}
-        asked = {"nvidia.com/gpu": str(rng.choice((1, 1, 1, 2, 2, 3, 4, 5, 8, 9)))}
-        if rng.random() < 0.6:
-            asked["nvidia.com/gpumem"] = str(rng.choice((1000, 9000, 15360, 20000, 24576, 40000, 50000, 81920, 90000)))
-        elif rng.random() < 0.4:
-            asked["nvidia.com/gpumem-percentage"] = str(rng.choice((10, 50, 100)))
-        if rng.random() < 0.5:
-            asked["nvidia.com/gpucores"] = str(rng.choice((0, 10, 30, 50, 60, 100, 120)))
-        return asked
-
-    annotations: dict[str, str] = {}
-    choices: dict[str, tuple[str, ...]] = {
-        "nvidia.com/use-gputype": ("A100", "a10", "H100", "T4,A10", "V100", " "),
-        "nvidia.com/nouse-gputype": ("A100", "T4", "80GB"),
-        "nvidia.com/vgpu-mode": ("hami-core", "mig", "mps", "mig,hami-core"),
-        "nvidia.com/numa-bind": ("true", "false", "1", "yes"),
-    }
-    for key, values in choices.items():
-        if rng.random() < 0.2:
-            annotations[key] = rng.choice(values)
-    for key in ("nvidia.com/use-gpuuuid", "nvidia.com/nouse-gpuuuid"):
-        if ids and rng.random() < 0.15:
-            picked = rng.sample(ids, min(len(ids), rng.choice((1, 2, 3))))
-            annotations[key] = ",".join(picked + (["GPU-not-registered"] if rng.random() < 0.3 else []))
-    containers = [container(f"c{i}", limits=limits(), defaulted=False) for i in range(rng.choice((1, 1, 1, 2)))]
-    init = [container("init", limits=limits(), defaulted=False)] if rng.random() < 0.1 else None
-    return pod(*containers, name="fit-", namespace=None, scheduler=None, annotations=annotations or None, init=init)
 
 
 class Held:

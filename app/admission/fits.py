@@ -26,8 +26,9 @@ FITS_NOWHERE_REASON = "FitsNowhere"
 
 
 @dataclass(frozen=True, slots=True, order=True)
-class MigProfile:
-    """A MIG profile a GPU can make (HAMi's MigProfile): its memory, cores and where its instances may start."""
+class Profile:
+    """A profile a device can be cut into: an NVIDIA MIG profile (HAMi's MigProfile: where its instances may start)
+    or an Enflame DRS profile (no placements)."""
 
     name: str
     memory: int
@@ -47,11 +48,17 @@ class Registered:
     numa: int
     mode: str
     health: bool
-    mig: tuple[MigProfile, ...] = ()
+    profiles: tuple[Profile, ...] = ()
 
 
 Shape = tuple[Registered, ...]
 """A node's devices of one vendor, ids left out, in a canonical order: nodes of one shape fit alike."""
+
+
+def canonical(devices: Iterable[tuple[Registered, str]]) -> tuple[Shape, tuple[str, ...]]:
+    """Devices with their ids in the canonical order, as a shape and its ids position by position."""
+    pairs = sorted(devices)
+    return tuple(d for d, _ in pairs), tuple(i for _, i in pairs)
 
 
 @dataclass(frozen=True)
@@ -113,7 +120,10 @@ class Fitting(Protocol):
     """A vendor whose devices are registered on Nodes, and who can say whether one container fits one node."""
 
     @property
-    def key(self) -> str: ...
+    def key(self) -> str:
+        """HAMi's request type: a node's devices of any vendor whose type holds it (case aside) are this vendor's
+        to fit (HAMi's getNodeResources)."""
+        ...
 
     @property
     def count_name(self) -> str:
@@ -123,6 +133,11 @@ class Fitting(Protocol):
     @property
     def register_annotation(self) -> str:
         """The Node annotation its device plugin registers the devices in."""
+        ...
+
+    def decode(self, raw: str, node: str) -> list[tuple[Registered, str]]:
+        """The devices and their ids in ``raw``, that annotation's text on ``node`` (app/admission/registers.py);
+        raises Unregistered where HAMi's reading fails."""
         ...
 
     def fit_key(self, ctr: ContainerEdit, annotations: Mapping[str, str]) -> Hashable | None:
@@ -238,83 +253,5 @@ def intern(text: str) -> str:
 
 
 class Unregistered(ValueError):
-    """A register annotation HAMi's scheduler cannot read either: the node is left out, as HAMi leaves it."""
-
-
-def decode_register(raw: str) -> tuple[Shape, tuple[str, ...]]:
-    """A node's devices from a register annotation in HAMi's JSON (pkg/device/devices.go MarshalNodeDevices, read
-    back by Go's encoding/json: keys matched case-insensitively, missing fields zero), in canonical order with
-    their ids alongside. Raises Unregistered where HAMi's reading fails or finds no device."""
-    import orjson
-
-    try:
-        items = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise Unregistered(f"not JSON: {exc}") from None
-    if not isinstance(items, list) or not items:
-        raise Unregistered("no device registered")
-    pairs = sorted((_device(item), _text(_field(item, "id"))) for item in items)
-    return tuple(d for d, _ in pairs), tuple(i for _, i in pairs)
-
-
-def _field(item: Any, key: str) -> Any:
-    if not isinstance(item, dict):
-        raise Unregistered("a device is not an object")
-    if key in item:
-        return item[key]
-    lowered = key.lower()
-    return next((v for k, v in item.items() if k.lower() == lowered), None)
-
-
-def _int(value: Any, low: int = -(2**31), high: int = 2**31 - 1) -> int:
-    """A JSON number Go reads into an int32 (or int): whole and within range, else the decode fails."""
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
-        raise Unregistered(f"not an integer: {value!r}")
-    if not low <= int(value) <= high:
-        raise Unregistered(f"out of range: {value!r}")
-    return int(value)
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise Unregistered(f"not a string: {value!r}")
-    return value
-
-
-def _device(item: Any) -> Registered:
-    health = _field(item, "health")
-    if health is not None and not isinstance(health, bool):
-        raise Unregistered(f"health is not a boolean: {health!r}")
-    _int(_field(item, "index"), 0, 2**64 - 1)  # Go's uint: a negative index fails the whole annotation
-    profiles = _field(item, "migProfiles") or []
-    if not isinstance(profiles, list):
-        raise Unregistered("migProfiles is not a list")
-    return Registered(
-        count=_int(_field(item, "count")),
-        memory=_int(_field(item, "devmem")),
-        cores=_int(_field(item, "devcore")),
-        type=intern(_text(_field(item, "type"))),
-        numa=_int(_field(item, "numa"), -(2**63), 2**63 - 1),
-        mode=intern(_text(_field(item, "mode"))),
-        health=bool(health),
-        mig=tuple(_profile(p) for p in profiles),
-    )
-
-
-def _profile(item: Any) -> MigProfile:
-    placements = _field(item, "placements") or []
-    if not isinstance(placements, list):
-        raise Unregistered("placements is not a list")
-    return MigProfile(
-        name=intern(_text(_field(item, "name"))),
-        memory=_int(_field(item, "memoryMB")),
-        cores=_int(_field(item, "core")),
-        slices=_int(_field(item, "sliceCount"), 0, 2**32 - 1),
-        placements=tuple(
-            (_int(_field(p, "start"), 0, 2**32 - 1), _int(_field(p, "size"), 0, 2**32 - 1)) for p in placements
-        ),
-    )
+    """A register annotation HAMi's scheduler cannot read either: the node's devices of that vendor are left out,
+    as HAMi leaves them out."""

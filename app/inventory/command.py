@@ -10,12 +10,12 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from app.admission.fits import Fitting, Inventory, Registered, decode_register, fitting
+from app.admission.fits import Fitting, Inventory, Registered, fitting
 from app.inventory.store import Store
 from app.kube.flags import add_kubeconfig_flags
 
 FAILED = 1
-HEADER = ("NODE", "VENDOR", "TYPE", "GPUS", "HEALTHY", "MEMORY", "CORES", "SPLIT", "MODE", "NUMA")
+HEADER = ("NODE", "VENDOR", "TYPE", "DEVICES", "HEALTHY", "MEMORY", "CORES", "SPLIT", "MODE", "NUMA")
 
 
 class Loaded:
@@ -89,7 +89,7 @@ def rows(items: Iterable[dict[str, Any]], vendors: Sequence[Fitting]) -> list[tu
             if not isinstance(raw, str):
                 continue
             try:
-                shape, _ids = decode_register(raw)
+                shape = [device for device, _ in vendor.decode(raw, name)]
             except ValueError as exc:
                 found.append((name, vendor.key, f"<unreadable: {exc}>", "0", "0", "", "", "", "", ""))
                 continue

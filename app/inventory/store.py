@@ -1,8 +1,10 @@
 """The inventory's state: each node's register annotations, decoded once per change, indexed by shape and device id.
 
 The Node watch's thread calls ``listed``/``event``; reviews call ``current``, which hands out the last published
-Inventory without a lock. A Node event whose register annotations did not change (a heartbeat, a handshake, a
-label) costs a dict lookup and a string comparison: Nodes change often, their devices rarely.
+Inventory without a lock. A node's devices are a vendor's as HAMi's scheduler counts them (getNodeResources): every
+device the node registers, in any vendor's annotation, whose type holds the vendor's key, case aside. A Node event
+whose register annotations did not change (a heartbeat, a handshake, a label) costs a dict lookup and a string
+comparison: Nodes change often, their devices rarely.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.admission.fits import Fitting, Inventory, Kind, NodeDevices, Shape, Unregistered, decode_register
+from app.admission.fits import Fitting, Inventory, Kind, NodeDevices, Registered, Shape, Unregistered, canonical
+from app.admission.registers import Decoder
 
 log = logging.getLogger("hami_webhook.inventory")
 
@@ -32,7 +35,9 @@ class Store:
     """Registered devices by node and vendor. ``_lock`` guards the mutable indexes; ``_current`` is replaced whole."""
 
     def __init__(self, vendors: Sequence[Fitting], clock: Callable[[], float] = time.time) -> None:
-        self._vendors = {vendor.register_annotation: vendor.key for vendor in vendors}
+        self._decoders: dict[str, Decoder] = {vendor.register_annotation: vendor.decode for vendor in vendors}
+        self._words = {vendor.key: vendor.key.lower() for vendor in vendors}
+        self._typed: dict[str, tuple[str, ...]] = {}  # a device type -> the vendors whose key it holds
         self._clock = clock
         self._lock = threading.Lock()
         self._raw: dict[str, dict[str, str]] = {}  # node -> annotation -> its last value
@@ -82,7 +87,7 @@ class Store:
 
     def _take(self, name: str, annotations: Mapping[str, Any]) -> bool:
         """Record a node's register annotations; whether its devices changed."""
-        raw = {key: value for key in self._vendors if isinstance(value := annotations.get(key), str)}
+        raw = {key: value for key in self._decoders if isinstance(value := annotations.get(key), str)}
         if self._raw.get(name, {}) == raw:
             return False
         for vendor, devices in self._nodes.pop(name, {}).items():
@@ -91,16 +96,21 @@ class Store:
         if not raw:
             return True
         self._raw[name] = raw
-        kept: dict[str, NodeDevices] = {}
+        found: list[tuple[Registered, str]] = []
         for key, value in raw.items():
-            vendor = self._vendors[key]
             try:
-                shape, ids = decode_register(value)
+                found += self._decoders[key](value, name)
             except Unregistered as exc:
                 if name not in self._unreadable:
                     self._unreadable.add(name)
                     log.warning("inventory: node %s: %s unreadable (%s); HAMi leaves it out too", name, key, exc)
-                continue
+        by_vendor: dict[str, list[tuple[Registered, str]]] = {}
+        for pair in found:
+            for vendor in self._vendors_of(pair[0].type):
+                by_vendor.setdefault(vendor, []).append(pair)
+        kept: dict[str, NodeDevices] = {}
+        for vendor, pairs in by_vendor.items():
+            shape, ids = canonical(pairs)
             devices = kept[vendor] = NodeDevices(name, shape, ids)
             self._shapes.setdefault(vendor, {}).setdefault(shape, {})[name] = None
             index = self._by_id.setdefault(vendor, {})
@@ -109,6 +119,14 @@ class Store:
         if kept:
             self._nodes[name] = kept
         return True
+
+    def _vendors_of(self, card: str) -> tuple[str, ...]:
+        """The vendors a device of type ``card`` counts for (remembered: a cluster has a handful of types)."""
+        found = self._typed.get(card)
+        if found is None:
+            lowered = card.lower()
+            found = self._typed[card] = tuple(v for v, word in self._words.items() if word in lowered)
+        return found
 
     def _forget(self, name: str, vendor: str, devices: NodeDevices) -> None:
         shapes = self._shapes[vendor]

@@ -173,12 +173,25 @@ def test_preview_checks_against_an_inventory_file(tmp_path: Path, capsys) -> Non
 
 
 def test_nodes_prints_each_nodes_devices(tmp_path: Path, capsys) -> None:
-    assert main(["nodes", "-f", str(_nodes_file(tmp_path))]) == 0
-    assert capsys.readouterr().out.splitlines() == [
-        "NODE    VENDOR   TYPE                           GPUS   HEALTHY   MEMORY    CORES   SPLIT   MODE        NUMA",
-        "gpu-6   NVIDIA   NVIDIA-NVIDIA A100-SXM4-80GB   4      4         81920Mi   100     10      hami-core   0,1",
-        "gpu-7   NVIDIA   NVIDIA-NVIDIA A100-SXM4-80GB   4      3         81920Mi   100     10      hami-core   0,1",
-    ]
+    from testbed.nodes import node_metadata
+    from testbed.vendors import VENDORS, device
+
+    path = _nodes_file(tmp_path)
+    listed = json.loads(path.read_text())
+    dcu, amd = VENDORS["DCU"], VENDORS["AMD"]
+    devices = [device("DCU", i, "dcu-0", "DCU-K100_AI", 65520, 4, numa=i) for i in range(2)]
+    both = node_metadata("dcu-0", devices, dcu.annotation, dcu.encode)
+    both["metadata"]["annotations"] |= node_metadata("dcu-0", [device("AMD", 0, "dcu-0", "AMD-MI300X", 196592)],
+                                                     amd.annotation)["metadata"]["annotations"]  # fmt: skip
+    path.write_text(json.dumps(listed | {"items": [*listed["items"], both]}))
+    assert main(["nodes", "-f", str(path)]) == 0
+    assert [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()] == [
+        "NODE VENDOR TYPE DEVICES HEALTHY MEMORY CORES SPLIT MODE NUMA",
+        "dcu-0 DCU DCU-K100_AI 2 2 65520Mi 100 4 - 0,1",
+        "dcu-0 AMD AMD-MI300X 1 1 196592Mi 100 10 - 0",
+        "gpu-6 NVIDIA NVIDIA-NVIDIA A100-SXM4-80GB 4 4 81920Mi 100 10 hami-core 0,1",
+        "gpu-7 NVIDIA NVIDIA-NVIDIA A100-SXM4-80GB 4 3 81920Mi 100 10 hami-core 0,1",
+    ]  # columns aligned as kubectl aligns them (the spaces squeezed here)
     empty = tmp_path / "empty.json"
     empty.write_text('{"apiVersion": "v1", "kind": "List", "items": []}')
     assert main(["nodes", "-f", str(empty)]) == 0

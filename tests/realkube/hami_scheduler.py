@@ -76,9 +76,11 @@ TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
 NOT_READY = "node.kubernetes.io/not-ready"
 
 
-def install_chart(kube: RealKube, reference: hami.Reference, work: Path, scheduler: str = SCHEDULER) -> int:
-    """Apply the chart's objects (above) as `helm install --set schedulerName=SCHEDULER` would; the port the
-    extender will listen on."""
+def install_chart(
+    kube: RealKube, reference: hami.Reference, work: Path, scheduler: str = SCHEDULER, **values: str
+) -> int:
+    """Apply the chart's objects (above) as `helm install --set schedulerName=SCHEDULER` (and any other ``values``)
+    would; the port the extender will listen on."""
     from certgen.local import write_local
 
     port = free_port()
@@ -86,7 +88,7 @@ def install_chart(kube: RealKube, reference: hami.Reference, work: Path, schedul
     # Pod sets no securityContext, so an admin installing HAMi there relaxes it first, as here.
     enforce = "pod-security.kubernetes.io/enforce=privileged"
     kube.kubectl("label", "namespace", HAMI_NAMESPACE, enforce, "--overwrite")
-    values = {"schedulerName": scheduler}
+    values = {"schedulerName": scheduler, **values}
     objects = reference.manifests(kube.version, *TEMPLATES, release=RELEASE, namespace=HAMI_NAMESPACE, values=values)
     for obj in objects:
         if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == SCHEDULER_ACCOUNT:
@@ -172,7 +174,9 @@ class Scheduling:
         context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # the chart's self-made certificate
         connection = http.client.HTTPSConnection("127.0.0.1", self.port, context=context, timeout=30)
         try:
-            body = json.dumps({"pod": pod, "nodes": {"items": nodes}})
+            # The names too: a Pod asking nothing of HAMi is answered with the names it was given (all of them).
+            names = [node["metadata"]["name"] for node in nodes]
+            body = json.dumps({"pod": pod, "nodes": {"items": nodes}, "nodenames": names})
             connection.request("POST", "/filter", body, {"Content-Type": "application/json"})
             answer = json.loads(connection.getresponse().read())
         finally:
@@ -180,6 +184,7 @@ class Scheduling:
         answer = {key.lower(): value for key, value in answer.items()}  # ExtenderFilterResult has no json tags
         assert not answer.get("error"), answer
         placed = [node["metadata"]["name"] for node in (answer.get("nodes") or {}).get("items") or []]
+        placed = placed or list(answer.get("nodenames") or [])
         return placed, answer.get("failednodes") or {}
 
 

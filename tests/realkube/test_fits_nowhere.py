@@ -23,6 +23,7 @@ from testbed.api import create, pod
 from testbed.cluster import RealKube
 from testbed.install import Installed
 from testbed.nodes import gpu, register
+from testbed.vendors import VENDORS, device
 
 pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
 
@@ -112,6 +113,34 @@ def test_the_five_examples_are_warned_at_create(gpu_nodes: Installed, tmp_path: 
         ({"nvidia.com/gpu": "2"}, {"nvidia.com/numa-bind": "true"}),
     ):
         assert warnings_for(gpu_nodes, ns, limits, marks) == []
+
+
+def test_other_vendors_are_warned_in_their_own_formats(any_installed: Installed) -> None:
+    """A Kunlunxin vXPU node (HAMi's JSON) and a Hygon DCU node (HAMi's older text), registered as their device
+    plugins register them: each vendor's Pods are warned by its own filter, what fits is not."""
+    kube = any_installed.kube
+    xpu, dcu = VENDORS["XPU"], VENDORS["DCU"]
+    nodes = {
+        "xpu-6": (xpu, [device("XPU", i, "xpu-6", "XPU-P800", 98304) for i in range(4)]),
+        "dcu-6": (dcu, [device("DCU", i, "dcu-6", "DCU-K100_AI", 65520, 4) for i in range(2)]),
+    }
+    try:
+        for name, (vendor, devices) in nodes.items():
+            body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+            body["metadata"]["annotations"] = {vendor.annotation: vendor.encode(devices)}
+            kube.kubectl("create", "-f", "-", stdin=json.dumps(body))
+        ns = kube.namespace(f"fits-{uuid.uuid4().hex[:8]}")
+        three = ({"kunlunxin.com/vxpu": "3"}, {})
+        assert kube.wait_for(lambda: warnings_for(any_installed, ns, *three), 30) == [
+            "container train asks 3 Kunlunxin XPUs; HAMi hands them out only by 1, 2, 4, 8"
+        ]
+        assert warnings_for(any_installed, ns, {"hygon.com/dcunum": "1", "hygon.com/dcumem": "70000"}, {}) == [
+            "container train asks 70000 MiB per DCU; the largest registered Hygon DCU has 65520 MiB (node dcu-6)"
+        ]
+        for limits in ({"kunlunxin.com/vxpu": "4"}, {"hygon.com/dcunum": "2", "hygon.com/dcumem": "65520"}):
+            assert warnings_for(any_installed, ns, limits, {}) == []
+    finally:
+        kube.kubectl("delete", "node", *nodes, "--ignore-not-found", check=False)
 
 
 def test_a_workload_is_warned_at_apply(gpu_nodes: Installed, tmp_path: Path) -> None:

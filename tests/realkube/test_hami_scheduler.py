@@ -34,9 +34,8 @@ from testbed import hami
 from testbed.api import GPU, Api, create, pod
 from testbed.cluster import RealKube
 from testbed.install import Installed, install, token
-from testbed.nodes import NVIDIA_REGISTER as REGISTER
-from testbed.nodes import generated_nodes, generated_pod, register
 from testbed.tls import client_context
+from testbed.vendors import VENDORS, generated_nodes, generated_pod
 from tests.manifests.conftest import overlay_file, write_overlay
 from tests.realkube.fixtures import NEWEST, OLDEST, Clusters
 from tests.realkube.hami_scheduler import (
@@ -58,9 +57,11 @@ pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
 
 Obj = dict[str, Any]
 NODES = ("gpu-node-1", "gpu-node-2")
-DIFFERENTIAL_CLUSTERS, PODS_PER_CLUSTER = 4, 60  # the suite's differential run: 240 Pods, seconds
-DOCUMENTED = ("several device containers", "another vendor's devices (not checked)")
+DIFFERENTIAL_CLUSTERS, PODS_PER_CLUSTER = 8, 45  # the suite's differential run: 360 Pods, all ten vendors
+DOCUMENTED = ("several device containers", "another vendor's devices (not checked)", "Ascend hami-core mode")
 """Why the check may say nothing of a Pod HAMi leaves Pending (docs/rules.md#fits-nowhere): nothing else."""
+PREFIXES = ("nvidia.com/", *(f"{vendor.asks[0][0].split('/')[0]}/" for vendor in VENDORS.values() if vendor.asks))
+"""The resources of the vendors generated here, all of them checked."""
 PODS = 3
 # What HAMi's scheduler writes on a Pod it binds (pkg/util, pkg/device/nvidia): its /filter the node, the time
 # and the devices, its /bind the bind phase and time.
@@ -83,6 +84,7 @@ def installed(
     kube = clusters.own(request.param, "hami-scheduler")
     overlay = write_overlay(tmp_path_factory.mktemp("overlay") / OVERLAY, OVERLAY)
     overlay_file(overlay, OVERLAY, "scheduler-name.yaml")
+    _enable_ascend_and_iluvatar(overlay)
     if kube.minor < 36:  # no floor before 1.36: the overlay leaves it out, as its comment says
         kustomization = overlay / "kustomization.yaml"
         kept = [line for line in kustomization.read_text().splitlines() if "components/floor" not in line]
@@ -95,6 +97,24 @@ def installed(
         clusters.discard(kube)
 
 
+HAMI_VENDORS = {"devices.ascend.enabled": "true", "devices.iluvatar.enabled": "true"}
+"""HAMi's chart values that switch on Ascend and Iluvatar (its scheduler's --enable-ascend, --enable-iluvatar), as
+our webhook's HAMI_ENABLE_ASCEND and HAMI_ENABLE_ILUVATAR do: the differential covers them too."""
+
+
+def _enable_ascend_and_iluvatar(overlay: Path) -> None:
+    """The overlay's Deployment with HAMI_ENABLE_ASCEND and HAMI_ENABLE_ILUVATAR, a strategic-merge patch."""
+    env = [{"name": f"HAMI_ENABLE_{name}", "value": "true"} for name in ("ASCEND", "ILUVATAR")]
+    patch = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "hami-webhook", "namespace": HAMI_NAMESPACE},
+        "spec": {"template": {"spec": {"containers": [{"name": "webhook", "env": env}]}}},
+    }  # fmt: skip
+    (overlay / "vendors.yaml").write_text(json.dumps(patch))
+    kustomization = overlay / "kustomization.yaml"
+    kustomization.write_text(kustomization.read_text() + "patches:\n  - path: vendors.yaml\n")
+
+
 @pytest.fixture(scope="module")
 def scheduler(
     installed: Installed, hami_reference: hami.Reference, clusters: Clusters, tmp_path_factory: pytest.TempPathFactory
@@ -103,7 +123,7 @@ def scheduler(
     kube = installed.kube
     work = tmp_path_factory.mktemp("hami-scheduler")
     kube_scheduler = clusters.scheduler(kube.version.lstrip("v"))
-    port = install_chart(kube, hami_reference, work, NAME)
+    port = install_chart(kube, hami_reference, work, NAME, **HAMI_VENDORS)
     plugin_token = token(kube, DEVICE_PLUGIN, HAMI_NAMESPACE)
     device_plugin = kube.kubeconfig_for(plugin_token, work / "device-plugin.kubeconfig")
     with run_scheduler(kube, hami_reference, kube_scheduler, port, work, NAME) as running:
@@ -111,7 +131,9 @@ def scheduler(
 
 
 def test_fits_nowhere_never_warns_a_pod_hamis_scheduler_places(installed: Installed, scheduler: Scheduling) -> None:
-    """The differential run (docs/rules.md#fits-nowhere): generated GPU Nodes registered in the cluster, generated
+    """The differential run (docs/rules.md#fits-nowhere): generated Nodes of NVIDIA, Hygon DCU, AMD, Biren, Vastai,
+    Kunlunxin vXPU, MetaX sGPU, Enflame DRS, Iluvatar and Ascend devices (one vendor each, in its own register
+    format) registered in the cluster, generated
     Pods created (server-side dry run) through the API server and our webhook, which warns or not from its inventory
     of the Nodes; each Pod as the webhook mutated it then given to HAMi's scheduler with those Nodes, empty. No Pod
     HAMi places may have been warned; a Pod warned must be one HAMi leaves Pending. HAMI_FITS_DIFFERENTIAL=CLUSTERS
@@ -122,22 +144,27 @@ def test_fits_nowhere_never_warns_a_pod_hamis_scheduler_places(installed: Instal
     ns = kube.namespace(f"fits-diff-{uuid.uuid4().hex[:8]}")
     api = Api(kube)
     tally: Counter[str] = Counter()
+    by_vendor: Counter[str] = Counter()
     false_alarms: list[str] = []
     misses: Counter[str] = Counter()
+    made = 0  # nodes generated so far: the vendors take turns
     try:
         for k in range(clusters):
-            generated = generated_nodes(rng, f"fit-{k}", rng.randint(1, 3))
-            for name, devices in generated:
+            generated = generated_nodes(rng, f"fit-{k}", rng.randint(1, 3), made)
+            made += len(generated)
+            for name, vendor, devices in generated:
                 node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
-                node["metadata"]["annotations"] = {REGISTER: register(devices)}
+                node["metadata"]["annotations"] = {VENDORS[vendor].annotation: VENDORS[vendor].encode(devices)}
                 status, body = api.call("POST", "/api/v1/nodes", json.dumps(node).encode())
                 assert status == 201, body
             count = len(generated)
             kube.wait_for(lambda n=count: _inventory_nodes(installed) == n, 30)
-            nodes = [n for n in kube.read("/api/v1/nodes")["items"] if REGISTER in n["metadata"].get("annotations", {})]
-            ids = [d["id"] for _, devices in generated for d in devices]
+            names = {name for name, _, _ in generated}
+            nodes = [n for n in kube.read("/api/v1/nodes")["items"] if n["metadata"]["name"] in names]
+            ids = [d["id"] for _, _, devices in generated for d in devices]
+            present = tuple(sorted({vendor for _, vendor, _ in generated}))
             for _ in range(PODS_PER_CLUSTER):
-                manifest = generated_pod(rng, ids)
+                manifest = generated_pod(rng, ids, present)
                 path = f"/api/v1/namespaces/{ns}/pods?dryRun=All"
                 status, body, warnings = api.call_warned("POST", path, json.dumps(manifest).encode())
                 if status != 201:  # refused by the webhook's own rules (a percentage above 100): not a placement
@@ -146,17 +173,20 @@ def test_fits_nowhere_never_warns_a_pod_hamis_scheduler_places(installed: Instal
                 admitted = json.loads(body)
                 warned = [w for w in warnings if " asks " in w and w.startswith("container ")]
                 placed, reasons = scheduler.filter(admitted, nodes)
-                tally[f"{'warned' if warned else 'quiet'}, {'placed' if placed else 'pending'}"] += 1
+                outcome = f"{'warned' if warned else 'quiet'}, {'placed' if placed else 'pending'}"
+                tally[outcome] += 1
+                by_vendor[f"{_vendor(manifest)}: {outcome}"] += 1
                 if warned and placed:
                     false_alarms.append(f"{json.dumps(manifest)}\n  on {json.dumps(generated)}\n  {warned}")
                 elif not warned and not placed:  # said nothing of a Pod HAMi leaves Pending: why HAMi did
                     misses[_why_pending(admitted, reasons)] += 1
-            for name, _ in generated:
+            for name in names:
                 api.call("DELETE", f"/api/v1/nodes/{name}")
             kube.wait_for(lambda: _inventory_nodes(installed) == 0, 30)
     finally:
         api.close()
     print(f"differential: {clusters} clusters x {PODS_PER_CLUSTER} Pods: {dict(sorted(tally.items()))}")
+    print(f"by vendor: {dict(sorted(by_vendor.items()))}")
     print(f"quiet and pending, by what HAMi said: {dict(misses.most_common())}")
     assert not false_alarms, "\n".join(false_alarms[:5])
     assert set(misses) <= set(DOCUMENTED), misses  # every other difference is a decision docs/rules.md states
@@ -165,19 +195,31 @@ def test_fits_nowhere_never_warns_a_pod_hamis_scheduler_places(installed: Instal
 
 def _why_pending(pod: Obj, reasons: dict[str, str]) -> str:
     """A Pod HAMi leaves Pending that the check said nothing of, by the documented decision that explains it: a Pod
-    of several device containers (checked one by one), another vendor's devices (NVIDIA's alone are checked), or
-    else HAMi's reasons on its nodes (words only, no counts), which would be a bug to look at."""
-    asking = [c for c in (*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]) if c.get("resources")]
+    of several device containers (checked one by one), another vendor's devices (not among those checked here), an
+    Ascend Pod in hami-core mode (the node's switch is not read), or else HAMi's reasons on its nodes (words only,
+    no counts), which would be a bug to look at."""
+    containers = (*pod["spec"].get("initContainers", []), *pod["spec"]["containers"])
+    asking = [c for c in containers if (c.get("resources") or {}).get("limits")]
     if len(asking) > 1:
         return "several device containers"
-    if not any(name.startswith("nvidia.com/") for c in asking for name in c["resources"].get("limits", {})):
+    names = {name for c in asking for name in c["resources"]["limits"]}
+    if names and not any(name.startswith(PREFIXES) for name in names):
         return "another vendor's devices (not checked)"
+    hami_core = pod["metadata"].get("annotations", {}).get("huawei.com/vnpu-mode") == "hami-core"
+    if hami_core and any(name.startswith("huawei.com/") for name in names):
+        return "Ascend hami-core mode"  # refused on a node without hami-vnpu-core, which the check does not read
     words = {part.split(" ", 1)[-1] for reason in reasons.values() for part in reason.split(", ")}
     return ", ".join(sorted(words))
 
 
+def _vendor(pod: Obj) -> str:
+    """The vendor a generated Pod asks for, by its first container's first resource's domain."""
+    limits = pod["spec"]["containers"][0]["resources"].get("limits", {})
+    return next(iter(limits), "none").split("/")[0]
+
+
 def _inventory_nodes(installed: Installed) -> int:
-    """How many Nodes the webhook's inventory holds (its /readyz), NVIDIA's."""
+    """How many Nodes the webhook's inventory holds (its /readyz), of every vendor (each node has one here)."""
     context = client_context(installed.webhook.ca)
     context.check_hostname = False  # the Service's name is the certificate's; the webhook listens on its ClusterIP
     connection = http.client.HTTPSConnection(installed.webhook.host, installed.webhook.port, context=context, timeout=5)
@@ -186,7 +228,7 @@ def _inventory_nodes(installed: Installed) -> int:
         ready = json.loads(connection.getresponse().read())
     finally:
         connection.close()
-    return int(ready["inventory"].get("nodes", {}).get("NVIDIA", 0))
+    return sum(int(count) for count in ready["inventory"].get("nodes", {}).values())
 
 
 def test_hami_scheduler_binds_through_the_guard(installed: Installed, scheduler: Scheduling, tmp_path: Path) -> None:

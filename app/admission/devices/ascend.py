@@ -1,12 +1,14 @@
 """Huawei Ascend NPUs (one backend per ``vnpus.configs[]`` entry, keyed by its ``commonWord``).
 
 Outside hami-core (soft split) mode an Ascend NPU is split by fixed templates, so a
-memory request is rounded up to a template and cores cannot be asked for.
+memory request is rounded up to a template and cores cannot be asked for. Each chip's
+devices are registered on Nodes in HAMi's JSON, one annotation per chip.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from app.admission.devices.base import (
@@ -17,8 +19,10 @@ from app.admission.devices.base import (
     QuotaRequest,
     sliced_request,
 )
+from app.admission.devices.registered import DeviceRequest, RegisteredFits, share, whole
 from app.admission.edit import ContainerEdit, PodEdit, Why
 from app.admission.notices import ROUNDED
+from app.admission.quantity import INT32_MAX
 
 VNPU_MODE_ANNOTATION = "huawei.com/vnpu-mode"
 HAMI_CORE_MODE = "hami-core"
@@ -34,8 +38,15 @@ AS_ASKED = Why("hami-core mode: whole units", replaced=ROUNDED)
 
 
 @dataclass(frozen=True)
-class Ascend(OwnsItsQuotaNames):
-    """HAMi's Ascend vNPU admission rules for one chip."""
+class Ascend(RegisteredFits, OwnsItsQuotaNames):
+    """HAMi's Ascend vNPU admission rules for one chip, and its filter (pkg/device/ascend Fit) for fits nowhere:
+    health, ids, split count, memory, cores (a card's, or 100 in hami-core mode). A 910's topology and a 910C's
+    module pairs only ever take fewer of the devices that pass: their count is an upper bound."""
+
+    register_name = "hami.io/node-register-{key}"
+    noun, short = "{key} NPU", "NPU"
+    id_keys = (("hami.io/use-{key}-uuid", "hami.io/no-use-{key}-uuid"),)
+    more_keys = (VNPU_MODE_ANNOTATION,)
 
     key: str
     count_name: str
@@ -122,6 +133,22 @@ class Ascend(OwnsItsQuotaNames):
 
     def quota_request(self, ctr: ContainerEdit) -> QuotaRequest | None:
         return sliced_request(ctr, self.quota_names, default_cores=0)
+
+    def fit_request(self, ctr: ContainerEdit, annotations: Mapping[str, str]) -> DeviceRequest | None:
+        """GenerateResourceRequests: a count of 1 to 2^31-1; memory (0 when fractional: the whole card) times
+        memoryFactor within int32, negative none; cores rounded up within int32; else no request. In hami-core mode
+        the Fit compares cores with 100, which the Fit's clamp always meets."""
+        nums = whole(ctr.limit_or_request(self.count_name)) if self.count_name else None
+        if nums is None or not 0 < nums <= INT32_MAX:
+            return None
+        amount = ctr.limit_or_request(self.memory_name) if self.memory_name else None
+        memory = 0 if amount is None or amount.whole is None else amount.whole * max(self.memory_factor, 1)
+        raw = ctr.limit_or_request(self.core_name) if self.core_name else None
+        cores = 0 if raw is None else raw.value
+        if (amount is not None and amount.nanos < 0) or not 0 <= memory <= INT32_MAX or not 0 <= cores <= INT32_MAX:
+            return None
+        asked = share(self.selected(annotations), nums, memory, cores)
+        return replace(asked, cores=None) if annotations.get(VNPU_MODE_ANNOTATION) == HAMI_CORE_MODE else asked
 
 
 def build(root: ConfigSection) -> tuple[Ascend, ...]:

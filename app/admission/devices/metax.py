@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from app.admission.devices.base import (
@@ -14,6 +15,7 @@ from app.admission.devices.base import (
     QuotaRequest,
     whole_in_range,
 )
+from app.admission.devices.registered import NO_PERCENTAGE, DeviceRequest, RegisteredFits
 from app.admission.edit import ContainerEdit, PodEdit, Why
 from app.admission.quantity import INT32_MAX
 
@@ -28,16 +30,23 @@ MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
-class MetaxSGPU(OwnsItsQuotaNames):
+class MetaxSGPU(RegisteredFits, OwnsItsQuotaNames):
     """HAMi's sGPU rules: an app class pins one device, and every non-online Pod carries a QoS policy.
 
-    Only limits are read, here and for quota.
+    Only limits are read, here, for quota and by its filter (pkg/device/metax sdevice.go Fit: health, ids, split
+    count, memory, and cores unless the Pod is online; an empty device takes any app class and QoS policy), which
+    fits nowhere follows; its devices are MetaX's own list in ``metax-tech.com/node-gpu-devices``.
     """
 
     count_name: str
     memory_name: str
     core_name: str
     key: str = "Metax-SGPU"
+    register_name = "metax-tech.com/node-gpu-devices"
+    register_format = "metax"
+    noun, short = "MetaX sGPU device", "GPU"
+    id_keys = (("metax-tech.com/use-gpuuuid", "metax-tech.com/nouse-gpuuuid"),)
+    more_keys = (APP_CLASS_ANNOTATION,)
 
     @cached_property
     def quota_names(self) -> QuotaNames:
@@ -69,6 +78,25 @@ class MetaxSGPU(OwnsItsQuotaNames):
         cores = 100 if cores_raw is None else cores_raw.value
         memory = self._memory_mib(ctr)
         return None if memory is None else QuotaRequest(nums=nums, memory=memory, cores=cores)
+
+    def fit_request(self, ctr: ContainerEdit, annotations: Mapping[str, str]) -> DeviceRequest | None:
+        """GenerateResourceRequests, limits only: a count of 1 to 2^31-1; cores 100 unless asked (a fraction reads
+        as 100, beyond int32 no request), compared unclamped, and not at all for an online Pod; memory in MiB, 0 for
+        the whole card."""
+        nums = whole_in_range(ctr.limit(self.count_name), 1, INT32_MAX) if self.count_name else None
+        memory = self._memory_mib(ctr)
+        raw = ctr.limit(self.core_name) if self.core_name else None
+        cores = 100 if raw is None or raw.whole is None else whole_in_range(raw, 0, INT32_MAX)
+        if nums is None or memory is None or cores is None:
+            return None
+        online = annotations.get(APP_CLASS_ANNOTATION) == "online"
+        return replace(
+            self.selected(annotations),
+            nums=nums,
+            memory=memory,
+            percentage=NO_PERCENTAGE if memory else 100,
+            cores=None if online else cores,
+        )
 
     def _memory_mib(self, ctr: ContainerEdit) -> int | None:
         """MiB per device: a value written with a unit is bytes, a bare number GiB; None when out of range."""

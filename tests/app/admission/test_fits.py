@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from app.admission.fits import Unregistered, decode_register, fitting
+from app.admission.fits import fitting
 from app.admission.workloads import decide_workload
 from app.inventory.store import Store
 from app.settings import Settings
-from testbed.nodes import Held, gpu, node_metadata, register
+from testbed.nodes import Held, gpu, node_metadata
 from testbed.pods import container, pod
 from testbed.reviews import admission_review, run
 
@@ -273,36 +273,3 @@ def test_shapes_group_alike_nodes() -> None:
     kinds = {kind.example: kind.nodes for kind in inventory.shapes["NVIDIA"].values()}
     assert kinds == {"a100-0": 2, "small-0": 1, "sick-0": 1, "mig-0": 1}
     assert store.figures().devices == {"NVIDIA": 19}
-
-
-def test_decoding_reads_as_gos_json() -> None:
-    raw = (
-        '[{"ID":"GPU-b","Count":10,"DevMem":1000,"devcore":100,"Type":"NVIDIA-X","Health":true},'
-        '{"id":"GPU-a","count":10,"devmem":2000,"devcore":100,"type":"NVIDIA-X"}]'
-    )
-    shape, ids = decode_register(raw)
-    assert [(d.memory, d.health, d.mode) for d in shape] == [(1000, True, ""), (2000, False, "")]
-    assert ids == ("GPU-b", "GPU-a")
-
-
-@pytest.mark.parametrize(
-    "raw",
-    [
-        "GPU-a,10,1000,100,NVIDIA-X,0,true:",
-        "[]",
-        '[{"id":"a","count":1.5}]',
-        '[{"id":"a","index":-1}]',
-        '[{"health":"yes"}]',
-    ],
-    ids=["legacy-format", "no-device", "fraction", "negative-index", "health-not-bool"],
-)
-def test_what_hami_cannot_read_is_left_out(raw: str) -> None:
-    with pytest.raises(Unregistered):
-        decode_register(raw)
-
-
-def test_registered_text_is_what_the_helpers_write() -> None:
-    devices = [gpu(0, "n"), gpu(1, "n", mig=MIG_PROFILES, mode="mig")]
-    shape, ids = decode_register(register(devices))
-    assert sorted(ids) == sorted(d["id"] for d in devices)
-    assert {d.mode for d in shape} == {"hami-core", "mig"}
