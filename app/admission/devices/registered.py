@@ -130,17 +130,22 @@ class RegisteredFits:
         candidates = (self.count_name, getattr(self, "memory_name", ""), getattr(self, "core_name", ""))
         return tuple(name for name in candidates if name)
 
-    def fit_key(self, ctr: ContainerEdit, annotations: Mapping[str, str]) -> Hashable | None:
-        if not any(ctr.has(name) for name in self.found_by):
-            return None
-        names = self.fit_names
+    @cached_property
+    def fit_annotations(self) -> tuple[str, ...]:
+        """The annotations the request reads (a memo's key)."""
         keys = (*self.type_pair, *(k for pair in self.id_pairs for k in pair), *self.more_keys)
+        return tuple(k for k in keys if k)
+
+    def fit_key(self, ctr: ContainerEdit, annotations: Mapping[str, str]) -> Hashable | None:
+        if not any([ctr.has(name) for name in self.found_by]):
+            return None
+        names, limits, requests = self.fit_names, ctr.limits, ctr.requests
         return (
             self.key,
-            *(ctr.limits.get(n) for n in names),  # quantities as written: strings or numbers (schemas.POD)
-            *(ctr.requests.get(n) for n in names),
-            *(annotations.get(k) for k in keys if k),
-        )
+            *[limits.get(n) for n in names],  # quantities as written: strings or numbers (schemas.POD)
+            *[requests.get(n) for n in names],
+            *[annotations.get(k) for k in self.fit_annotations],
+        )  # asked of every device container of every review: lists, each piece computed once per vendor
 
     def fit_request(self, ctr: ContainerEdit, annotations: Mapping[str, str]) -> DeviceRequest | None:
         raise NotImplementedError  # each vendor reads its container as its GenerateResourceRequests does
