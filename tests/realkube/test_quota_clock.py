@@ -33,7 +33,8 @@ from tests.realkube.quota_replicas import (
 
 pytestmark = pytest.mark.cluster  # its highest tier (tests/tiers.py checks it)
 
-SKEW_ROOM, SKEW_PODS, SKEW_BURSTS = 100, 300, 2  # bursts on each side of the jump
+SKEW_ROOM, SKEW_PODS = 100, 300
+SKEW_BURSTS, SKEW_TRIES = 2, 6  # bursts on each side of the jump: at least, at most
 SKEWS = ("-90s", "+90s")  # replica 0's wall clock: behind, then jumping ahead (far beyond the TTL either way)
 FREED = 10  # Pods deleted from each namespace after the bursts: the free room admitted again
 FAKETIME_CACHE = 1  # seconds libfaketime keeps the offset it read from its file
@@ -97,29 +98,38 @@ def admitted_by(port: int) -> int:
 
 def test_one_replica_with_its_clock_off(installed: Installed, skewed: Skewed) -> None:
     """Replica 0's wall clock 90 s behind, then jumping to 90 s ahead with its tables full (far beyond the TTL
-    either way): SKEW_BURSTS bursts of SKEW_PODS creates on each side of the jump, each into room for SKEW_ROOM,
-    never store more than the room, and the skewed replica admits Pods on each side of the jump (else this
-    proves nothing; one burst may find it cut off on a starved machine, refusing as designed); after the bursts,
+    either way): bursts of SKEW_PODS creates on each side of the jump, each into room for SKEW_ROOM, never store
+    more than the room, and the skewed replica admits Pods on each side of the jump (else this proves nothing).
+    SKEW_BURSTS bursts a side, more (up to SKEW_TRIES) until it has: on a loaded machine the two true replicas
+    often win every compare-and-swap of a burst and fill the room while it re-reads (on CI, 3 bursts of 4 left it
+    only refusals at the limit, its ledger writes all conflicts), a race its clock has no part in. After the bursts,
     FREED Pods deleted and a TTL waited out, exactly the free room is admitted again."""
     kube = installed.kube
-    namespaces = [quota_namespace(kube, SKEW_ROOM, f"limits.{MEM}") for _ in range(SKEW_BURSTS * len(SKEWS))]
+    ready = [quota_namespace(kube, SKEW_ROOM, f"limits.{MEM}") for _ in range(SKEW_TRIES * len(SKEWS))]
+    namespaces: list[str] = []  # those a burst went into
     try:
         # A replica refuses (explained) in a quota'd namespace whose Pods it has not listed yet: the burst starts
         # once the skewed one publishes every namespace's quota gauges (it lists them when their quota appears).
-        kube.wait_for(lambda: all(f'namespace="{ns}"' in scraped(skewed.metrics) for ns in namespaces), 60)
+        kube.wait_for(lambda: all(f'namespace="{ns}"' in scraped(skewed.metrics) for ns in ready), 60)
         counts, by_skewed, others = [], [], []
-        for i, ns in enumerate(namespaces):
-            if i and i % SKEW_BURSTS == 0:
-                skewed.jump(SKEWS[i // SKEW_BURSTS])
-            before = admitted_by(skewed.metrics)
-            _, calls = create_at_once(kube, ns, pod("skew-", ONE_GPU), SKEW_PODS, 32)
-            counts.append(len(stored(kube, ns)))
-            by_skewed.append(admitted_by(skewed.metrics) - before)
-            others += [c.refusal for c in calls if c.status != 201 and not explained(c)]
+        for side, skew in enumerate(SKEWS):
+            if side:
+                skewed.jump(skew)
+            admitted: list[int] = []
+            for ns in ready[side * SKEW_TRIES : (side + 1) * SKEW_TRIES]:
+                if len(admitted) >= SKEW_BURSTS and any(admitted):
+                    break
+                namespaces.append(ns)
+                before = admitted_by(skewed.metrics)
+                _, calls = create_at_once(kube, ns, pod("skew-", ONE_GPU), SKEW_PODS, 32)
+                counts.append(len(stored(kube, ns)))
+                admitted.append(admitted_by(skewed.metrics) - before)
+                others += [c.refusal for c in calls if c.status != 201 and not explained(c)]
+            by_skewed.append(admitted)
         print(f"\nclock {' then '.join(SKEWS)}: stored {counts} (room {SKEW_ROOM}), the skewed replica admitted "
               f"{by_skewed}")  # fmt: skip
         assert max(counts) <= SKEW_ROOM and others == [], (counts, others[:3])  # every refusal says why
-        assert any(by_skewed[:SKEW_BURSTS]) and any(by_skewed[SKEW_BURSTS:]), by_skewed
+        assert all(any(admitted) for admitted in by_skewed), by_skewed
         burst_end = time.monotonic()
         for ns in namespaces:
             names = [p["metadata"]["name"] for p in stored(kube, ns)[:FREED]]
@@ -131,5 +141,5 @@ def test_one_replica_with_its_clock_off(installed: Installed, skewed: Skewed) ->
             assert refusals(calls) == []
             assert sum(c.status == 201 for c in calls) == free and len(stored(kube, ns)) == SKEW_ROOM, free
     finally:
-        for ns in namespaces:
+        for ns in ready:
             kube.kubectl("delete", "namespace", "--wait=false", ns)
