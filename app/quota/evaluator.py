@@ -161,7 +161,7 @@ class QuotaEvaluator:
         counting only what is certainly taken does not fit the newest ledger either. None: the ledger decides."""
         view = self.feed.view(namespace)
         found = view.ledger
-        listed = found is not None and any(ask.uid in e.uids for e in found.entries.values())
+        listed = found is not None and any(ask.tag in e.tags for e in found.entries.values())
         if found is None or ask.uid in found.entries or listed or view.pods_at < found.mark:
             return None  # (a request sent again whose entry is there: the commit says it is reserved)
         refused = denial(self.committer.scene(view, found), ask.requested)

@@ -64,7 +64,7 @@ class Write:
     places: int = 0  # places of a gang's hold (``hold``) taken into a grant of this worker's (``gang_grant``)
     hold: str = ""
     gang_grant: str = ""
-    joined: tuple[str, ...] = ()  # the request uids this write lists in entries: joined into holds, or grown into
+    joined: tuple[str, ...] = ()  # the requests (tags) this write lists in entries: joined into holds, or grown into
     encoded: str = ""  # ``entries`` encoded, when the decision had to encode them already (their size)
 
     def text(self) -> str:
@@ -78,7 +78,7 @@ class Write:
         if any(entry and entry not in before and entry in after for entry in (self.entry, self.gang_grant)):
             return True
         listed, listed_before = _listed(after), _listed(before)
-        return any(uid in listed and uid not in listed_before for uid in self.joined)
+        return any(tag in listed and tag not in listed_before for tag in self.joined)
 
 
 @dataclass(frozen=True)
@@ -124,19 +124,19 @@ def decide(scene: Scene, asks: Sequence[Ask], *, wanted: int, ask: bool, burst: 
     if not reserve and not joined and not closes and raised == wanted:
         return decided  # denials and dry runs only: no write (an older ledger never counts more)
     entry, extra = "", {}
-    uids: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
     if reserve:
         extra = ahead(scene.limits, plus(counted.upper, plus(taking, holding)), taking, len(reserve), burst)
         entry = asks[reserve[0]].uid if len(reserve) == 1 and not extra else new_id
-        uids = () if entry == asks[reserve[0]].uid else tuple(asks[i].uid for i in reserve)
+        tags = () if entry == asks[reserve[0]].uid else tuple(asks[i].tag for i in reserve)
         # a Pod admitted into a grant as its window ends may appear a TTL later
         ttl = scene.ttl + (WINDOW if extra else 0)
-        keep[entry] = (Ahead if extra else Reserved)(round(scene.wall + ttl, 1), plus(taking, extra), ttl, uids)
+        keep[entry] = (Ahead if extra else Reserved)(round(scene.wall + ttl, 1), plus(taking, extra), ttl, tags)
     hold, places, gang_grant = _places(scene, asks, joined, len(reserve), burst, keep, f"{new_id}-gang")
     text = encode(keep)  # once: its size decides, and it is what the write sends
     if len(text) > MAX_LEDGER_BYTES and extra:  # too big: take nothing ahead, then refuse the batch
         at = round(scene.wall + scene.ttl, 1)
-        extra, keep[entry] = {}, Reserved(at, dict(taking), scene.ttl, uids)
+        extra, keep[entry] = {}, Reserved(at, dict(taking), scene.ttl, tags)
         text = encode(keep)
     if len(text) > MAX_LEDGER_BYTES:
         full = tuple(sorted(reserve + joined))
@@ -144,7 +144,7 @@ def decide(scene: Scene, asks: Sequence[Ask], *, wanted: int, ask: bool, burst: 
         return replace(decided, verdicts=refused, full=full, write=Write(dict(counted.keep), counted.mark, raised))
     for index in reserve:
         verdicts[index] = Verdict(reservation=entry)
-    joins = tuple(asks[i].uid for i in joined)
+    joins = tuple(asks[i].tag for i in joined)
     write = Write(keep, counted.mark, raised, entry, extra, places, hold, gang_grant, joins, text)
     return replace(decided, verdicts=tuple(verdicts), reserved=tuple(sorted(reserve + joined)), write=write)
 
@@ -182,13 +182,13 @@ def _each(
     undecided: list[int] = []
     taking: Amounts = {}
     holding: Amounts = {}
-    admitted = {uid: i for i, e in counted.live.items() for uid in e.uids}
+    admitted = {tag: i for i, e in counted.live.items() for tag in e.tags}
     for index, one in enumerate(asks):
         if one.uid in counted.live and one.uid not in closing:  # sent again: its entry is there already
             verdicts[index] = Verdict(reservation=one.uid)
             continue
-        if one.uid in admitted:  # sent again to this worker, after another admitted it into a batch or grant
-            verdicts[index] = Verdict(reservation=admitted[one.uid])
+        if one.tag in admitted:  # sent again to this worker, after another admitted it into a batch or grant
+            verdicts[index] = Verdict(reservation=admitted[one.tag])
             continue
         both = plus(taking, holding)
         if one.gang and limited(scene.limits, one.requested):
@@ -230,7 +230,7 @@ def grow(
         return verdict, {}
     if overflow(scene.namespace, scene.limits, plus(counted.upper, taking), more):
         return None, {}
-    keep[one.grows] = replace(entry, amounts=plus(entry.amounts, more), uids=(*entry.uids, one.uid))
+    keep[one.grows] = replace(entry, amounts=plus(entry.amounts, more), tags=(*entry.tags, one.tag))
     return Verdict(reservation=one.grows), more
 
 
@@ -273,5 +273,5 @@ def _size(entries: Mapping[str, LedgerEntry]) -> int:
 
 
 def _listed(entries: Mapping[str, LedgerEntry]) -> set[str]:
-    """The request uids ``entries`` list: what each admitted, and each hold's joiners."""
-    return {uid for entry in entries.values() for uid in entry.listed()}
+    """The requests (tags) ``entries`` list: what each admitted, and each hold's joiners."""
+    return {tag for entry in entries.values() for tag in entry.listed()}

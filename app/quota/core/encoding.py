@@ -2,8 +2,9 @@
 
 The Lease ``hami-quota-<namespace>`` lives in the webhook's own namespace, so the webhook's write access
 stays inside it. Its annotation ``hami.io/quota-ledger`` holds
-``{id: {"ttl": s, "expires": unix s, "amounts": {resource: amount}, "open": true?, "hold": {...}?, "gang": key?}}``
-(a hold: ``{"group", "size", "members", "each", "joined"?, "declared"?}``):
+``{id: {"ttl": s, "expires": unix s, "amounts": {resource: amount}, "open": true?, "hold": {...}?, "gang": key?,
+"uids": tags?}}`` (a hold: ``{"group", "size", "members", "each", "joined": tags?, "declared"?}``; ``tags``: the
+requests it lists, their 12-character tags one after the other, app/quota/core/entries.py's ``tag``):
 room set aside for Pods admitted (or, while open, about to be admitted) that some worker may not have seen yet; the
 Pods carry the id in their ``hami.io/quota-reservation`` annotation. Its fields say its kind
 (app/quota/core/entries.py): with a ``hold``, a gang's (``Held``); ``open``, a grant (``Ahead``), of some of a
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from app.quota.core.entries import JOINERS, Ahead, Held, Hold, LedgerEntry, Places, Reserved
+from app.quota.core.entries import JOINERS, TAG_CHARS, Ahead, Held, Hold, LedgerEntry, Places, Reserved
 
 LEDGER_ANNOTATION = "hami.io/quota-ledger"
 MARK_ANNOTATION = "hami.io/quota-ledger-mark"
@@ -100,13 +101,13 @@ def _encoded(entry: LedgerEntry) -> dict[str, Any]:
         out["open"] = True
         if isinstance(entry, Places):
             out["gang"] = entry.gang
-    if entry.uids:
-        out["uids"] = list(entry.uids)
+    if entry.tags:
+        out["uids"] = "".join(entry.tags)
     if isinstance(entry, Held):
         hold = entry.hold
         out["hold"] = {"group": hold.group, "size": hold.size, "members": hold.members, "each": hold.each}
         if hold.joined:
-            out["hold"]["joined"] = list(hold.joined)
+            out["hold"]["joined"] = "".join(hold.joined)
         if hold.declared:
             out["hold"]["declared"] = hold.declared
     return out
@@ -129,13 +130,13 @@ def _entry(entry: Mapping[str, Any]) -> LedgerEntry:
     """One entry, of the kind its fields say (app/quota/core/entries.py). Raises on a malformed one."""
     expires, ttl = float(entry["expires"]), _ttl(entry)
     amounts = {str(k): int(v) for k, v in entry["amounts"].items()}
-    uids = tuple(str(u) for u in entry.get("uids") or ())
+    tags = _tags(entry.get("uids"))
     opened, gang, hold = entry.get("open") is True, str(entry.get("gang") or ""), _hold(entry)
     if hold is not None:  # never written open: a hold is one, whatever else a hand wrote beside it
-        return Held(expires, amounts, ttl, uids, hold=hold)
+        return Held(expires, amounts, ttl, tags, hold=hold)
     if gang and opened:
-        return Places(expires, amounts, ttl, uids, gang=gang)
-    return (Ahead if opened else Reserved)(expires, amounts, ttl, uids)
+        return Places(expires, amounts, ttl, tags, gang=gang)
+    return (Ahead if opened else Reserved)(expires, amounts, ttl, tags)
 
 
 def _hold(entry: Mapping[str, Any]) -> Hold | None:
@@ -144,8 +145,16 @@ def _hold(entry: Mapping[str, Any]) -> Hold | None:
     if raw is None:
         return None
     each = {str(k): int(v) for k, v in raw["each"].items()}
-    joined = tuple(str(uid) for uid in raw.get("joined") or ())[-JOINERS:]
+    joined = _tags(raw.get("joined"))[-JOINERS:]
     return Hold(str(raw["group"]), int(raw["size"]), int(raw["members"]), each, joined, int(raw.get("declared") or 0))
+
+
+def _tags(raw: Any) -> tuple[str, ...]:
+    """The tags a field lists; none from anything but a string of whole tags: its entry still holds its room (a
+    request it lists, sent again, is charged again: stricter, never over the limit)."""
+    if not isinstance(raw, str) or len(raw) % TAG_CHARS:
+        return ()
+    return tuple(raw[i : i + TAG_CHARS] for i in range(0, len(raw), TAG_CHARS))
 
 
 def _ttl(entry: Mapping[str, Any]) -> float | None:

@@ -34,14 +34,14 @@ def join(
     found = held(keep, key)
     if found is not None:
         hold_id, entry = found
-        if one.uid in entry.hold.joined:  # decided again (a lost answer, a request sent again): it joined already
+        if one.tag in entry.hold.joined:  # decided again (a lost answer, a request sent again): it joined already
             return Verdict(reservation=hold_id), {}
         if entry.hold.declared and one.gang.size != entry.hold.declared:
             return Verdict(disagrees(scene.namespace, entry.hold, one.gang.size), gang=True), {}
         if entry.hold.members >= entry.hold.size:
             return (None, {}) if granted_elsewhere(scene, counted, key) else None
         need = beyond(one.requested, entry.hold.each)
-        members, joined = entry.hold.members + 1, (*entry.hold.joined, one.uid)[-JOINERS:]
+        members, joined = entry.hold.members + 1, (*entry.hold.joined, one.tag)[-JOINERS:]
         hold, denied = replace(entry.hold, members=members, joined=joined), ""
         amounts = plus(minus(entry.amounts, entry.hold.each), one.requested)
     else:

@@ -9,13 +9,14 @@ of it, another's grant is certain from WINDOW + SLACK after that sight (docs/rul
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from app.quota.core.amounts import Amounts, accumulate, is_zero, minus, per, plus, times, unseen, within
 from app.quota.core.encoding import Ledger
-from app.quota.core.entries import Ahead, Held, LedgerEntry, Places, Reserved
+from app.quota.core.entries import Ahead, Held, LedgerEntry, Places, Reserved, tag
 from app.quota.core.gang import Gang
 
 WINDOW = 1.0  # seconds a worker admits into a grant it wrote, counted from before the write
@@ -49,6 +50,11 @@ class Ask:
     grows: str = ""
     charged: Amounts = field(default_factory=dict)
 
+    @functools.cached_property
+    def tag(self) -> str:
+        """How an entry lists this request (app/quota/core/entries.py)."""
+        return tag(self.uid)
+
 
 @dataclass(eq=False)
 class Grant:
@@ -70,7 +76,7 @@ class Grant:
     hold: str = ""  # a gang's grant: the id of the hold its places came from
     slots: int = 0  # a gang's grant: the places it took
     count: int = 0  # a gang's grant: the members admitted into it
-    uids: list[str] = field(default_factory=list)  # the requests admitted into it (its closed entry lists them)
+    tags: list[str] = field(default_factory=list)  # the requests admitted into it (its closed entry lists them)
 
     def room(self) -> Amounts:
         return minus(self.amounts, self.spent)
@@ -99,12 +105,12 @@ class Grant:
         if not ask.dry_run:
             accumulate(self.spent, ask.requested)
             self.count += 1
-            self.uids.append(ask.uid)
+            self.tags.append(ask.tag)
         return True
 
     def seen_by_decision(self) -> Grant:
         """A copy the decision reads apart from the lock that guards this one."""
-        return replace(self, spent=dict(self.spent), uids=list(self.uids))
+        return replace(self, spent=dict(self.spent), tags=list(self.tags))
 
 
 @dataclass(frozen=True)
@@ -201,7 +207,7 @@ def account(scene: Scene) -> Account:
         if certain and (closing or grant is None) and is_zero(at_least) and not placed:
             mark = max(mark, taken.rv if taken is not None else mark)  # its Pods took all its room: drop it
         elif grant is not None and closing:  # its batch's requests, and those admitted into it since
-            keep[entry_id] = Reserved(entry.expires, dict(grant.spent), entry.ttl, (*entry.uids, *grant.uids))
+            keep[entry_id] = Reserved(entry.expires, dict(grant.spent), entry.ttl, (*entry.tags, *grant.tags))
         else:
             keep[entry_id] = entry
     return Account(live, lower, upper, keep, mark, first_seen)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from app.admission.ports import FITS, Verdict
 from app.quota.core.decision import SHARE, Burst, Ruling, decide
 from app.quota.core.encoding import LEDGER_ANNOTATION, MAX_LEDGER_BYTES, decode
-from app.quota.core.entries import Ahead, LedgerEntry, Reserved
+from app.quota.core.entries import Ahead, LedgerEntry, Reserved, tag
 from app.quota.core.scene import SLACK, WINDOW, Ask, Grant, Scene, Taken, account
 from testbed import ROOT
 
@@ -188,7 +188,7 @@ def test_what_this_version_writes_reads_as_before_for_the_previous_version() -> 
             "expires": WALL + TTL + WINDOW,
             "amounts": {MEM: 2 + 16},
             "open": True,
-            "uids": ["a", "b"],
+            "uids": tag("a") + tag("b"),
         }
     }
 

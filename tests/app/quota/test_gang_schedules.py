@@ -11,7 +11,7 @@ import pytest
 from app.admission.ports import Verdict
 from app.quota.core.decision import Burst, decide
 from app.quota.core.encoding import LEDGER_ANNOTATION, LEDGER_PREFIX, decode, encode
-from app.quota.core.entries import Held, Hold, LedgerEntry, Reserved
+from app.quota.core.entries import Held, Hold, LedgerEntry, Reserved, tag
 from app.quota.core.gang import KUEUE_LABEL, KUEUE_TOTAL
 from app.quota.core.scene import Ask, Scene, Taken, account
 from app.quota.feed.tables import LedgerTable
@@ -96,7 +96,7 @@ def test_a_join_whose_answer_was_lost_is_recognised_on_the_re_read_and_joins_onc
     hand.sim.lose_next = 1
     assert entry(hand.admit([hand.obj("m2", 1000, group="g")])["m2"]) == "m1"
     hold = hand.ledger()["m1"]
-    assert isinstance(hold, Held) and (hold.hold.members, hold.hold.joined) == (2, ("m2",))
+    assert isinstance(hold, Held) and (hold.hold.members, hold.hold.joined) == (2, (tag("m2"),))
     for uid in ("m3", "m4"):
         hand.wait(1.1)
         assert admitted(hand.admit([hand.obj(uid, 1000, group="g")])[uid])
@@ -273,11 +273,11 @@ def test_a_pod_of_a_batch_or_a_grant_the_api_server_sends_again_to_another_repli
     hand = Hand(room=40, workers=2)  # the batch's grant takes room for more Pods than go into it
     batch = hand.admit([hand.obj(f"b{i}", 1000) for i in range(3)], worker=0, land=False)  # a burst: one entry
     (written,) = {entry(v) for v in batch.values()}
-    assert written not in batch and set(hand.ledger()[written].uids) == {"b0", "b1", "b2"}
+    assert written not in batch and set(hand.ledger()[written].tags) == {tag("b0"), tag("b1"), tag("b2")}
     granted = hand.admit([hand.obj("g1", 1000)], worker=0, land=False)["g1"]  # into the batch's grant: no write
     assert entry(granted) == written
     hand.idle(0, 1.2)  # the grant's window ends; its closing write lists what went in
-    assert "g1" in hand.ledger()[written].uids
+    assert tag("g1") in hand.ledger()[written].tags
     used = sum(e.amounts.get(MEM, 0) for e in hand.ledger().values())
     for uid in ("b1", "g1"):
         again = hand.admit([hand.obj(uid, 1000)], worker=1, land=False)[uid]

@@ -4,6 +4,7 @@ later members take theirs from the hold, ordinary Pods never do, and a hold give
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -14,7 +15,7 @@ from app.admission.ports import FITS, Verdict
 from app.quota.command import render
 from app.quota.core.decision import BURST, Burst, Ruling, Write, decide
 from app.quota.core.encoding import LEDGER_ANNOTATION, decode, encode
-from app.quota.core.entries import JOINERS, Held, Hold, LedgerEntry, Places, Reserved
+from app.quota.core.entries import JOINERS, Held, Hold, LedgerEntry, Places, Reserved, tag
 from app.quota.core.gang import Gang, group
 from app.quota.core.scene import CAP, SLACK, WINDOW, Ask, Grant, Scene, Taken, View, account
 from app.quota.core.standing import standing
@@ -80,7 +81,7 @@ def test_two_gangs_in_one_batch_one_holds_the_other_is_refused() -> None:
     assert [bool(v and v.denial) for v in made.verdicts] == [False, True, False, True]
     assert made.verdicts[2] == Verdict(reservation="w0")
     # two members at once are a burst: the worker takes the two places left into a grant of its own
-    written = {"w0": placed(hold(2, joined=("w1",)), 2), "batch-gang": places(2)}
+    written = {"w0": placed(hold(2, joined=(tag("w1"),)), 2), "batch-gang": places(2)}
     assert made.write is not None and dict(made.write.entries) == written
 
 
@@ -99,13 +100,13 @@ def test_in_a_burst_a_worker_takes_places_of_the_hold_into_a_grant_and_no_free_r
     at = scene(entries={"w0": hold(1)})
     made = decide(at, [ask("w1")], wanted=0, ask=True, burst=Burst(rate=BURST), new_id="b")
     assert made.verdicts == (Verdict(reservation="w0"),)
-    written = {"w0": placed(hold(2, joined=("w1",)), 2), "b-gang": places(2)}
+    written = {"w0": placed(hold(2, joined=(tag("w1"),)), 2), "b-gang": places(2)}
     assert made.write is not None and dict(made.write.entries) == written
     assert (made.write.hold, made.write.places, made.write.gang_grant, made.write.joined) == (
         "w0",
         2,
         "b-gang",
-        ("w1",),
+        (tag("w1"),),
     )
     assert free(at) == free(scene(entries=made.write.entries)) == 2  # the gang's own room, moved
 
@@ -163,14 +164,14 @@ def test_later_members_take_their_room_from_the_hold_and_ordinary_pods_never_do(
     assert made.verdicts[2] is not None and made.verdicts[2].denial  # the hold's room is not an ordinary Pod's
     assert not made.verdicts[2].gang
     assert made.verdicts[3] == Verdict(reservation="w0")
-    assert made.write is not None and made.write.entries["w0"] == placed(hold(2, joined=("w1",)), 2)  # a burst
+    assert made.write is not None and made.write.entries["w0"] == placed(hold(2, joined=(tag("w1"),)), 2)  # a burst
 
 
 def test_a_member_bigger_than_the_first_is_charged_the_difference_from_free_room() -> None:
     at = scene(entries={"w0": hold(1)})
     made = decided(at, ask("w1", gpus=3))
     assert made.verdicts == (Verdict(reservation="w0"),)
-    assert made.write is not None and made.write.entries["w0"] == hold(2, charged=4, joined=("w1",))
+    assert made.write is not None and made.write.entries["w0"] == hold(2, charged=4, joined=(tag("w1"),))
     assert free(scene(entries=made.write.entries)) == 0
     too_big = decided(at, ask("w1", gpus=4))
     assert too_big.verdicts[0] is not None and "requested 3 > limit 6" in too_big.verdicts[0].denial
@@ -178,15 +179,15 @@ def test_a_member_bigger_than_the_first_is_charged_the_difference_from_free_room
 
 def test_a_member_the_hold_lists_as_joined_gets_its_verdict_again_and_adds_nothing() -> None:
     """Decided again (its write's answer lost, or the request sent again to another replica): not a second place."""
-    at = scene(entries={"w0": hold(2, joined=("w1",))})
+    at = scene(entries={"w0": hold(2, joined=(tag("w1"),))})
     assert decided(at, ask("w1")) == Ruling((Verdict(reservation="w0"),), account=account(at))
     made = decided(at, ask("w2"))
-    assert made.write is not None and made.write.entries["w0"] == hold(3, joined=("w1", "w2"))
+    assert made.write is not None and made.write.entries["w0"] == hold(3, joined=(tag("w1"), tag("w2")))
     assert made.write.landed(at.entries, made.write.entries) and not made.write.landed(at.entries, at.entries)
-    many = scene(room=40, entries={"w0": hold(2, size=40, joined=tuple(f"j{i}" for i in range(JOINERS)))})
+    many = scene(room=40, entries={"w0": hold(2, size=40, joined=tuple(tag(f"j{i}") for i in range(JOINERS)))})
     listed = decided(many, ask("w2")).write
     assert listed is not None and isinstance(kept := listed.entries["w0"], Held)
-    assert kept.hold.joined == (*(f"j{i}" for i in range(1, JOINERS)), "w2")  # the last ones
+    assert kept.hold.joined == (*(tag(f"j{i}") for i in range(1, JOINERS)), tag("w2"))  # the last ones
 
 
 def test_members_beyond_the_size_are_charged_alone() -> None:
@@ -262,9 +263,14 @@ def test_a_dry_run_checks_the_whole_gang_and_writes_nothing() -> None:
 def test_a_hold_survives_the_ledger_encoding() -> None:
     entries = {"w0": hold(3, charged=5), "plain": Reserved(WALL, {GPU: 1}, TTL), "g": places(1)}
     assert decode("ai", lease(entries, 1)).entries == entries
-    joined = {"w1": hold(3, joined=("w2", "w3"))}  # the previous version's readers read no "joined": it is optional
-    assert decode("ai", lease(joined, 1)).entries == joined and '"joined":["w2","w3"]' in encode(joined)
+    joined = {"w1": hold(3, joined=(tag("w2"), tag("w3")))}  # the previous version's readers read no "joined"
+    assert decode("ai", lease(joined, 1)).entries == joined and f'"joined":"{tag("w2")}{tag("w3")}"' in encode(joined)
     assert '"joined"' not in encode(entries)
+    for listed in (["w2"], "w2", tag("w2")[:-1], 7):  # no whole tags: the entry holds its room, listing nothing
+        text = encode(joined).replace(f'"{tag("w2")}{tag("w3")}"', json.dumps(listed))
+        assert decode("ai", {"metadata": {"annotations": {LEDGER_ANNOTATION: text}}}).entries == {
+            "w1": hold(3, joined=())
+        }
     broken = '{"w0": {"expires": 1, "amounts": {"g": 1}, "hold": {"group": "x"}}}'
     assert decode("ai", {"metadata": {"annotations": {LEDGER_ANNOTATION: broken}}}).entries == {}
 

@@ -19,7 +19,7 @@ from app.admission.ports import QuotaOff, QuotaUnavailable
 from app.admission.review import QUOTA_RESERVATION_ANNOTATION
 from app.quota.committer import ADMIT_BUDGET, REQUEST_TIMEOUT
 from app.quota.core.encoding import LEDGER_ANNOTATION, MARK_ANNOTATION, MAX_LEDGER_BYTES, encode
-from app.quota.core.entries import Reserved
+from app.quota.core.entries import Reserved, tag
 from app.quota.evaluator import QuotaEvaluator
 from app.quota.startup import QuotaStartError, open_quota
 from app.readiness import Readiness
@@ -507,7 +507,7 @@ def test_a_pod_reviewed_again_with_a_larger_demand_is_charged_the_difference(clu
     )
     ledger = cluster.ledger()
     assert {uid: entry["amounts"] for uid, entry in ledger.items()} == {"call-1": {MEM: 3000, GPU: 2}}
-    assert ledger["call-1"]["uids"] == ["call-2"]
+    assert ledger["call-1"]["uids"] == tag("call-2")
     assert (
         run(grown, settings, port, uid="call-2")
         .patched["metadata"]["annotations"][QUOTA_RESERVATION_ANNOTATION]
