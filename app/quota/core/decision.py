@@ -132,8 +132,12 @@ def decide(scene: Scene, asks: Sequence[Ask], *, wanted: int, ask: bool, burst: 
         # a Pod admitted into a grant as its window ends may appear a TTL later
         ttl = scene.ttl + (WINDOW if extra else 0)
         keep[entry] = (Ahead if extra else Reserved)(round(scene.wall + ttl, 1), plus(taking, extra), ttl, tags)
+    before_places = dict(keep) if joined else keep
     hold, places, gang_grant = _places(scene, asks, joined, len(reserve), burst, keep, f"{new_id}-gang")
-    text = encode(keep)  # once: its size decides, and it is what the write sends
+    text = encode(keep)  # once (as a rule): its size decides, and it is what the write sends
+    if len(text) > MAX_LEDGER_BYTES and places:  # too big: no places into a grant of this worker's
+        keep, (hold, places, gang_grant) = before_places, ("", 0, "")
+        text = encode(keep)
     if len(text) > MAX_LEDGER_BYTES and extra:  # too big: take nothing ahead, then refuse the batch
         at = round(scene.wall + scene.ttl, 1)
         extra, keep[entry] = {}, Reserved(at, dict(taking), scene.ttl, tags)
@@ -154,19 +158,14 @@ def _places(
     grant_id: str,
 ) -> tuple[str, int, str]:  # fmt: skip
     """In a burst, places of the first joining gang's hold taken into a grant of this worker's (app/quota/core/
-    hold.py), as many as ``pace`` says, unless the ledger would outgrow its Lease: (its hold, the places, the
-    grant's id), or ("", 0, "")."""
+    hold.py), as many as ``pace`` says: (its hold, the places, the grant's id), or ("", 0, ""). ``decide`` takes
+    them back if the ledger would outgrow its Lease."""
     gang = next((asks[i].gang for i in joined if asks[i].gang is not None), None)
     if gang is None:
         return "", 0, ""
     members = sum(1 for i in joined if asks[i].gang == gang)
     most = pace(burst, others + len(joined), members)
-    before = dict(keep)
     hold, places = grant_places(scene, keep, gang.key, most, grant_id) if most else ("", 0)
-    if places and _size(keep) > MAX_LEDGER_BYTES:
-        keep.clear()
-        keep.update(before)
-        return "", 0, ""
     return (hold, places, grant_id) if places else ("", 0, "")
 
 
@@ -266,10 +265,6 @@ def pace(burst: Burst, count: int, alike: int) -> int:
     if rate < BURST and count < 2 and not burst.contended:
         return 0
     return min(max(math.ceil(rate * WINDOW), BATCHES_AHEAD * alike), AHEAD_MAX)
-
-
-def _size(entries: Mapping[str, LedgerEntry]) -> int:
-    return len(encode(entries))
 
 
 def _listed(entries: Mapping[str, LedgerEntry]) -> set[str]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.quota.core.amounts import Amounts, minus, times
@@ -73,6 +74,11 @@ class LedgerEntry:
         here)."""
         return self.tags
 
+    def closed(self, spent: Amounts, tags: Sequence[str]) -> Reserved:
+        """A worker's grant written down as what went into it (``spent``), listing the requests admitted (its
+        batch's and ``tags``, those since)."""
+        return Reserved(self.expires, dict(spent), self.ttl, (*self.tags, *tags))
+
 
 @dataclass(frozen=True)
 class Reserved(LedgerEntry):
@@ -82,10 +88,6 @@ class Reserved(LedgerEntry):
 @dataclass(frozen=True)
 class Ahead(LedgerEntry):
     """Open: a worker's grant, room taken ahead."""
-
-    def closed(self, spent: Amounts, tags: tuple[str, ...]) -> Reserved:
-        """Written down as what went into it (``spent``), listing the requests admitted (its batch's and since)."""
-        return Reserved(self.expires, dict(spent), self.ttl, (*self.tags, *tags))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -206,8 +206,8 @@ def account(scene: Scene) -> Account:
         placed = isinstance(entry, Held) and entry.hold.group in granted  # a grant may give it places back
         if certain and (closing or grant is None) and is_zero(at_least) and not placed:
             mark = max(mark, taken.rv if taken is not None else mark)  # its Pods took all its room: drop it
-        elif grant is not None and closing:  # its batch's requests, and those admitted into it since
-            keep[entry_id] = Reserved(entry.expires, dict(grant.spent), entry.ttl, (*entry.tags, *grant.tags))
+        elif grant is not None and closing:
+            keep[entry_id] = entry.closed(grant.spent, grant.tags)
         else:
             keep[entry_id] = entry
     return Account(live, lower, upper, keep, mark, first_seen)

@@ -14,7 +14,7 @@ import pytest
 from app.admission.ports import FITS, Verdict
 from app.quota.command import render
 from app.quota.core.decision import BURST, Burst, Ruling, Write, decide
-from app.quota.core.encoding import LEDGER_ANNOTATION, decode, encode
+from app.quota.core.encoding import LEDGER_ANNOTATION, MAX_LEDGER_BYTES, decode, encode
 from app.quota.core.entries import JOINERS, Held, Hold, LedgerEntry, Places, Reserved, tag
 from app.quota.core.gang import Gang, group
 from app.quota.core.scene import CAP, SLACK, WINDOW, Ask, Grant, Scene, Taken, View, account
@@ -94,6 +94,21 @@ def placed(entry: Held, count: int) -> Held:
 def places(count: int, key: str = TRAIN.key) -> Places:
     """A grant of ``count`` places of gang ``key``'s hold, as the ledger keeps it."""
     return Places(round(WALL + TTL + WINDOW, 1), {GPU: count}, TTL + WINDOW, gang=key)
+
+
+def test_in_a_burst_no_places_go_into_a_grant_where_it_would_outgrow_the_lease() -> None:
+    """A grant of places is one entry more: in a ledger with room for the join but not for that entry, the member
+    joins the hold and no places move; with a few entries fewer, they do."""
+    crowded: dict[str, LedgerEntry] = {"w0": hold(1, size=40)}
+    while MAX_LEDGER_BYTES - len(encode(crowded)) >= 110:  # each entry ~74 bytes: it stops 36-110 bytes short
+        crowded[f"p{len(crowded):05}"] = Reserved(WALL, {GPU: 1}, TTL)
+    for entries, moved in ((crowded, False), (dict(list(crowded.items())[:-4]), True)):
+        made = decide(
+            scene(room=10**6, entries=entries), [ask("w1")], wanted=0, ask=True, burst=Burst(BURST), new_id="b"
+        )
+        assert made.verdicts == (Verdict(reservation="w0"),) and made.write is not None
+        assert (made.write.places > 0, "b-gang" in made.write.entries) == (moved, moved)
+        assert len(made.write.text()) <= MAX_LEDGER_BYTES
 
 
 def test_in_a_burst_a_worker_takes_places_of_the_hold_into_a_grant_and_no_free_room() -> None:
